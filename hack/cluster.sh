@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Starts and stops the local Kubernetes cluster: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler and the kwok controller as host
+# processes (kwokctl's binary runtime), with simulated nodes.
+#
+# Usage: hack/cluster.sh up|down|status|kubeconfig [--name NAME]
+#
+#   up          start the cluster (reuses a running one of the same name)
+#   down        stop it and remove its state; nothing is left running
+#   status      say whether it runs and list its nodes
+#   kubeconfig  print the path of its kubeconfig
+#
+# Environment:
+#   RUNWARDEN_CLUSTER_NAME   cluster name (default: runwarden)
+#   RUNWARDEN_STATE_DIR      state folder (default: ${XDG_CACHE_HOME:-$HOME/.cache}/runwarden)
+#                            the kubeconfig is $RUNWARDEN_STATE_DIR/clusters/NAME/kubeconfig
+#   RUNWARDEN_TOOLS_DIR      pinned tools folder (see hack/tools.sh)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+state_dir=${RUNWARDEN_STATE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/runwarden}
+name=${RUNWARDEN_CLUSTER_NAME:-runwarden}
+
+cmd=${1:-}
+shift || true
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--name)
+		name=${2:?--name needs a value}
+		shift 2
+		;;
+	--name=*)
+		name=${1#--name=}
+		shift
+		;;
+	*)
+		echo "hack/cluster.sh: unknown argument \"$1\"" >&2
+		exit 2
+		;;
+	esac
+done
+
+if [[ ! $name =~ ^[a-z0-9]([a-z0-9-]*[a-z0-9])?$ ]]; then
+	echo "hack/cluster.sh: cluster name \"$name\" must be lower-case letters, digits and dashes" >&2
+	exit 2
+fi
+
+kube_bin=$("$root/hack/tools.sh" path kubernetes)
+etcd_bin=$("$root/hack/tools.sh" path etcd)
+kwok_bin=$("$root/hack/tools.sh" path kwok)
+kube_version=$(basename "$kube_bin")
+kube_version=${kube_version#kubernetes-}
+
+cluster_dir=$state_dir/clusters/$name
+kubeconfig=$cluster_dir/kubeconfig
+export KWOK_WORKDIR=$state_dir/kwok
+
+kwokctl() { "$kwok_bin/kwokctl" "$@"; }
+kubectl() { "$kube_bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+
+require_binaries() {
+	local missing=()
+	for b in "$kube_bin/kube-apiserver" "$kube_bin/kube-controller-manager" "$kube_bin/kube-scheduler" \
+		"$kube_bin/kubectl" "$etcd_bin/etcd" "$kwok_bin/kwok" "$kwok_bin/kwokctl"; do
+		[[ -x $b ]] || missing+=("$b")
+	done
+	if [[ ${#missing[@]} -gt 0 ]]; then
+		echo "hack/cluster.sh: missing binaries: ${missing[*]}" >&2
+		echo "hack/cluster.sh: run 'make tools' to build them" >&2
+		exit 1
+	fi
+}
+
+exists() {
+	kwokctl get clusters 2>/dev/null | grep -qx "$name"
+}
+
+api_ready() {
+	[[ -f $kubeconfig ]] && kubectl get --raw /readyz >/dev/null 2>&1
+}
+
+# wait_nodes_ready waits until every simulated node reports Ready.
+wait_nodes_ready() {
+	kubectl wait --for=condition=Ready node -l type=kwok --timeout=60s >/dev/null
+}
+
+up() {
+	require_binaries
+	local start=$SECONDS
+	if exists; then
+		if ! api_ready; then
+			echo "cluster $name: exists but does not answer; starting its components" >&2
+			kwokctl start cluster --name "$name" --wait 1m >&2
+		fi
+		if api_ready; then
+			kubectl apply -f "$root/hack/cluster/nodes.yaml" >/dev/null
+			wait_nodes_ready
+			echo "cluster $name: already running (kubeconfig $kubeconfig)" >&2
+			return 0
+		fi
+		echo "cluster $name: cannot be revived; recreating it" >&2
+		kwokctl delete cluster --kubeconfig "$state_dir/kwok/kwokctl-kubeconfig" --name "$name" >&2 || true
+	fi
+
+	mkdir -p "$cluster_dir"
+	local log=$cluster_dir/create.log
+	# --kubeconfig "" keeps kwokctl away from the user's ~/.kube/config.
+	if ! KWOK_KUBE_VERSION=$kube_version KWOK_KUBECTL_BINARY=$kube_bin/kubectl \
+		kwokctl create cluster --name "$name" --config "$root/hack/cluster/kwokctl.yaml" \
+		--runtime binary --kubeconfig "" \
+		--kube-apiserver-binary "$kube_bin/kube-apiserver" \
+		--kube-controller-manager-binary "$kube_bin/kube-controller-manager" \
+		--kube-scheduler-binary "$kube_bin/kube-scheduler" \
+		--etcd-binary "$etcd_bin/etcd" \
+		--kwok-controller-binary "$kwok_bin/kwok" \
+		--wait 2m >"$log" 2>&1; then
+		echo "hack/cluster.sh: creating cluster $name failed; kwokctl said:" >&2
+		tail -n 20 "$log" >&2
+		if grep -qi 'address already in use\|bind:' "$log"; then
+			echo "hack/cluster.sh: a port the cluster needs is taken; see 'ss -ltnp' and stop what holds it" >&2
+		fi
+		kwokctl delete cluster --kubeconfig "$state_dir/kwok/kwokctl-kubeconfig" --name "$name" >/dev/null 2>&1 || true
+		exit 1
+	fi
+	kwokctl get kubeconfig --name "$name" >"$kubeconfig.tmp"
+	mv "$kubeconfig.tmp" "$kubeconfig"
+	kubectl apply -f "$root/hack/cluster/nodes.yaml" >/dev/null
+	wait_nodes_ready
+	echo "cluster $name: ready in $((SECONDS - start))s (kubeconfig $kubeconfig)" >&2
+}
+
+down() {
+	if [[ ! -x $kwok_bin/kwokctl ]]; then
+		echo "cluster $name: kwokctl is not built, so no cluster runs" >&2
+		rm -rf "$cluster_dir"
+		return 0
+	fi
+	if exists; then
+		kwokctl delete cluster --kubeconfig "$cluster_dir/kwokctl-kubeconfig" --name "$name" >"$state_dir/kwok/delete-$name.log" 2>&1 ||
+			{ cat "$state_dir/kwok/delete-$name.log" >&2; }
+		rm -f "$state_dir/kwok/delete-$name.log"
+		wait_gone
+		echo "cluster $name: stopped and removed" >&2
+	else
+		echo "cluster $name: not running" >&2
+	fi
+	rm -rf "$cluster_dir"
+}
+
+# wait_gone waits until no process of the cluster is left (kwokctl signals
+# them and returns at once), and kills any that outlive a grace period.
+wait_gone() {
+	local pattern="$KWOK_WORKDIR/clusters/$name/bin/"
+	for _ in $(seq 1 100); do
+		pgrep -f "$pattern" >/dev/null || return 0
+		sleep 0.1
+	done
+	echo "cluster $name: killing processes that did not stop: $(pgrep -f "$pattern" | tr '\n' ' ')" >&2
+	pkill -KILL -f "$pattern" || true
+}
+
+status() {
+	if exists && api_ready; then
+		echo "cluster $name: running (kubeconfig $kubeconfig)"
+		kubectl get nodes -o wide
+	else
+		echo "cluster $name: not running"
+		return 1
+	fi
+}
+
+case $cmd in
+up) up ;;
+down) down ;;
+status) status ;;
+kubeconfig) echo "$kubeconfig" ;;
+*)
+	sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+	;;
+esac

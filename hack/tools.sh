@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Builds the pinned tools runwarden needs from the Go module proxy into a cache
+# folder outside the checkout, keyed by tool and version, so a fresh clone (and
+# CI) reuses them. A tool is rebuilt only when its folder is missing.
+#
+# Usage: hack/tools.sh [all|path|TOOL...]
+#   all        build every tool (default)
+#   path TOOL  print the folder that holds TOOL's binaries (builds nothing)
+#   TOOL...    build only these tools
+#
+# The cache folder is $RUNWARDEN_TOOLS_DIR, default
+# ${XDG_CACHE_HOME:-$HOME/.cache}/runwarden/tools.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools_dir=${RUNWARDEN_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/runwarden/tools}
+
+# The pinned versions. Keep docs/development.md in step.
+KUBERNETES_VERSION=v1.36.3
+ETCD_VERSION=v3.6.5
+KWOK_VERSION=v0.8.0
+HELM3_VERSION=v3.22.0
+HELM4_VERSION=v4.3.1
+KUSTOMIZE_VERSION=v5.8.2
+OPA_VERSION=v1.22.2
+GOLANGCI_LINT_VERSION=v2.15.0
+BENCHSTAT_VERSION=v0.0.0-20260908200009-22c9c6c9d4da
+CONTROLLER_GEN_VERSION=v0.23.0
+
+all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen)
+
+# folder prints the cache folder of one tool.
+folder() {
+	case $1 in
+	kubernetes) echo "$tools_dir/kubernetes-$KUBERNETES_VERSION" ;;
+	etcd) echo "$tools_dir/etcd-$ETCD_VERSION" ;;
+	kwok) echo "$tools_dir/kwok-$KWOK_VERSION" ;;
+	helm3) echo "$tools_dir/helm-$HELM3_VERSION" ;;
+	helm4) echo "$tools_dir/helm-$HELM4_VERSION" ;;
+	kustomize) echo "$tools_dir/kustomize-$KUSTOMIZE_VERSION" ;;
+	opa) echo "$tools_dir/opa-$OPA_VERSION" ;;
+	golangci-lint) echo "$tools_dir/golangci-lint-$GOLANGCI_LINT_VERSION" ;;
+	benchstat) echo "$tools_dir/benchstat-$BENCHSTAT_VERSION" ;;
+	controller-gen) echo "$tools_dir/controller-gen-$CONTROLLER_GEN_VERSION" ;;
+	*)
+		echo "hack/tools.sh: unknown tool \"$1\"; known tools: ${all_tools[*]}" >&2
+		return 2
+		;;
+	esac
+}
+
+# install_mod builds Go packages at a pinned version with `go install`.
+install_mod() {
+	local out=$1
+	shift
+	GOBIN=$out CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "$@"
+}
+
+# build_wrapper builds packages of a wrapper module under hack/tools/.
+build_wrapper() {
+	local dir=$1 out=$2 ldflags=$3
+	shift 3
+	(cd "$root/hack/tools/$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$out/" "$@")
+}
+
+# recipe builds one tool into the folder $2.
+recipe() {
+	local out=$2
+	case $1 in
+	kubernetes)
+		local v=$KUBERNETES_VERSION minor=${KUBERNETES_VERSION#v1.}
+		minor=${minor%%.*}
+		build_wrapper kubernetes "$out" \
+			"-X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" \
+			k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+			k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
+			k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+		;;
+	etcd)
+		# The package's folder is named "v3"; name the binary what it is.
+		(cd "$root/hack/tools/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
+		;;
+	kwok)
+		install_mod "$out" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+		;;
+	helm3)
+		install_mod "$out" "helm.sh/helm/v3/cmd/helm@$HELM3_VERSION"
+		;;
+	helm4)
+		install_mod "$out" "helm.sh/helm/v4/cmd/helm@$HELM4_VERSION"
+		;;
+	kustomize)
+		install_mod "$out" "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
+		;;
+	opa)
+		install_mod "$out" "github.com/open-policy-agent/opa@$OPA_VERSION"
+		;;
+	golangci-lint)
+		install_mod "$out" "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+		;;
+	benchstat)
+		install_mod "$out" "golang.org/x/perf/cmd/benchstat@$BENCHSTAT_VERSION"
+		;;
+	controller-gen)
+		install_mod "$out" "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION"
+		;;
+	esac
+}
+
+# ensure builds one tool unless its folder already exists. It builds into a
+# temporary folder and renames it at the end, so an interrupted build never
+# leaves a half-filled folder that looks complete.
+ensure() {
+	local name=$1 out
+	out=$(folder "$name") || return 2
+	[[ -d $out ]] && return 0
+	local tmp=$out.tmp.$$ log
+	log=$(mktemp)
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	echo "tools: building $name into $out" >&2
+	local start=$SECONDS
+	if ! recipe "$name" "$tmp" >"$log" 2>&1; then
+		echo "tools: FAILED to build $name after $((SECONDS - start))s; the last lines of its output:" >&2
+		tail -n 30 "$log" >&2
+		rm -rf "$tmp" "$log"
+		return 1
+	fi
+	rm -f "$log"
+	mv "$tmp" "$out"
+	echo "tools: built $name in $((SECONDS - start))s" >&2
+}
+
+main() {
+	local cmd=${1:-all}
+	case $cmd in
+	path)
+		folder "${2:?usage: hack/tools.sh path TOOL}"
+		;;
+	all)
+		for t in "${all_tools[@]}"; do ensure "$t"; done
+		;;
+	-h | --help | help)
+		sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		;;
+	*)
+		for t in "$@"; do ensure "$t"; done
+		;;
+	esac
+}
+
+main "$@"

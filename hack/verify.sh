@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Checks that need no cluster: gofmt, go.mod/go.sum tidiness (the main module
+# and the tool wrapper modules) and go vet with every build tag.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+fail=0
+
+unformatted=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
+if [[ -n $unformatted ]]; then
+	echo "verify: gofmt would change these files (run 'gofmt -w'):" >&2
+	echo "$unformatted" >&2
+	fail=1
+fi
+
+for mod in . hack/tools/*/; do
+	if ! (cd "$mod" && go mod tidy -diff >/dev/null 2>&1); then
+		echo "verify: $mod/go.mod or go.sum is not tidy (run 'go mod tidy' there)" >&2
+		fail=1
+	fi
+done
+
+go vet ./... || fail=1
+go vet -tags e2e ./e2e/... || fail=1
+
+if [[ $fail -ne 0 ]]; then
+	exit 1
+fi
+echo "verify: ok"
