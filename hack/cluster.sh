@@ -3,15 +3,17 @@
 # kube-controller-manager, kube-scheduler and the kwok controller as host
 # processes (kwokctl's binary runtime), with simulated nodes.
 #
-# Usage: hack/cluster.sh up|down|status|kubeconfig [--name NAME]
+# Usage: hack/cluster.sh up|down|status|kubeconfig [--name NAME] [--no-real-node]
 #
-#   up          start the cluster (reuses a running one of the same name)
+#   up          start the cluster (reuses a running one of the same name);
+#               with a real node (hack/node.sh) unless --no-real-node
 #   down        stop it and remove its state; nothing is left running
 #   status      say whether it runs and list its nodes
 #   kubeconfig  print the path of its kubeconfig
 #
 # Environment:
 #   RUNWARDEN_CLUSTER_NAME   cluster name (default: runwarden)
+#   RUNWARDEN_REAL_NODE      "false" starts simulated nodes only (default: true)
 #   RUNWARDEN_STATE_DIR      state folder (default: ${XDG_CACHE_HOME:-$HOME/.cache}/runwarden)
 #                            the kubeconfig is $RUNWARDEN_STATE_DIR/clusters/NAME/kubeconfig
 #   RUNWARDEN_TOOLS_DIR      pinned tools folder (see hack/tools.sh)
@@ -20,6 +22,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 state_dir=${RUNWARDEN_STATE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/runwarden}
 name=${RUNWARDEN_CLUSTER_NAME:-runwarden}
+real_node=${RUNWARDEN_REAL_NODE:-true}
 
 cmd=${1:-}
 shift || true
@@ -31,6 +34,10 @@ while [[ $# -gt 0 ]]; do
 		;;
 	--name=*)
 		name=${1#--name=}
+		shift
+		;;
+	--no-real-node)
+		real_node=false
 		shift
 		;;
 	*)
@@ -84,6 +91,45 @@ wait_nodes_ready() {
 	kubectl wait --for=condition=Ready node -l type=kwok --timeout=60s >/dev/null
 }
 
+# write_kwokctl_config writes the kwokctl configuration of the cluster.
+write_kwokctl_config() {
+	local pki=$KWOK_WORKDIR/clusters/$name/pki
+	cat >"$cluster_dir/kwokctl.yaml" <<-EOF
+	apiVersion: config.kwok.x-k8s.io/v1alpha1
+	kind: KwokctlConfiguration
+	options:
+	  runtime: binary
+	  # The kubernetes Service's ClusterIP and the real node's bridge gateway,
+	  # so pods on the real node can verify the API server's certificate.
+	  kubeApiserverCertSANs: ["10.0.0.1", "10.88.0.1"]
+	componentsPatches:
+	# The kwok controller drives only the simulated nodes (annotated
+	# kwok.x-k8s.io/node=fake), never the real kubelet's node beside them.
+	- name: kwok-controller
+	  extraArgs:
+	  - key: manage-all-nodes
+	    value: "false"
+	    override: true
+	  - key: manage-nodes-with-annotation-selector
+	    value: kwok.x-k8s.io/node=fake
+	EOF
+	if [[ $real_node == true ]]; then
+		cat >>"$cluster_dir/kwokctl.yaml" <<-EOF
+		# The API server advertises the real node's bridge gateway, so the
+		# kubernetes Service leads pods there, and presents a client
+		# certificate to the kubelet (kubectl logs and exec).
+		- name: kube-apiserver
+		  extraArgs:
+		  - key: advertise-address
+		    value: "10.88.0.1"
+		  - key: kubelet-client-certificate
+		    value: $pki/admin.crt
+		  - key: kubelet-client-key
+		    value: $pki/admin.key
+		EOF
+	fi
+}
+
 up() {
 	require_binaries
 	local start=$SECONDS
@@ -95,6 +141,9 @@ up() {
 		if api_ready; then
 			kubectl apply -f "$root/hack/cluster/nodes.yaml" >/dev/null
 			wait_nodes_ready
+			if [[ $real_node == true ]]; then
+				"$root/hack/node.sh" up --name "$name"
+			fi
 			echo "cluster $name: already running (kubeconfig $kubeconfig)" >&2
 			return 0
 		fi
@@ -103,10 +152,11 @@ up() {
 	fi
 
 	mkdir -p "$cluster_dir"
+	write_kwokctl_config
 	local log=$cluster_dir/create.log
 	# --kubeconfig "" keeps kwokctl away from the user's ~/.kube/config.
 	if ! KWOK_KUBE_VERSION=$kube_version KWOK_KUBECTL_BINARY=$kube_bin/kubectl \
-		kwokctl create cluster --name "$name" --config "$root/hack/cluster/kwokctl.yaml" \
+		kwokctl create cluster --name "$name" --config "$cluster_dir/kwokctl.yaml" \
 		--runtime binary --kubeconfig "" \
 		--kube-apiserver-binary "$kube_bin/kube-apiserver" \
 		--kube-controller-manager-binary "$kube_bin/kube-controller-manager" \
@@ -126,6 +176,10 @@ up() {
 	mv "$kubeconfig.tmp" "$kubeconfig"
 	kubectl apply -f "$root/hack/cluster/nodes.yaml" >/dev/null
 	wait_nodes_ready
+	echo "cluster $name: control plane and simulated nodes ready in $((SECONDS - start))s" >&2
+	if [[ $real_node == true ]]; then
+		"$root/hack/node.sh" up --name "$name"
+	fi
 	echo "cluster $name: ready in $((SECONDS - start))s (kubeconfig $kubeconfig)" >&2
 }
 
@@ -135,6 +189,7 @@ down() {
 		rm -rf "$cluster_dir"
 		return 0
 	fi
+	"$root/hack/node.sh" down --name "$name"
 	if exists; then
 		kwokctl delete cluster --kubeconfig "$cluster_dir/kwokctl-kubeconfig" --name "$name" >"$state_dir/kwok/delete-$name.log" 2>&1 ||
 			{ cat "$state_dir/kwok/delete-$name.log" >&2; }
@@ -175,7 +230,7 @@ down) down ;;
 status) status ;;
 kubeconfig) echo "$kubeconfig" ;;
 *)
-	sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

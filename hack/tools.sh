@@ -6,7 +6,9 @@
 # Usage: hack/tools.sh [all|path|TOOL...]
 #   all        build every tool (default)
 #   path TOOL  print the folder that holds TOOL's binaries (builds nothing)
-#   TOOL...    build only these tools
+#   TOOL...    build only these tools; "node-packages" installs the real
+#              node's Debian packages (containerd, runc, CNI plugins, ...)
+#              when missing, as root
 #
 # The cache folder is $RUNWARDEN_TOOLS_DIR, default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/runwarden/tools.
@@ -26,8 +28,10 @@ OPA_VERSION=v1.22.2
 GOLANGCI_LINT_VERSION=v2.15.0
 BENCHSTAT_VERSION=v0.0.0-20260908200009-22c9c6c9d4da
 CONTROLLER_GEN_VERSION=v0.23.0
+OPENTOFU_VERSION=v1.12.6
+COREDNS_VERSION=v1.15.0
 
-all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen)
+all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns)
 
 # folder prints the cache folder of one tool.
 folder() {
@@ -42,6 +46,8 @@ folder() {
 	golangci-lint) echo "$tools_dir/golangci-lint-$GOLANGCI_LINT_VERSION" ;;
 	benchstat) echo "$tools_dir/benchstat-$BENCHSTAT_VERSION" ;;
 	controller-gen) echo "$tools_dir/controller-gen-$CONTROLLER_GEN_VERSION" ;;
+	opentofu) echo "$tools_dir/opentofu-$OPENTOFU_VERSION" ;;
+	coredns) echo "$tools_dir/coredns-$COREDNS_VERSION" ;;
 	*)
 		echo "hack/tools.sh: unknown tool \"$1\"; known tools: ${all_tools[*]}" >&2
 		return 2
@@ -104,7 +110,50 @@ recipe() {
 	controller-gen)
 		install_mod "$out" "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_GEN_VERSION"
 		;;
+	opentofu)
+		# Static, so it runs in the runner image with nothing but busybox beside it.
+		build_wrapper opentofu "$out" "-X github.com/opentofu/opentofu/version.dev=no" github.com/opentofu/opentofu/cmd/tofu
+		;;
+	coredns)
+		install_mod "$out" "github.com/coredns/coredns@$COREDNS_VERSION"
+		;;
 	esac
+}
+
+# Debian packages the real node needs, and a file each one installs.
+node_packages=(
+	containerd:/usr/bin/containerd
+	runc:/usr/sbin/runc
+	containernetworking-plugins:/usr/lib/cni/bridge
+	busybox-static:/bin/busybox
+	iptables:/usr/sbin/iptables
+	conntrack:/usr/sbin/conntrack
+	iproute2:/usr/sbin/ip
+)
+
+# ensure_node_packages installs the real node's Debian packages that are
+# missing (as root, with apt-get).
+ensure_node_packages() {
+	local missing=() p
+	for p in "${node_packages[@]}"; do
+		[[ -e ${p#*:} ]] || missing+=("${p%%:*}")
+	done
+	[[ ${#missing[@]} -eq 0 ]] && return 0
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "tools: the real node needs these Debian packages: ${missing[*]}; install them as root" >&2
+		return 1
+	fi
+	echo "tools: installing Debian packages: ${missing[*]}" >&2
+	local start=$SECONDS log
+	log=$(mktemp)
+	if ! { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+		echo "tools: FAILED to install ${missing[*]}; the last lines of apt-get's output:" >&2
+		tail -n 20 "$log" >&2
+		rm -f "$log"
+		return 1
+	fi
+	rm -f "$log"
+	echo "tools: installed ${missing[*]} in $((SECONDS - start))s" >&2
 }
 
 # ensure builds one tool unless its folder already exists. It builds into a
@@ -112,6 +161,10 @@ recipe() {
 # leaves a half-filled folder that looks complete.
 ensure() {
 	local name=$1 out
+	if [[ $name == node-packages ]]; then
+		ensure_node_packages
+		return
+	fi
 	out=$(folder "$name") || return 2
 	[[ -d $out ]] && return 0
 	local tmp=$out.tmp.$$ log
@@ -139,9 +192,14 @@ main() {
 		;;
 	all)
 		for t in "${all_tools[@]}"; do ensure "$t"; done
+		if [[ $(id -u) -eq 0 ]]; then
+			ensure_node_packages
+		else
+			echo "tools: not root, so the real node's Debian packages were not checked" >&2
+		fi
 		;;
 	-h | --help | help)
-		sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		;;
 	*)
 		for t in "$@"; do ensure "$t"; done

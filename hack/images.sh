@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Builds runwarden's container images as archives without a container engine
+# or registry (hack/image packs static binaries onto an empty base), and
+# loads them into the real node's containerd.
+#
+# Usage: hack/images.sh ref IMAGE             print the image reference
+#        hack/images.sh build IMAGE...        build archives (only when inputs changed)
+#        hack/images.sh archive IMAGE         print the archive path (builds it if needed)
+#        hack/images.sh load IMAGE... --address SOCK   import into containerd
+#
+# Images: pause (the pod sandbox), runner (busybox shell + OpenTofu).
+# Archives are in `docker save` format: `kind load image-archive` and
+# `docker load` take them too. Each image's tag is a hash of its inputs, so
+# an archive is rebuilt only when an input changes.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools_dir=$(dirname "$("$root/hack/tools.sh" path kubernetes)")
+images_dir=$tools_dir/images
+busybox=${RUNWARDEN_BUSYBOX:-/bin/busybox}
+all_images=(pause runner)
+
+# inputs prints what an image is made of; its hash is the image tag.
+inputs() {
+	case $1 in
+	pause)
+		go version
+		cat "$root/hack/pause/main.go" "$root"/hack/image/*.go
+		;;
+	runner)
+		echo "opentofu $("$root/hack/tools.sh" path opentofu)"
+		sha256sum "$busybox"
+		cat "$root"/hack/image/*.go
+		declare -f recipe
+		;;
+	*)
+		echo "hack/images.sh: unknown image \"$1\"; known images: ${all_images[*]}" >&2
+		return 2
+		;;
+	esac
+}
+
+tag() {
+	local h
+	h=$(inputs "$1" | sha256sum)
+	case $1 in
+	runner) echo "tofu-$(basename "$("$root/hack/tools.sh" path opentofu)" | sed 's/^opentofu-//')-${h:0:12}" ;;
+	*) echo "${h:0:12}" ;;
+	esac
+}
+
+ref() { echo "localhost/runwarden/$1:$(tag "$1")"; }
+
+archive_path() { echo "$images_dir/$1-$(tag "$1").tar"; }
+
+# recipe builds image $1 into archive $2.
+recipe() {
+	local image=$1 out=$2 work
+	work=$(mktemp -d)
+	case $image in
+	pause)
+		(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/pause" ./hack/pause)
+		(cd "$root" && go run ./hack/image --ref "$(ref pause)" --out "$out" \
+			--file "$work/pause=/pause" --entrypoint /pause --uid 65535 --user pause \
+			--label org.opencontainers.image.title=runwarden-pause)
+		;;
+	runner)
+		"$root/hack/tools.sh" opentofu
+		if [[ ! -x $busybox ]] || ! file_is_static "$busybox"; then
+			echo "hack/images.sh: the runner image needs a static busybox at $busybox (Debian package busybox-static)" >&2
+			return 1
+		fi
+		(cd "$root" && go run ./hack/image --ref "$(ref runner)" --out "$out" \
+			--busybox "$busybox" \
+			--file "$("$root/hack/tools.sh" path opentofu)/tofu=/usr/local/bin/tofu" \
+			--uid 65532 --user runner --workdir /home/runner --cmd /bin/sh \
+			--env HOME=/home/runner \
+			--label org.opencontainers.image.title=runwarden-runner)
+		;;
+	esac
+	rm -rf "$work"
+}
+
+file_is_static() { ! ldd "$1" >/dev/null 2>&1; }
+
+build() {
+	local image=$1 out
+	out=$(archive_path "$image") || return 2
+	[[ -f $out ]] && return 0
+	mkdir -p "$images_dir"
+	local start=$SECONDS
+	echo "images: building $(ref "$image")" >&2
+	recipe "$image" "$out" >/dev/null
+	echo "images: built $image in $((SECONDS - start))s ($out)" >&2
+}
+
+load() {
+	local address="" images=()
+	while [[ $# -gt 0 ]]; do
+		case $1 in
+		--address) address=${2:?--address needs a socket}; shift 2 ;;
+		*) images+=("$1"); shift ;;
+		esac
+	done
+	[[ -n $address ]] || { echo "hack/images.sh load: --address SOCK is required" >&2; return 2; }
+	local image r
+	for image in "${images[@]}"; do
+		build "$image"
+		r=$(ref "$image")
+		if ctr --address "$address" --namespace k8s.io images list -q 2>/dev/null | grep -qxF "$r"; then
+			continue
+		fi
+		ctr --address "$address" --namespace k8s.io images import --snapshotter native "$(archive_path "$image")" >/dev/null
+		echo "images: loaded $r" >&2
+	done
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+ref) ref "${1:?usage: hack/images.sh ref IMAGE}" ;;
+archive) build "${1:?usage: hack/images.sh archive IMAGE}" && archive_path "$1" ;;
+build)
+	[[ $# -gt 0 ]] || set -- "${all_images[@]}"
+	for i in "$@"; do build "$i"; done
+	;;
+load) load "$@" ;;
+*)
+	sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+	;;
+esac

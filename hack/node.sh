@@ -1,0 +1,350 @@
+#!/usr/bin/env bash
+# Starts and stops the local cluster's real node: containerd (with runc and
+# the CNI bridge plugin), a kubelet, kube-proxy and CoreDNS, all as host
+# processes with their own config, state folders and socket, so they touch
+# nothing else on the machine. hack/cluster.sh calls it; it needs root.
+#
+# Usage: hack/node.sh up|down|status [--name CLUSTER]
+#
+# The node is named rw-real-0, registered with the taint
+# runwarden.dev/real-node=true:NoSchedule so only pods that ask land there.
+# Pods get addresses on the bridge rwbr0 (10.88.0.0/16, no masquerade, no
+# route outward): they reach the host, the API server and each other, and
+# nothing beyond the machine. Only one cluster on a machine can have the
+# real node at a time.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+state_dir=${RUNWARDEN_STATE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/runwarden}
+name=${RUNWARDEN_CLUSTER_NAME:-runwarden}
+
+cmd=${1:-}
+shift || true
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--name) name=${2:?--name needs a value}; shift 2 ;;
+	--name=*) name=${1#--name=}; shift ;;
+	*) echo "hack/node.sh: unknown argument \"$1\"" >&2; exit 2 ;;
+	esac
+done
+
+# Fixed names and addresses of the real node; see docs/development.md.
+NODE_NAME=rw-real-0
+BRIDGE=rwbr0
+POD_SUBNET=10.88.0.0/16
+GATEWAY=10.88.0.1
+CLUSTER_DOMAIN=cluster.local
+NODE_TAINT_KEY=runwarden.dev/real-node
+
+cluster_dir=$state_dir/clusters/$name
+node_dir=$cluster_dir/node
+kubeconfig=$cluster_dir/kubeconfig
+owner_file=$state_dir/real-node.owner
+kube_bin=$("$root/hack/tools.sh" path kubernetes)
+coredns_bin=$("$root/hack/tools.sh" path coredns)
+sock=$node_dir/containerd/containerd.sock
+
+kubectl() { "$kube_bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+ctr() { command ctr --address "$sock" --namespace k8s.io "$@"; }
+log() { echo "node $NODE_NAME ($name): $*" >&2; }
+
+require_root() {
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "hack/node.sh: the real node needs root (containerd, mounts, network namespaces)." >&2
+		echo "hack/node.sh: run as root, or start the cluster without it: RUNWARDEN_REAL_NODE=false make cluster-up" >&2
+		exit 1
+	fi
+}
+
+# pid_alive reports whether the process recorded in pid file $1 runs.
+pid_alive() {
+	local f=$node_dir/run/$1.pid
+	[[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+# start runs a component in the background with its log and pid file.
+start() {
+	local component=$1
+	shift
+	if pid_alive "$component"; then
+		return 0
+	fi
+	setsid "$@" >"$node_dir/logs/$component.log" 2>&1 </dev/null &
+	echo $! >"$node_dir/run/$component.pid"
+}
+
+# stop signals a component and waits for it to exit (10 s, then SIGKILL).
+stop() {
+	local component=$1 f=$node_dir/run/$1.pid pid
+	[[ -f $f ]] || return 0
+	pid=$(cat "$f")
+	if kill -TERM "$pid" 2>/dev/null; then
+		for _ in $(seq 1 100); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	rm -f "$f"
+}
+
+wait_for() {
+	local what=$1 tries=$2
+	shift 2
+	for _ in $(seq 1 "$tries"); do
+		"$@" >/dev/null 2>&1 && return 0
+		sleep 0.2
+	done
+	log "timed out waiting for $what"
+	return 1
+}
+
+ensure_bridge() {
+	if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+		ip link add "$BRIDGE" type bridge
+	fi
+	if ! ip -4 addr show dev "$BRIDGE" | grep -q "inet $GATEWAY/"; then
+		ip addr add "$GATEWAY/${POD_SUBNET#*/}" dev "$BRIDGE"
+	fi
+	ip link set "$BRIDGE" up
+}
+
+write_configs() {
+	mkdir -p "$node_dir"/{containerd/root,containerd/state,containerd/opt,cni/conf,cni/ipam,kubelet,pod-logs,logs,run,coredns}
+
+	cat >"$node_dir/containerd/config.toml" <<-EOF
+	version = 2
+	root = "$node_dir/containerd/root"
+	state = "$node_dir/containerd/state"
+	disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.overlayfs"]
+	[grpc]
+	  address = "$sock"
+	[plugins."io.containerd.internal.v1.opt"]
+	  path = "$node_dir/containerd/opt"
+	[plugins."io.containerd.grpc.v1.cri"]
+	  sandbox_image = "$(image_ref pause)"
+	  restrict_oom_score_adj = true
+	  netns_mounts_under_state_dir = true
+	  disable_tcp_service = true
+	  stream_server_address = "127.0.0.1"
+	  stream_server_port = "0"
+	  enable_selinux = false
+	  [plugins."io.containerd.grpc.v1.cri".containerd]
+	    snapshotter = "native"
+	    default_runtime_name = "runc"
+	    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+	      runtime_type = "io.containerd.runc.v2"
+	      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+	        SystemdCgroup = false
+	  [plugins."io.containerd.grpc.v1.cri".cni]
+	    bin_dir = "/usr/lib/cni"
+	    conf_dir = "$node_dir/cni/conf"
+	EOF
+
+	# bridge + host-local only: no masquerade and no portmap, so no NAT rule
+	# is added and pod traffic never leaves the machine.
+	cat >"$node_dir/cni/conf/10-runwarden.conflist" <<-EOF
+	{
+	  "cniVersion": "1.0.0",
+	  "name": "runwarden",
+	  "plugins": [
+	    {
+	      "type": "bridge",
+	      "bridge": "$BRIDGE",
+	      "isGateway": true,
+	      "ipMasq": false,
+	      "hairpinMode": true,
+	      "ipam": {
+	        "type": "host-local",
+	        "dataDir": "$node_dir/cni/ipam",
+	        "ranges": [[{"subnet": "$POD_SUBNET", "gateway": "$GATEWAY"}]]
+	      }
+	    }
+	  ]
+	}
+	EOF
+
+	# Pods resolve only cluster names; the host's resolvers are not handed on.
+	: >"$node_dir/kubelet/resolv.conf"
+	cat >"$node_dir/kubelet/config.yaml" <<-EOF
+	apiVersion: kubelet.config.k8s.io/v1beta1
+	kind: KubeletConfiguration
+	address: $GATEWAY
+	port: 10250
+	readOnlyPort: 0
+	healthzBindAddress: 127.0.0.1
+	healthzPort: 10248
+	containerRuntimeEndpoint: unix://$sock
+	podLogsDir: $node_dir/pod-logs
+	resolvConf: $node_dir/kubelet/resolv.conf
+	clusterDNS: [$GATEWAY]
+	clusterDomain: $CLUSTER_DOMAIN
+	cgroupDriver: cgroupfs
+	failCgroupV1: false
+	cgroupsPerQOS: false
+	enforceNodeAllocatable: []
+	failSwapOn: false
+	imageGCHighThresholdPercent: 100
+	imageGCLowThresholdPercent: 99
+	evictionHard:
+	  memory.available: "100Mi"
+	  nodefs.available: "1%"
+	  imagefs.available: "1%"
+	  nodefs.inodesFree: "1%"
+	authentication:
+	  anonymous:
+	    enabled: false
+	  webhook:
+	    enabled: true
+	  x509:
+	    clientCAFile: $state_dir/kwok/clusters/$name/pki/ca.crt
+	authorization:
+	  mode: Webhook
+	registerWithTaints:
+	- key: $NODE_TAINT_KEY
+	  value: "true"
+	  effect: NoSchedule
+	serializeImagePulls: false
+	EOF
+
+	cat >"$node_dir/kube-proxy.yaml" <<-EOF
+	apiVersion: kubeproxy.config.k8s.io/v1alpha1
+	kind: KubeProxyConfiguration
+	mode: iptables
+	clusterCIDR: $POD_SUBNET
+	hostnameOverride: $NODE_NAME
+	bindAddress: 127.0.0.1
+	healthzBindAddress: 127.0.0.1:10256
+	metricsBindAddress: 127.0.0.1:10249
+	clientConnection:
+	  kubeconfig: $kubeconfig
+	conntrack:
+	  maxPerCore: 0
+	  tcpEstablishedTimeout: 0s
+	  tcpCloseWaitTimeout: 0s
+	EOF
+
+	cat >"$node_dir/coredns/Corefile" <<-EOF
+	.:53 {
+	    bind $GATEWAY
+	    errors
+	    kubernetes $CLUSTER_DOMAIN in-addr.arpa ip6.arpa {
+	        kubeconfig $kubeconfig
+	        pods insecure
+	        fallthrough in-addr.arpa ip6.arpa
+	    }
+	    cache 5
+	}
+	EOF
+}
+
+image_ref() { "$root/hack/images.sh" ref "$1"; }
+
+up() {
+	require_root
+	"$root/hack/tools.sh" node-packages kubernetes coredns
+	if [[ -f $owner_file && $(cat "$owner_file") != "$name" ]]; then
+		local other
+		other=$(cat "$owner_file")
+		if [[ -d $state_dir/clusters/$other/node/run ]] && compgen -G "$state_dir/clusters/$other/node/run/*.pid" >/dev/null; then
+			echo "hack/node.sh: cluster \"$other\" already has the real node; only one cluster per machine can." >&2
+			echo "hack/node.sh: stop it first (hack/cluster.sh down --name $other), or start this one without a real node (RUNWARDEN_REAL_NODE=false)." >&2
+			exit 1
+		fi
+	fi
+	echo "$name" >"$owner_file"
+	local start_s=$SECONDS
+	ensure_bridge
+	write_configs
+
+	start containerd containerd --config "$node_dir/containerd/config.toml"
+	wait_for "containerd" 150 ctr version
+	"$root/hack/images.sh" load pause --address "$sock"
+
+	start kubelet "$kube_bin/kubelet" --config "$node_dir/kubelet/config.yaml" \
+		--kubeconfig "$kubeconfig" --root-dir "$node_dir/kubelet/root" \
+		--hostname-override "$NODE_NAME" --node-ip "$GATEWAY" --v 1
+	start kube-proxy "$kube_bin/kube-proxy" --config "$node_dir/kube-proxy.yaml"
+	start coredns "$coredns_bin/coredns" -conf "$node_dir/coredns/Corefile"
+
+	wait_for "the node to register" 300 kubectl get node "$NODE_NAME"
+	if ! kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=90s >/dev/null; then
+		log "not Ready after 90s; see $node_dir/logs/kubelet.log"
+		tail -n 20 "$node_dir/logs/kubelet.log" >&2
+		exit 1
+	fi
+	kubectl label node "$NODE_NAME" --overwrite runwarden.dev/node=real >/dev/null
+	log "Ready in $((SECONDS - start_s))s"
+}
+
+# drain removes every pod from the node through the kubelet, so the kubelet
+# and containerd tear down their containers, mounts and network namespaces.
+drain() {
+	pid_alive kubelet || return 0
+	[[ -f $kubeconfig ]] || return 0
+	kubectl get --raw /readyz >/dev/null 2>&1 || return 0
+	local pods
+	pods=$(kubectl get pods -A --field-selector "spec.nodeName=$NODE_NAME" -o name 2>/dev/null | wc -l)
+	[[ $pods -gt 0 ]] || return 0
+	log "removing $pods pods"
+	kubectl delete pods -A --field-selector "spec.nodeName=$NODE_NAME" --grace-period=1 --wait=false >/dev/null 2>&1 || true
+	pid_alive containerd || return 0
+	wait_for "pod sandboxes to be removed" 150 no_sandboxes || true
+}
+
+no_sandboxes() { [[ -z $(ctr containers list -q 2>/dev/null) ]]; }
+
+down() {
+	if [[ ! -d $node_dir ]]; then
+		return 0
+	fi
+	require_root
+	drain
+	stop kubelet
+	stop coredns
+	stop kube-proxy
+	# kube-proxy removes the iptables rules it made.
+	"$kube_bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
+	if pid_alive containerd; then
+		# Containers the kubelet did not remove: kill and delete them.
+		for id in $(ctr tasks list -q 2>/dev/null); do
+			ctr tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
+			ctr tasks delete -f "$id" >/dev/null 2>&1 || true
+		done
+		for id in $(ctr containers list -q 2>/dev/null); do
+			ctr containers delete "$id" >/dev/null 2>&1 || true
+		done
+	fi
+	stop containerd
+	# Anything still mounted under the node's folders (volumes, network
+	# namespaces, snapshots), deepest first.
+	local mounts
+	mounts=$(awk -v d="$node_dir/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r)
+	for m in $mounts; do
+		umount -l "$m" 2>/dev/null || true
+	done
+	# Veths of pods whose namespaces are gone vanish with them; the bridge goes last.
+	ip link delete "$BRIDGE" 2>/dev/null || true
+	rm -rf "$node_dir"
+	if [[ -f $owner_file && $(cat "$owner_file") == "$name" ]]; then
+		rm -f "$owner_file"
+	fi
+	log "stopped and removed"
+}
+
+status() {
+	local c
+	for c in containerd kubelet kube-proxy coredns; do
+		if pid_alive "$c"; then echo "$c: running"; else echo "$c: stopped"; fi
+	done
+}
+
+case $cmd in
+up) up ;;
+down) down ;;
+status) status ;;
+*)
+	sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	exit 2
+	;;
+esac
