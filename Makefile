@@ -43,8 +43,10 @@ unit: ## Run the unit tests.
 
 .PHONY: e2e
 e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default local).
-	hack/tools.sh kubernetes etcd kwok
+	hack/tools.sh kubernetes etcd kwok coredns opentofu
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
+	@if [ "$${RUNWARDEN_E2E_CLUSTER:-local}" = local ] && [ "$${RUNWARDEN_E2E_KEEP:-}" != true ]; then \
+		hack/check-clean.sh --unless-running; fi
 
 .PHONY: bench
 bench: ## Run the Go benchmarks.
@@ -60,9 +62,15 @@ verify: ## Check formatting, go.mod tidiness and go vet.
 	hack/verify.sh
 
 .PHONY: cluster-up
-cluster-up: ## Start the local cluster; kubeconfig path printed at the end.
+cluster-up: ## Start the local cluster with its real node (RUNWARDEN_REAL_NODE=false: simulated nodes only).
 	hack/tools.sh kubernetes etcd kwok
 	hack/cluster.sh up
+
+.PHONY: images
+images: ## Build the image archives (pause, runner) and load them into a running real node.
+	hack/images.sh build
+	@sock=$$(hack/node.sh socket); if [ -S "$$sock" ]; then hack/images.sh load pause runner --address "$$sock"; \
+	else echo "images: no real node running; archives are in $$(dirname $$(hack/images.sh archive pause))"; fi
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local cluster and remove its state.

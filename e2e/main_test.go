@@ -16,9 +16,13 @@ import (
 	"github.com/runwarden/runwarden/e2e/harness"
 )
 
-// testenv is the suite's environment. e2e-framework's TestMain pattern needs
-// it at package level: TestMain sets it once and every test reads it.
-var testenv env.Environment
+// testenv is the suite's environment and suite its configuration.
+// e2e-framework's TestMain pattern needs them at package level: TestMain sets
+// them once and every test reads them.
+var (
+	testenv env.Environment
+	suite   harness.Config
+)
 
 func TestMain(m *testing.M) {
 	c, err := harness.ConfigFromEnv(os.Getenv)
@@ -26,7 +30,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(2)
 	}
-	fmt.Fprintf(os.Stderr, "e2e: cluster %q (%s)\n", c.Name, c.Kind)
+	if c.Kind == harness.ClusterExisting {
+		fmt.Fprintf(os.Stderr, "e2e: existing cluster of %s\n", c.Kubeconfig)
+	} else {
+		fmt.Fprintf(os.Stderr, "e2e: %s cluster %q\n", c.Kind, c.Name)
+	}
+	suite = c
 	testenv = harness.NewEnvironment(c)
 	os.Exit(testenv.Run(m))
 }

@@ -4,7 +4,7 @@
 # processes with their own config, state folders and socket, so they touch
 # nothing else on the machine. hack/cluster.sh calls it; it needs root.
 #
-# Usage: hack/node.sh up|down|status [--name CLUSTER]
+# Usage: hack/node.sh up|down|status|socket [--name CLUSTER]
 #
 # The node is named rw-real-0, registered with the taint
 # runwarden.dev/real-node=true:NoSchedule so only pods that ask land there.
@@ -259,7 +259,9 @@ up() {
 
 	start containerd containerd --config "$node_dir/containerd/config.toml"
 	wait_for "containerd" 150 ctr version
-	"$root/hack/images.sh" load pause --address "$sock"
+	# The sandbox image and the runner image; the chart's images join them
+	# when they are built (hack/images.sh).
+	"$root/hack/images.sh" load pause runner --address "$sock"
 
 	start kubelet "$kube_bin/kubelet" --config "$node_dir/kubelet/config.yaml" \
 		--kubeconfig "$kubeconfig" --root-dir "$node_dir/kubelet/root" \
@@ -343,6 +345,7 @@ case $cmd in
 up) up ;;
 down) down ;;
 status) status ;;
+socket) echo "$sock" ;;
 *)
 	sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2

@@ -41,7 +41,7 @@ type Spec struct {
 	User string
 	// Entrypoint, Cmd, WorkingDir and Env go into the image config as they are.
 	Entrypoint, Cmd, Env []string
-	WorkingDir          string
+	WorkingDir           string
 	// Labels go into the image config.
 	Labels map[string]string
 }

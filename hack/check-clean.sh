@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Checks that no local cluster left anything behind on the machine: no
+# process, mount, bridge, iptables rule or listening port of ours. Prints
+# what it finds and exits 1 if anything is left. `make e2e` runs it after the
+# suite has torn its cluster down.
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+state_dir=${RUNWARDEN_STATE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/runwarden}
+tools_dir=$(dirname "$("$root/hack/tools.sh" path kubernetes)")
+left=0
+
+# --unless-running: say so and pass when a local cluster still runs (a
+# developer's own cluster beside the e2e suite's), since its processes
+# are meant to be there.
+if [[ ${1:-} == --unless-running ]]; then
+	running=$(KWOK_WORKDIR=$state_dir/kwok "$("$root/hack/tools.sh" path kwok)/kwokctl" get clusters 2>/dev/null || true)
+	if [[ -n $running ]]; then
+		echo "check-clean: skipped, local clusters still run: $(echo $running)" >&2
+		exit 0
+	fi
+fi
+
+report() {
+	echo "check-clean: left behind: $*" >&2
+	left=1
+}
+
+# Programs of ours run from the cache folders or name them in their
+# arguments (containerd, its shims); a build writing into the cache does not count.
+procs=$(pgrep -af "$state_dir/|$tools_dir/" | awk '$2 != "go" && $2 !~ /(pgrep|check-clean|bash)$/' || true)
+[[ -z $procs ]] || report "processes:"$'\n'"$procs"
+
+mounts=$(awk -v d="$state_dir/" 'index($2, d) == 1 {print $2}' /proc/self/mounts)
+[[ -z $mounts ]] || report "mounts:"$'\n'"$mounts"
+
+if ip link show rwbr0 >/dev/null 2>&1; then
+	report "bridge rwbr0"
+fi
+
+if command -v iptables-save >/dev/null 2>&1; then
+	rules=$(iptables-save 2>/dev/null | grep -c -e 'KUBE-' -e 'CNI-' || true)
+	[[ $rules -eq 0 ]] || report "$rules iptables lines naming KUBE- or CNI- chains"
+fi
+
+ports=$(ss -Hltnu 2>/dev/null | awk '{print $5}' | grep -E '(^|:)(10248|10249|10250|10256)$|^10\.88\.0\.1:' || true)
+[[ -z $ports ]] || report "listening ports:"$'\n'"$ports"
+
+if [[ $left -eq 0 ]]; then
+	echo "check-clean: nothing left behind"
+fi
+exit $left
