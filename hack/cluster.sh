@@ -126,6 +126,9 @@ write_kwokctl_config() {
 		    value: $pki/admin.crt
 		  - key: kubelet-client-key
 		    value: $pki/admin.key
+		  # Reach kubelets by address, never by a host name lookup.
+		  - key: kubelet-preferred-address-types
+		    value: InternalIP
 		EOF
 	fi
 }

@@ -107,10 +107,10 @@ load() {
 	for image in "${images[@]}"; do
 		build "$image"
 		r=$(ref "$image")
-		if ctr --address "$address" --namespace k8s.io images list -q 2>/dev/null | grep -qxF "$r"; then
+		if ctr --address "$address" --namespace k8s.io --connect-timeout 5s --timeout 300s images list -q 2>/dev/null | grep -qxF "$r"; then
 			continue
 		fi
-		ctr --address "$address" --namespace k8s.io images import --snapshotter native "$(archive_path "$image")" >/dev/null
+		ctr --address "$address" --namespace k8s.io --connect-timeout 5s --timeout 300s images import --snapshotter native "$(archive_path "$image")" >/dev/null
 		echo "images: loaded $r" >&2
 	done
 }

@@ -33,6 +33,7 @@ NODE_NAME=rw-real-0
 BRIDGE=rwbr0
 POD_SUBNET=10.88.0.0/16
 GATEWAY=10.88.0.1
+SERVICE_SUBNET=10.0.0.0/24
 CLUSTER_DOMAIN=cluster.local
 NODE_TAINT_KEY=runwarden.dev/real-node
 
@@ -45,7 +46,7 @@ coredns_bin=$("$root/hack/tools.sh" path coredns)
 sock=$node_dir/containerd/containerd.sock
 
 kubectl() { "$kube_bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
-ctr() { command ctr --address "$sock" --namespace k8s.io "$@"; }
+ctr() { command ctr --address "$sock" --namespace k8s.io --connect-timeout 2s --timeout 60s "$@"; }
 log() { echo "node $NODE_NAME ($name): $*" >&2; }
 
 require_root() {
@@ -142,7 +143,9 @@ write_configs() {
 	EOF
 
 	# bridge + host-local only: no masquerade and no portmap, so no NAT rule
-	# is added and pod traffic never leaves the machine.
+	# is added, and no default route: pods route only to the bridge and to
+	# the Service range (10.0.0.0/24, through kube-proxy), so their traffic
+	# never leaves the machine.
 	cat >"$node_dir/cni/conf/10-runwarden.conflist" <<-EOF
 	{
 	  "cniVersion": "1.0.0",
@@ -157,7 +160,8 @@ write_configs() {
 	      "ipam": {
 	        "type": "host-local",
 	        "dataDir": "$node_dir/cni/ipam",
-	        "ranges": [[{"subnet": "$POD_SUBNET", "gateway": "$GATEWAY"}]]
+	        "ranges": [[{"subnet": "$POD_SUBNET", "gateway": "$GATEWAY"}]],
+	        "routes": [{"dst": "$SERVICE_SUBNET"}]
 	      }
 	    }
 	  ]
@@ -294,6 +298,25 @@ drain() {
 	wait_for "pod sandboxes to be removed" 150 no_sandboxes || true
 }
 
+# remove_kube_chains deletes the KUBE-* iptables chains the kubelet and
+# kube-proxy made, and the rules of the built-in chains that jump to them.
+remove_kube_chains() {
+	local ipt table rule chains c
+	for ipt in iptables ip6tables; do
+		command -v "$ipt" >/dev/null || continue
+		for table in filter nat mangle; do
+			local rules
+			rules=$("$ipt-save" -t "$table" 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -vE '^-A KUBE-' | sed 's/^-A/-D/' || true)
+			while read -r rule; do
+				[[ -n $rule ]] && { eval "\"$ipt\" -t $table $rule" 2>/dev/null || true; }
+			done <<<"$rules"
+			chains=$("$ipt-save" -t "$table" 2>/dev/null | grep -oE '^:KUBE-[A-Za-z0-9_-]+' | tr -d : || true)
+			for c in $chains; do "$ipt" -t "$table" -F "$c" 2>/dev/null || true; done
+			for c in $chains; do "$ipt" -t "$table" -X "$c" 2>/dev/null || true; done
+		done
+	done
+}
+
 no_sandboxes() { [[ -z $(ctr containers list -q 2>/dev/null) ]]; }
 
 down() {
@@ -305,8 +328,10 @@ down() {
 	stop kubelet
 	stop coredns
 	stop kube-proxy
-	# kube-proxy removes the iptables rules it made.
+	# kube-proxy removes the iptables rules it made; the kubelet's own
+	# chains (KUBE-FIREWALL, the canaries) go here.
 	"$kube_bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
+	remove_kube_chains
 	if pid_alive containerd; then
 		# Containers the kubelet did not remove: kill and delete them.
 		for id in $(ctr tasks list -q 2>/dev/null); do
