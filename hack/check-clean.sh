@@ -26,9 +26,9 @@ report() {
 	left=1
 }
 
-# Programs of ours run from the cache folders or name them in their
-# arguments (containerd, its shims); a build writing into the cache does not count.
-procs=$(pgrep -af "$state_dir/|$tools_dir/" | awk '$2 != "go" && $2 !~ /(pgrep|check-clean|bash)$/' || true)
+# Cluster programs run from the cache folders or name them in their
+# arguments (containerd and its shims); builds and linters do not count.
+procs=$(pgrep -af "$state_dir/|$tools_dir/(kubernetes|etcd|kwok|coredns)-" | awk '$2 != "go" && $2 !~ /(pgrep|check-clean|bash)$/' || true)
 [[ -z $procs ]] || report "processes:"$'\n'"$procs"
 
 mounts=$(awk -v d="$state_dir/" 'index($2, d) == 1 {print $2}' /proc/self/mounts)
