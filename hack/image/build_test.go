@@ -30,7 +30,7 @@ func layerFiles(t *testing.T, s Spec) map[string]string {
 		t.Fatalf("Build: %v", err)
 	}
 	rc := mutate.Extract(img)
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	got := map[string]string{}
 	tr := tar.NewReader(rc)
 	for {
