@@ -294,8 +294,8 @@ drain() {
 	[[ $pods -gt 0 ]] || return 0
 	log "removing $pods pods"
 	kubectl delete pods -A --field-selector "spec.nodeName=$NODE_NAME" --grace-period=1 --wait=false >/dev/null 2>&1 || true
-	pid_alive containerd || return 0
-	wait_for "pod sandboxes to be removed" 150 no_sandboxes || true
+	# A pod leaves the API only once the kubelet has stopped its containers.
+	wait_for "the node's pods to stop" 150 no_pods || true
 }
 
 # remove_kube_chains deletes the KUBE-* iptables chains the kubelet and
@@ -317,7 +317,7 @@ remove_kube_chains() {
 	done
 }
 
-no_sandboxes() { [[ -z $(ctr containers list -q 2>/dev/null) ]]; }
+no_pods() { [[ -z $(kubectl get pods -A --field-selector "spec.nodeName=$NODE_NAME" -o name 2>/dev/null) ]]; }
 
 down() {
 	if [[ ! -d $node_dir ]]; then
