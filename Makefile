@@ -16,6 +16,7 @@ LDFLAGS := -s -w -X github.com/runwarden/runwarden/internal/version.Version=$(VE
 BINARIES := $(patsubst %/main.go,%,$(wildcard postrender/main.go webhook/main.go dispatcher/main.go))
 
 E2E_TIMEOUT ?= 25m
+BENCH_COUNT ?= 3
 
 .PHONY: help
 help: ## Show this help.
@@ -38,19 +39,34 @@ build: ## Build the runwarden binaries into bin/.
 test: tools verify lint unit e2e ## Run every check and test, e2e included (what CI runs).
 
 .PHONY: unit
-unit: ## Run the unit tests.
+unit: ## Run the unit tests (the postrender tests compare with the pinned kustomize CLI).
+	hack/tools.sh kustomize
 	$(GO) test -count=1 ./...
 
 .PHONY: e2e
 e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default local).
-	hack/tools.sh kubernetes etcd kwok coredns opentofu
+	hack/tools.sh kubernetes etcd kwok coredns opentofu helm3 helm4
 	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
 	@if [ "$${RUNWARDEN_E2E_CLUSTER:-local}" = local ] && [ "$${RUNWARDEN_E2E_KEEP:-}" != true ]; then \
 		hack/check-clean.sh --unless-running; fi
 
 .PHONY: bench
-bench: ## Run the Go benchmarks.
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: bench-postrender ## Run every benchmark.
+
+.PHONY: bench-postrender
+bench-postrender: ## Benchmark runwarden-postrender beside the kustomize CLI script and a plain YAML round trip.
+	hack/tools.sh kustomize benchstat
+	@mkdir -p $(BIN_DIR)
+	$(GO) test -run '^$$' -bench 'BenchmarkPostrender' -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./postrender/render/ | tee bin/bench-postrender.txt
+	$(call tool,benchstat)/benchstat -col /impl bin/bench-postrender.txt
+
+.PHONY: helm-plugin
+helm-plugin: ## Install the Helm v4 post-renderer plugin into $$HELM_PLUGINS (default: helm's own folder).
+	@mkdir -p $(BIN_DIR)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/runwarden-postrender ./postrender
+	@dir="$${HELM_PLUGINS:-$$($(call tool,helm4)/helm env HELM_PLUGINS)}/runwarden-postrender"; \
+	mkdir -p "$$dir/bin" && cp postrender/plugin/plugin.yaml "$$dir/" && cp $(BIN_DIR)/runwarden-postrender "$$dir/bin/" && \
+	echo "installed the runwarden-postrender plugin in $$dir"
 
 .PHONY: lint
 lint: ## Run golangci-lint.

@@ -1,0 +1,283 @@
+package render
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"sigs.k8s.io/kustomize/api/konfig"
+	"sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/kustomize/kyaml/yaml"
+)
+
+// kustomizationFile finds the kustomization file of dir.
+func kustomizationFile(fs filesys.FileSystem, dir string) (string, error) {
+	for _, n := range konfig.RecognizedKustomizationFileNames() {
+		p := filepath.Join(dir, n)
+		if fs.Exists(p) {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w in %s (looked for %v)", ErrNoKustomization, dir, konfig.RecognizedKustomizationFileNames())
+}
+
+// readKustomization reads and decodes the kustomization file of dir.
+func readKustomization(fs filesys.FileSystem, dir string) (*types.Kustomization, string, error) {
+	path, err := kustomizationFile(fs, dir)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := fs.ReadFile(path)
+	if err != nil {
+		return nil, path, fmt.Errorf("reading %s: %w", path, err)
+	}
+	var k types.Kustomization
+	if err := k.Unmarshal(b); err != nil {
+		return nil, path, &OverlayError{File: path, Err: err}
+	}
+	return &k, path, nil
+}
+
+// shardable reports whether the overlay's result is the same when Helm's
+// documents are split into independent groups, each built with the whole
+// overlay, and the groups' results merged. It is true only for overlays made
+// of transformations that look at one resource at a time (labels,
+// annotations, namespace, images, replicas, patches, name prefixes and
+// suffixes, whose references are kept in one group, see groups), generators
+// and extra resources (built in every group, and deduplicated), and the
+// legacy output order. Anything that reads across resources in ways the
+// grouping does not follow makes it false, and the overlay is built once.
+func shardable(fs filesys.FileSystem, dir string, k *types.Kustomization, depth int) (bool, string) {
+	switch {
+	case depth > 8:
+		return false, "components nested too deep"
+	case len(k.Replacements) > 0:
+		return false, "replacements"
+	case len(k.Vars) > 0: //nolint:staticcheck // deprecated, yet kustomize build still honours it
+		return false, "vars"
+	case len(k.HelmCharts) > 0 || k.HelmGlobals != nil || len(k.HelmChartInflationGenerator) > 0:
+		return false, "helmCharts"
+	case len(k.Generators) > 0 || len(k.Transformers) > 0 || len(k.Validators) > 0:
+		return false, "generator, transformer or validator plugins"
+	case len(k.Configurations) > 0:
+		return false, "configurations"
+	case len(k.Crds) > 0:
+		return false, "crds"
+	case len(k.OpenAPI) > 0:
+		return false, "openapi"
+	case k.SortOptions != nil && k.SortOptions.Order != types.LegacySortOrder:
+		return false, "sortOptions other than legacy"
+	}
+	for _, c := range k.Components {
+		cdir := filepath.Join(dir, c)
+		if !fs.IsDir(cdir) {
+			return false, "component " + c + " is not a folder"
+		}
+		ck, _, err := readKustomization(fs, cdir)
+		if err != nil {
+			return false, "component " + c + " unreadable"
+		}
+		if ok, why := shardable(fs, cdir, ck, depth+1); !ok {
+			return false, "component " + c + ": " + why
+		}
+	}
+	return true, ""
+}
+
+// patchTargets returns the names of the resources that strategic merge
+// patches without a target selector name: such a patch fails when its
+// resource is missing, so those resources go into every group.
+func patchTargets(fs filesys.FileSystem, dir string, k *types.Kustomization) map[string]bool {
+	names := map[string]bool{}
+	add := func(text string) {
+		nodes, err := (&yamlReader{text: text}).all()
+		if err != nil {
+			return
+		}
+		for _, n := range nodes {
+			if name := n.GetName(); name != "" {
+				names[name] = true
+			}
+		}
+	}
+	read := func(path string) {
+		if b, err := fs.ReadFile(filepath.Join(dir, path)); err == nil {
+			add(string(b))
+		}
+	}
+	for _, p := range k.Patches {
+		if p.Target != nil {
+			continue
+		}
+		if p.Path != "" {
+			read(p.Path)
+		}
+		if p.Patch != "" {
+			add(p.Patch)
+		}
+	}
+	for _, p := range k.PatchesStrategicMerge { //nolint:staticcheck // deprecated, yet kustomize build still honours it
+		s := string(p)
+		if fs.Exists(filepath.Join(dir, s)) {
+			read(s)
+		} else {
+			add(s)
+		}
+	}
+	return names
+}
+
+// yamlReader reads every document of a YAML text.
+type yamlReader struct{ text string }
+
+func (r *yamlReader) all() ([]*yaml.RNode, error) {
+	var out []*yaml.RNode
+	for _, d := range splitDocuments([]byte(r.text)) {
+		n, err := yaml.Parse(string(d.raw))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// skippedKeys are fields whose values never name another resource in
+// Kustomize's name references, so they do not tie documents together.
+var skippedKeys = map[string]bool{
+	"labels": true, "annotations": true, "selector": true, "matchLabels": true,
+	"matchExpressions": true, "nodeSelector": true, "image": true, "command": true,
+	"args": true, "value": true, "data": true, "stringData": true, "binaryData": true,
+}
+
+// scalars calls fn with every scalar value of n outside skippedKeys.
+func scalars(n *yaml.Node, fn func(string)) {
+	switch n.Kind {
+	case yaml.DocumentNode, yaml.SequenceNode:
+		for _, c := range n.Content {
+			scalars(c, fn)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if skippedKeys[n.Content[i].Value] {
+				continue
+			}
+			scalars(n.Content[i+1], fn)
+		}
+	case yaml.ScalarNode:
+		fn(n.Value)
+	}
+}
+
+// groups partitions the documents so that a document and any document it may
+// refer to by name land in the same group: Kustomize's name reference fix-ups
+// (after a prefix, a suffix, a generated name or a namespace change) then see
+// both. A reference is any scalar of the referrer, outside labels,
+// annotations and selectors, equal to another document's name: a superset of
+// the fields Kustomize follows. Documents that share a name are grouped too,
+// so an id conflict is reported as a single build would. It returns, for
+// each group, the indexes of its documents in input order.
+func groups(docs []doc) [][]int {
+	parent := make([]int, len(docs))
+	for i := range parent {
+		parent[i] = i
+	}
+	find := func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	union := func(a, b int) {
+		if ra, rb := find(a), find(b); ra != rb {
+			parent[rb] = ra
+		}
+	}
+	byName := map[string]int{}
+	for i, d := range docs {
+		if d.name == "" {
+			continue
+		}
+		if j, ok := byName[d.name]; ok {
+			union(i, j)
+		} else {
+			byName[d.name] = i
+		}
+	}
+	for i, d := range docs {
+		spec := d.node.YNode()
+		for j := 0; j+1 < len(spec.Content); j += 2 {
+			if spec.Content[j].Value == "metadata" {
+				// metadata.name is the document's own; ownerReferences may name others.
+				for _, m := range fieldsExcept(spec.Content[j+1], "name", "namespace") {
+					scalars(m, func(v string) {
+						if k, ok := byName[v]; ok {
+							union(i, k)
+						}
+					})
+				}
+				continue
+			}
+			if skippedKeys[spec.Content[j].Value] {
+				continue
+			}
+			scalars(spec.Content[j+1], func(v string) {
+				if k, ok := byName[v]; ok {
+					union(i, k)
+				}
+			})
+		}
+	}
+	index := map[int]int{}
+	var out [][]int
+	for i := range docs {
+		r := find(i)
+		g, ok := index[r]
+		if !ok {
+			g = len(out)
+			index[r] = g
+			out = append(out, nil)
+		}
+		out[g] = append(out[g], i)
+	}
+	return out
+}
+
+// fieldsExcept returns the values of mapping n other than the named keys
+// and skippedKeys.
+func fieldsExcept(n *yaml.Node, keys ...string) []*yaml.Node {
+	var out []*yaml.Node
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i].Value
+		if slices.Contains(keys, k) || skippedKeys[k] {
+			continue
+		}
+		out = append(out, n.Content[i+1])
+	}
+	return out
+}
+
+// pack gathers groups into shards of about size documents each, keeping
+// the input order inside each shard.
+func pack(groups [][]int, size int) [][]int {
+	var shards [][]int
+	var cur []int
+	for _, g := range groups {
+		if len(cur) > 0 && len(cur)+len(g) > size {
+			slices.Sort(cur)
+			shards = append(shards, cur)
+			cur = nil
+		}
+		cur = append(cur, g...)
+	}
+	if len(cur) > 0 {
+		slices.Sort(cur)
+		shards = append(shards, cur)
+	}
+	return shards
+}

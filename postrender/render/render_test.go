@@ -1,0 +1,354 @@
+package render
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
+
+// overlays are the overlays every test builds: the shipped ones users start
+// from, and one per Kustomize feature.
+func overlays(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, pattern := range []string{"../../kustomize/*/kustomization.yaml", "testdata/valid-*/kustomization.yaml"} {
+		files, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			dir := filepath.Dir(f)
+			out[filepath.Base(dir)] = dir
+		}
+	}
+	if len(out) < 9 {
+		t.Fatalf("found %d overlays, want the shipped ones and the testdata ones", len(out))
+	}
+	return out
+}
+
+func readInput(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/input/chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// kustomizeCLI returns the pinned kustomize binary, the reference the
+// output must equal, or skips the test saying how to build it.
+func kustomizeCLI(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("RUNWARDEN_KUSTOMIZE_CLI"); p != "" {
+		return p
+	}
+	out, err := exec.Command("../../hack/tools.sh", "path", "kustomize").Output()
+	if err == nil {
+		p := filepath.Join(strings.TrimSpace(string(out)), "kustomize")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Skip("skipped: the reference kustomize CLI is not built; run 'hack/tools.sh kustomize' (make unit does)")
+	return ""
+}
+
+// cliBuild runs what users ran before: the overlay copied, Helm's output
+// written to all.yaml beside it, and `kustomize build`.
+func cliBuild(t testing.TB, cli, overlay string, input []byte) ([]byte, error) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "overlay")
+	if err := os.CopyFS(dir, os.DirFS(overlay)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "all.yaml"), input, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(cli, "build", dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, errors.New(stderr.String())
+	}
+	return out, nil
+}
+
+func TestRenderMatchesKustomizeBuild(t *testing.T) {
+	t.Parallel()
+	cli := kustomizeCLI(t)
+	input := readInput(t)
+	for name, dir := range overlays(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			want, err := cliBuild(t, cli, dir, input)
+			if err != nil {
+				t.Fatalf("kustomize build: %v", err)
+			}
+			for _, shard := range []int{-1, 1, 3} {
+				got, _, err := Render(t.Context(), Options{Overlay: dir, ShardSize: shard}, input)
+				if err != nil {
+					t.Fatalf("Render(shard size %d): %v", shard, err)
+				}
+				if diff := cmp.Diff(string(want), string(got)); diff != "" {
+					t.Errorf("shard size %d: output differs from kustomize build (-cli +ours):\n%s", shard, diff)
+				}
+			}
+		})
+	}
+}
+
+func TestRenderGolden(t *testing.T) {
+	t.Parallel()
+	input := readInput(t)
+	for name, dir := range overlays(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got, _, err := Render(t.Context(), Options{Overlay: dir}, input)
+			if err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			golden := filepath.Join("testdata", "golden", name+".yaml")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to write it)", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("output differs from %s (-want +got):\n%s", golden, diff)
+			}
+		})
+	}
+}
+
+// TestShardedEqualsSingleBuild checks that splitting never changes the
+// result, on a large input with references between documents, for overlays
+// that rename, move to a namespace, generate, merge and patch.
+func TestShardedEqualsSingleBuild(t *testing.T) {
+	t.Parallel()
+	input := genManifests(400)
+	for _, dir := range []string{"testdata/bench-overlay", "testdata/valid-rename", "testdata/valid-components", "../../kustomize/restricted", "../../kustomize/labels"} {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			t.Parallel()
+			once, st1, err := Render(t.Context(), Options{Overlay: dir, ShardSize: -1}, input)
+			if err != nil {
+				t.Fatalf("single build: %v", err)
+			}
+			sharded, st, err := Render(t.Context(), Options{Overlay: dir, ShardSize: 16}, input)
+			if err != nil {
+				t.Fatalf("sharded build: %v", err)
+			}
+			if st1.Shards != 1 {
+				t.Errorf("shard size -1 built %d shards, want 1", st1.Shards)
+			}
+			if diff := cmp.Diff(string(once), string(sharded)); diff != "" {
+				t.Errorf("sharded output differs from a single build (-once +sharded):\n%s", diff)
+			}
+			t.Logf("%s: %+v", dir, st)
+		})
+	}
+}
+
+func TestRenderSplitsOnlyWhenSafe(t *testing.T) {
+	t.Parallel()
+	input := genManifests(100)
+	tests := []struct {
+		name         string
+		overlay      string
+		wantShards   bool
+		notShardable string
+		fallback     string
+	}{
+		{name: "patches and labels split", overlay: "testdata/bench-overlay", wantShards: true},
+		{name: "replacements never split", overlay: "testdata/valid-replacements", notShardable: "replacements"},
+		// valid-names merges into demo-config, which the input lacks: the
+		// shards fail, and the single build reports the real error.
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, st, err := Render(t.Context(), Options{Overlay: tt.overlay, ShardSize: 10}, input)
+			if err != nil && tt.overlay != "testdata/valid-replacements" {
+				t.Fatalf("Render: %v", err)
+			}
+			if got := st.Shards > 1; got != tt.wantShards {
+				t.Errorf("split into %d shards, want split=%v", st.Shards, tt.wantShards)
+			}
+			if st.NotShardable != tt.notShardable {
+				t.Errorf("NotShardable = %q, want %q", st.NotShardable, tt.notShardable)
+			}
+		})
+	}
+}
+
+func TestRenderFallsBackToTheSingleBuildError(t *testing.T) {
+	t.Parallel()
+	// valid-names merges into ConfigMap demo-config, which this input lacks:
+	// every shard fails, and the error is the one of a single build.
+	_, st, err := Render(t.Context(), Options{Overlay: "testdata/valid-names", ShardSize: 10}, genManifests(100))
+	if err == nil {
+		t.Fatal("Render succeeded, want the merge error")
+	}
+	if st.Fallback == "" || !strings.Contains(err.Error(), "demo-config") {
+		t.Errorf("fallback %q, error %v: want a fallback and an error naming demo-config", st.Fallback, err)
+	}
+}
+
+func TestRenderHooks(t *testing.T) {
+	t.Parallel()
+	input := readInput(t)
+	dir := "testdata/valid-labels-images"
+	through, st, err := Render(t.Context(), Options{Overlay: dir, Hooks: HooksPassthrough}, input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Hooks != 1 {
+		t.Errorf("%d hooks passed through, want 1", st.Hooks)
+	}
+	hookDoc := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: demo-test-connection\n  annotations:\n    helm.sh/hook: test\n"
+	if !strings.Contains(string(through), hookDoc) {
+		t.Errorf("passthrough output lacks the untouched hook:\n%s", through)
+	}
+	kustomized, _, err := Render(t.Context(), Options{Overlay: dir}, input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(kustomized), hookDoc) || !strings.Contains(string(kustomized), "name: demo-test-connection") {
+		t.Errorf("kustomize mode did not apply the overlay to the hook:\n%s", kustomized)
+	}
+}
+
+func TestRenderKeepsHelmFilenameAnnotation(t *testing.T) {
+	t.Parallel()
+	input := []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  annotations:\n    postrenderer.helm.sh/postrender-filename: demo/templates/a.yaml\n")
+	out, _, err := Render(t.Context(), Options{Overlay: "../../kustomize/labels"}, input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "postrenderer.helm.sh/postrender-filename: demo/templates/a.yaml") {
+		t.Errorf("the filename annotation was lost:\n%s", out)
+	}
+}
+
+func TestRenderErrors(t *testing.T) {
+	t.Parallel()
+	notListed := t.TempDir()
+	if err := os.WriteFile(filepath.Join(notListed, "kustomization.yaml"), []byte("resources: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badKust := t.TempDir()
+	if err := os.WriteFile(filepath.Join(badKust, "kustomization.yaml"), []byte("resources: [all.yaml]\npatches: {not: a list}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missingPatch := t.TempDir()
+	if err := os.WriteFile(filepath.Join(missingPatch, "kustomization.yaml"), []byte("resources: [all.yaml]\npatches:\n- path: nowhere.yaml\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := "../../kustomize/labels"
+	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"
+	tests := []struct {
+		name    string
+		overlay string
+		input   string
+		is      error
+		want    []string // substrings of the message
+	}{
+		{name: "empty input", overlay: good, input: "", is: ErrEmptyInput},
+		{name: "only comments", overlay: good, input: "---\n# Source: x\n---\n", is: ErrEmptyInput},
+		{
+			name: "invalid YAML names document and line", overlay: good,
+			input: cm + "---\n# Source: demo/templates/bad.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n   bad: indent\n",
+			want:  []string{"document 2", "input line 6", "demo/templates/bad.yaml"},
+		},
+		{name: "a list is not a manifest", overlay: good, input: "- a\n- b\n", want: []string{"document 1", "must be a mapping"}},
+		{name: "no kind", overlay: good, input: "apiVersion: v1\nmetadata: {name: a}\n", want: []string{"document 1", "no kind"}},
+		{name: "missing overlay", overlay: "testdata/does-not-exist", input: cm, is: ErrOverlayMissing},
+		{name: "no kustomization", overlay: "testdata", input: cm, is: ErrNoKustomization},
+		{name: "manifests not listed", overlay: notListed, input: cm, is: ErrNotListed, want: []string{"kustomization.yaml", "all.yaml"}},
+		{name: "invalid kustomization names the file", overlay: badKust, input: cm, want: []string{filepath.Join(badKust, "kustomization.yaml")}},
+		{name: "missing patch file", overlay: missingPatch, input: cm, want: []string{"nowhere.yaml"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, _, err := Render(t.Context(), Options{Overlay: tt.overlay}, []byte(tt.input))
+			if err == nil {
+				t.Fatalf("Render succeeded with %d bytes, want an error", len(out))
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("error %v, want errors.Is %v", err, tt.is)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestSplitDocuments(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		in    string
+		lines []int
+	}{
+		{name: "leading separator", in: "---\na: 1\n---\nb: 2\n", lines: []int{2, 4}},
+		{name: "no separator", in: "a: 1\n", lines: []int{1}},
+		{name: "comment after separator", in: "a: 1\n--- # next\nb: 2\n", lines: []int{1, 3}},
+		{name: "block scalar with dashes inside", in: "a: |\n  ---\n  x\n---\nb: 2\n", lines: []int{1, 5}},
+		{name: "empty and comment-only documents dropped", in: "---\n---\n# c\n---\na: 1\n", lines: []int{5}},
+		{name: "no trailing newline", in: "a: 1\n---\nb: 2", lines: []int{1, 3}},
+		{name: "not a separator", in: "a: 1\n----\n", lines: []int{1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var lines []int
+			for _, d := range splitDocuments([]byte(tt.in)) {
+				lines = append(lines, d.line)
+			}
+			if diff := cmp.Diff(tt.lines, lines); diff != "" {
+				t.Errorf("document start lines (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func FuzzSplitDocuments(f *testing.F) {
+	f.Add([]byte("a: 1\n---\nb: 2\n"))
+	f.Add([]byte("---\n--- #x\n\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		docs := splitDocuments(in)
+		// Every document's text is a part of the input, in order.
+		rest := in
+		for _, d := range docs {
+			i := bytes.Index(rest, d.raw)
+			if i < 0 {
+				t.Fatalf("document %d is not in the input in order", d.index)
+			}
+			rest = rest[i+len(d.raw):]
+			if !hasContent(d.raw) {
+				t.Fatalf("document %d has no content", d.index)
+			}
+		}
+	})
+}

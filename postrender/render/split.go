@@ -1,0 +1,144 @@
+package render
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+
+	"sigs.k8s.io/kustomize/kyaml/yaml"
+)
+
+// ErrEmptyInput is returned when the input holds no document: Helm rendered
+// nothing, or the post-renderer was run without piping manifests in.
+var ErrEmptyInput = errors.New("no manifests on standard input")
+
+// DocumentError says which input document could not be read.
+type DocumentError struct {
+	// Index is the document's position in the stream, from 1.
+	Index int
+	// Line is the line of the input the document starts on, from 1.
+	Line int
+	// Source is the template Helm rendered it from, when the document says.
+	Source string
+	Err    error
+}
+
+func (e *DocumentError) Error() string {
+	where := fmt.Sprintf("document %d (input line %d", e.Index, e.Line)
+	if e.Source != "" {
+		where += ", " + e.Source
+	}
+	return where + "): " + e.Err.Error()
+}
+
+func (e *DocumentError) Unwrap() error { return e.Err }
+
+// doc is one YAML document of the input.
+type doc struct {
+	index int    // position in the stream, from 1
+	line  int    // first input line of the document, from 1
+	raw   []byte // the document's text, without the separator
+	node  *yaml.RNode
+	kind  string
+	name  string
+	hook  bool // carries the helm.sh/hook annotation
+}
+
+// splitDocuments cuts a YAML stream at its "---" separators, keeping each
+// document's text and first line. A separator is a line that starts with
+// "---" followed by nothing, a space or a comment; in YAML it ends the
+// document even inside a block scalar, whose lines are always indented.
+// Documents that hold only comments and blank lines are dropped, as Helm does.
+func splitDocuments(input []byte) []doc {
+	var docs []doc
+	start, startLine, line := 0, 1, 1
+	flush := func(end int) {
+		raw := input[start:end]
+		if hasContent(raw) {
+			docs = append(docs, doc{index: len(docs) + 1, line: startLine, raw: raw})
+		}
+	}
+	for i := 0; i < len(input); {
+		nl := bytes.IndexByte(input[i:], '\n')
+		next := len(input)
+		if nl >= 0 {
+			next = i + nl + 1
+		}
+		if isSeparator(input[i:next]) {
+			flush(i)
+			start, startLine = next, line+1
+		}
+		i = next
+		line++
+	}
+	flush(len(input))
+	return docs
+}
+
+func isSeparator(l []byte) bool {
+	if !bytes.HasPrefix(l, []byte("---")) {
+		return false
+	}
+	rest := bytes.TrimRight(l[3:], "\r\n")
+	return len(rest) == 0 || rest[0] == ' ' || rest[0] == '\t' || rest[0] == '#'
+}
+
+func hasContent(raw []byte) bool {
+	for _, l := range bytes.Split(raw, []byte("\n")) {
+		t := bytes.TrimSpace(l)
+		if len(t) > 0 && t[0] != '#' {
+			return true
+		}
+	}
+	return false
+}
+
+// parse reads the document into a node and its identity.
+func (d *doc) parse() error {
+	node, err := yaml.Parse(string(d.raw))
+	if err != nil {
+		return d.errorf("%w", err)
+	}
+	if node.YNode().Kind != yaml.MappingNode {
+		return d.errorf("a manifest must be a mapping, found %s", kindName(node.YNode().Kind))
+	}
+	d.node = node
+	meta, err := node.GetMeta()
+	if err != nil {
+		return d.errorf("reading metadata: %w", err)
+	}
+	if meta.Kind == "" {
+		return d.errorf("the manifest has no kind")
+	}
+	d.kind, d.name = meta.Kind, meta.Name
+	_, d.hook = meta.Annotations[helmHookAnnotation]
+	return nil
+}
+
+func (d *doc) errorf(format string, args ...any) error {
+	return &DocumentError{Index: d.index, Line: d.line, Source: helmSource(d.raw), Err: fmt.Errorf(format, args...)}
+}
+
+// helmSource returns the template named by Helm's "# Source:" comment.
+func helmSource(raw []byte) string {
+	for _, l := range strings.SplitN(string(raw), "\n", 4) {
+		if s, ok := strings.CutPrefix(strings.TrimSpace(l), "# Source: "); ok {
+			return s
+		}
+	}
+	return ""
+}
+
+func kindName(k yaml.Kind) string {
+	switch k {
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return "a plain value"
+	case yaml.AliasNode:
+		return "an alias"
+	default:
+		return "something else"
+	}
+}

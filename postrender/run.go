@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/runwarden/runwarden/internal/version"
+	"github.com/runwarden/runwarden/postrender/render"
+)
+
+// Environment variables the command reads.
+const (
+	// EnvKustomize is the default of --kustomize.
+	EnvKustomize = "RUNWARDEN_KUSTOMIZE"
+	// envHelmPluginName is set by Helm when it runs a plugin; it tells the
+	// command it runs as a Helm v4 post-renderer plugin.
+	envHelmPluginName = "HELM_PLUGIN_NAME"
+)
+
+// Error formats for --error-format.
+const (
+	errorText           = "text"
+	errorFormatManifest = "manifest"
+	errorAuto           = "auto"
+)
+
+// config is the parsed command line.
+type config struct {
+	overlay      string
+	resourceName string
+	hooks        string
+	errorFormat  string
+	shardSize    int
+	verbose      bool
+	version      bool
+}
+
+const usage = `Usage: runwarden-postrender [flags]
+
+A Helm post-renderer: reads Helm's rendered manifests on standard input, applies
+the Kustomize overlay in --kustomize to them, and writes the result on standard
+output. The overlay's kustomization lists the manifests as a resource named
+all.yaml (--resource-name), as for "cat > all.yaml; kustomize build".
+
+  helm install NAME CHART --post-renderer runwarden-postrender \
+      --post-renderer-args --kustomize --post-renderer-args ./overlay   (Helm v3)
+  helm install NAME CHART --post-renderer runwarden-postrender           (Helm v4 plugin)
+
+Flags:
+`
+
+func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	c := config{}
+	fs := flag.NewFlagSet("runwarden-postrender", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.overlay, "kustomize", getenv(EnvKustomize), "overlay `folder` holding a kustomization (default $"+EnvKustomize+")")
+	fs.StringVar(&c.resourceName, "resource-name", "all.yaml", "file `name` under which the overlay sees Helm's manifests")
+	fs.StringVar(&c.hooks, "hooks", string(render.HooksKustomize), "Helm hooks: \"kustomize\" applies the overlay to them, \"passthrough\" returns them untouched")
+	fs.StringVar(&c.errorFormat, "error-format", errorAuto, "how errors reach the user: \"text\" (standard error, exit 1), \"manifest\" (a manifest Helm refuses, naming the error; for Helm v4 plugins, whose standard error Helm drops), \"auto\" (manifest when run as a Helm plugin)")
+	fs.IntVar(&c.shardSize, "shard-size", 64, "documents per group when the input is split for speed; 0 never splits")
+	fs.BoolVar(&c.verbose, "v", false, "print how the input was processed on standard error")
+	fs.BoolVar(&c.version, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q: pass the overlay with --kustomize", fs.Args())
+	}
+	if c.version {
+		return c, nil
+	}
+	if c.overlay == "" {
+		return c, fmt.Errorf("no overlay: pass --kustomize DIR or set %s", EnvKustomize)
+	}
+	switch render.HookMode(c.hooks) {
+	case render.HooksKustomize, render.HooksPassthrough:
+	default:
+		return c, fmt.Errorf("--hooks %q: use %q or %q", c.hooks, render.HooksKustomize, render.HooksPassthrough)
+	}
+	switch c.errorFormat {
+	case errorText, errorFormatManifest:
+	case errorAuto:
+		c.errorFormat = errorText
+		if getenv(envHelmPluginName) != "" {
+			c.errorFormat = errorFormatManifest
+		}
+	default:
+		return c, fmt.Errorf("--error-format %q: use %q, %q or %q", c.errorFormat, errorText, errorFormatManifest, errorAuto)
+	}
+	if c.shardSize < 0 {
+		return c, fmt.Errorf("--shard-size %d: must be 0 or more", c.shardSize)
+	}
+	return c, nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-postrender: %v\n", err)
+		return 2
+	}
+	if c.version {
+		fmt.Fprintf(stdout, "runwarden-postrender %s\n", version.String())
+		return 0
+	}
+	input, err := io.ReadAll(stdin)
+	if err != nil {
+		return fail(c, stdout, stderr, fmt.Errorf("reading standard input: %w", err))
+	}
+	shard := c.shardSize
+	if shard == 0 {
+		shard = -1
+	}
+	out, st, err := render.Render(ctx, render.Options{
+		Overlay:      c.overlay,
+		ResourceName: c.resourceName,
+		Hooks:        render.HookMode(c.hooks),
+		ShardSize:    shard,
+	}, input)
+	if err != nil {
+		return fail(c, stdout, stderr, err)
+	}
+	if c.verbose {
+		fmt.Fprintf(stderr, "runwarden-postrender: %d documents, %d hooks passed through, %d shards", st.Documents, st.Hooks, st.Shards)
+		if st.NotShardable != "" {
+			fmt.Fprintf(stderr, ", built once because the overlay uses %s", st.NotShardable)
+		}
+		if st.Fallback != "" {
+			fmt.Fprintf(stderr, ", built once because %s", st.Fallback)
+		}
+		fmt.Fprintln(stderr)
+	}
+	w := bufio.NewWriter(stdout)
+	if _, err := w.Write(out); err != nil {
+		fmt.Fprintf(stderr, "runwarden-postrender: writing standard output: %v\n", err)
+		return 1
+	}
+	if err := w.Flush(); err != nil {
+		fmt.Fprintf(stderr, "runwarden-postrender: writing standard output: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// fail reports err. In manifest format it also writes, on standard output, a
+// manifest that Helm refuses with an error naming the cause, and exits 0:
+// Helm v4 discards a post-renderer plugin's standard error and says only that
+// it "exited with error", but it quotes the file name annotation of a
+// manifest it cannot read.
+func fail(c config, stdout, stderr io.Writer, err error) int {
+	msg := "runwarden-postrender: " + err.Error()
+	fmt.Fprintln(stderr, msg)
+	if c.errorFormat != errorFormatManifest {
+		return 1
+	}
+	if tty, terr := os.OpenFile("/dev/tty", os.O_WRONLY, 0); terr == nil {
+		fmt.Fprintln(tty, msg)
+		_ = tty.Close()
+	}
+	fmt.Fprint(stdout, errorManifest(msg))
+	return 0
+}
+
+// errorManifest is a YAML document Helm parses, whose kind is not a string:
+// Helm v4 then fails with "YAML parse error on <file name>", and the file
+// name annotation carries the message.
+func errorManifest(msg string) string {
+	oneLine := strings.Join(strings.Fields(msg), " ")
+	quoted := strings.ReplaceAll(oneLine, `'`, `''`)
+	return "apiVersion: v1\n" +
+		"kind:\n  runwarden-postrender: failed, see metadata\n" +
+		"metadata:\n  name: runwarden-postrender-error\n  annotations:\n" +
+		"    postrenderer.helm.sh/postrender-filename: '" + quoted + "'\n"
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/kustomize/kyaml/yaml"
+)
+
+const overlay = "../kustomize/labels"
+
+const manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		stdin      string
+		wantCode   int
+		wantStdout []string
+		wantStderr []string
+	}{
+		{name: "renders", args: []string{"--kustomize", overlay}, stdin: manifest, wantStdout: []string{"platform.example.com/team: platform", "name: a"}},
+		{name: "overlay from the environment", env: map[string]string{EnvKustomize: overlay}, stdin: manifest, wantStdout: []string{"platform.example.com/team: platform"}},
+		{name: "version", args: []string{"--version"}, wantStdout: []string{"runwarden-postrender "}},
+		{name: "help", args: []string{"--help"}, wantStderr: []string{"Usage: runwarden-postrender", "-kustomize"}},
+		{name: "no overlay", stdin: manifest, wantCode: 2, wantStderr: []string{"no overlay", EnvKustomize}},
+		{name: "bad hooks", args: []string{"--kustomize", overlay, "--hooks", "x"}, wantCode: 2, wantStderr: []string{"--hooks"}},
+		{name: "stray argument", args: []string{"--kustomize", overlay, "extra"}, wantCode: 2, wantStderr: []string{"unexpected arguments"}},
+		{name: "empty input fails", args: []string{"--kustomize", overlay}, wantCode: 1, wantStderr: []string{"no manifests on standard input"}},
+		{name: "verbose", args: []string{"--kustomize", overlay, "-v"}, stdin: manifest, wantStderr: []string{"1 documents"}},
+		{
+			name: "as a Helm plugin an error becomes a manifest Helm refuses", args: []string{"--kustomize", overlay},
+			env: map[string]string{envHelmPluginName: "runwarden-postrender"}, stdin: "",
+			wantStdout: []string{"postrenderer.helm.sh/postrender-filename: 'runwarden-postrender: no manifests on standard input'"},
+			wantStderr: []string{"no manifests"},
+		},
+		{
+			name: "text errors even as a plugin when asked", args: []string{"--kustomize", overlay, "--error-format", "text"},
+			env: map[string]string{envHelmPluginName: "x"}, wantCode: 1, wantStderr: []string{"no manifests"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := run(t.Context(), tt.args, env(tt.env), strings.NewReader(tt.stdin), &stdout, &stderr)
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d; stderr: %s", code, tt.wantCode, stderr.String())
+			}
+			for _, w := range tt.wantStdout {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout.String())
+				}
+			}
+			for _, w := range tt.wantStderr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+// TestErrorManifestIsValidYAMLWithAStringlessKind checks the shape Helm v4
+// refuses with the message in its error: valid YAML (so Helm reads it), a
+// kind that is not a string, the message in the file name annotation, even
+// when the message has quotes and line breaks.
+func TestErrorManifestIsValidYAMLWithAStringlessKind(t *testing.T) {
+	t.Parallel()
+	msg := "runwarden-postrender: document 2 (input line 6): yaml: line 3: it's\nbroken"
+	n, err := yaml.Parse(errorManifest(msg))
+	if err != nil {
+		t.Fatalf("error manifest is not YAML: %v", err)
+	}
+	if k := n.Field("kind"); k == nil || k.Value.YNode().Kind != yaml.MappingNode {
+		t.Errorf("kind must be a mapping, so Helm cannot read it")
+	}
+	got := n.GetAnnotations()["postrenderer.helm.sh/postrender-filename"]
+	if want := "runwarden-postrender: document 2 (input line 6): yaml: line 3: it's broken"; got != want {
+		t.Errorf("annotation = %q, want %q", got, want)
+	}
+}
