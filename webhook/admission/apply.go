@@ -1,0 +1,105 @@
+package admission
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/runwarden/runwarden/webhook/policy"
+)
+
+// Apply changes pod as the mutations say. Every change is an "ensure": a
+// value already there is left alone, so applying the same mutations to the
+// result changes nothing (reinvocation is safe). Variables, mounts and
+// volumes are matched by name, and a policy's value replaces a different
+// one the pod had: the pod gets exactly what the policy decided.
+func Apply(pod *corev1.Pod, m policy.Mutations) {
+	pod.Labels = setAll(pod.Labels, m.Labels)
+	pod.Annotations = setAll(pod.Annotations, m.Annotations)
+	pod.Spec.NodeSelector = setAll(pod.Spec.NodeSelector, m.NodeSelector)
+	for _, t := range m.Tolerations {
+		if !slices.ContainsFunc(pod.Spec.Tolerations, func(o corev1.Toleration) bool { return equality.Semantic.DeepEqual(o, t) }) {
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
+		}
+	}
+	if len(m.NodeAffinity) > 0 {
+		requireNodeAffinity(&pod.Spec, m.NodeAffinity)
+	}
+	for _, v := range m.Volumes {
+		pod.Spec.Volumes = upsert(pod.Spec.Volumes, v, func(a corev1.Volume) string { return a.Name })
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		for _, e := range m.Env {
+			if slices.Contains(e.Containers, c.Name) || slices.Contains(e.Containers, "*") {
+				c.Env = upsert(c.Env, e.Env, func(a corev1.EnvVar) string { return a.Name })
+			}
+		}
+		for _, e := range m.EnvFrom {
+			if (slices.Contains(e.Containers, c.Name) || slices.Contains(e.Containers, "*")) &&
+				!slices.ContainsFunc(c.EnvFrom, func(o corev1.EnvFromSource) bool { return equality.Semantic.DeepEqual(o, e.EnvFrom) }) {
+				c.EnvFrom = append(c.EnvFrom, e.EnvFrom)
+			}
+		}
+		for _, vm := range m.VolumeMounts {
+			if slices.Contains(vm.Containers, c.Name) || slices.Contains(vm.Containers, "*") {
+				c.VolumeMounts = upsert(c.VolumeMounts, vm.VolumeMount, func(a corev1.VolumeMount) string { return a.Name + "\x00" + a.MountPath })
+			}
+		}
+	}
+}
+
+func setAll(dst, src map[string]string) map[string]string {
+	if len(src) == 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = map[string]string{}
+	}
+	for k, v := range src {
+		dst[k] = v
+	}
+	return dst
+}
+
+// upsert puts v into list: in place of the item with the same key, or at
+// the end.
+func upsert[T any](list []T, v T, key func(T) string) []T {
+	for i := range list {
+		if key(list[i]) == key(v) {
+			if !equality.Semantic.DeepEqual(list[i], v) {
+				list[i] = v
+			}
+			return list
+		}
+	}
+	return append(list, v)
+}
+
+// requireNodeAffinity adds the expressions to every required node selector
+// term (a pod without one gets one term holding them).
+func requireNodeAffinity(spec *corev1.PodSpec, exprs []corev1.NodeSelectorRequirement) {
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	ns := na.RequiredDuringSchedulingIgnoredDuringExecution
+	if len(ns.NodeSelectorTerms) == 0 {
+		ns.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
+	}
+	for i := range ns.NodeSelectorTerms {
+		t := &ns.NodeSelectorTerms[i]
+		for _, e := range exprs {
+			if !slices.ContainsFunc(t.MatchExpressions, func(o corev1.NodeSelectorRequirement) bool { return equality.Semantic.DeepEqual(o, e) }) {
+				t.MatchExpressions = append(t.MatchExpressions, e)
+			}
+		}
+	}
+}

@@ -1,0 +1,187 @@
+// Package admission is the runwarden webhook's admission handler: it builds
+// the policy input for a runner pod, asks the current policy set for a
+// decision, and answers with a denial or a JSON patch.
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/runwarden/runwarden/webhook/policy"
+)
+
+// RunnerLabel marks runner pods; the webhook configuration selects on it,
+// and the handler checks it again.
+const RunnerLabel = "runwarden.dev/runner"
+
+// Policies gives the policy set in force.
+type Policies interface {
+	Current() *policy.Set
+}
+
+// Recorder counts what the handler does; see the metrics package.
+type Recorder interface {
+	Admission(result string, d time.Duration)
+	Denial(rule string)
+}
+
+// Options configure a Handler.
+type Options struct {
+	// Policies is the source of the policy set. Required.
+	Policies Policies
+	// Reader reads namespaces and service accounts (from a cache). Required.
+	Reader client.Reader
+	// Config is the platform configuration handed to the policies.
+	// Default: empty.
+	Config map[string]any
+	// Mutate, when false, only validates: denials and warnings, no patch
+	// (for a ValidatingWebhookConfiguration). Default: false.
+	Mutate bool
+	// Recorder counts admissions. Default: none.
+	Recorder Recorder
+}
+
+// Handler answers admission requests for runner pods.
+type Handler struct {
+	opts    Options
+	decoder admission.Decoder
+}
+
+var _ admission.Handler = (*Handler)(nil)
+
+// New returns a Handler.
+func New(opts Options, decoder admission.Decoder) *Handler {
+	if opts.Config == nil {
+		opts.Config = map[string]any{}
+	}
+	return &Handler{opts: opts, decoder: decoder}
+}
+
+// Handle implements admission.Handler.
+func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	start := time.Now()
+	resp, result := h.handle(ctx, req)
+	if h.opts.Recorder != nil {
+		h.opts.Recorder.Admission(result, time.Since(start))
+	}
+	return resp
+}
+
+func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	logger := log.FromContext(ctx).WithValues("namespace", req.Namespace, "operation", req.Operation)
+	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
+		return admission.Allowed("runwarden admits only the creation of pods"), "skipped"
+	}
+	pod := &corev1.Pod{}
+	if err := h.decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err)), "error"
+	}
+	if pod.Labels[RunnerLabel] != "true" {
+		return admission.Allowed("not a runner pod"), "skipped"
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+	set := h.opts.Policies.Current()
+	in, err := BuildInput(ctx, h.opts.Reader, pod, string(req.Operation), req.UserInfo.Username, req.UserInfo.Groups, h.opts.Config)
+	if err != nil {
+		logger.Error(err, "building the policy input")
+		return admission.Errored(http.StatusInternalServerError, err), "error"
+	}
+	d, err := set.Eval(ctx, in)
+	if err != nil {
+		logger.Error(err, "evaluating the policies", "policies", set.Digest)
+		return admission.Errored(http.StatusInternalServerError, err), "error"
+	}
+	if len(d.Deny) > 0 {
+		msgs := make([]string, 0, len(d.Deny))
+		for _, v := range d.Deny {
+			msgs = append(msgs, v.Message)
+			if h.opts.Recorder != nil {
+				h.opts.Recorder.Denial(v.Rule)
+			}
+		}
+		resp := admission.Denied("runwarden policy: " + strings.Join(msgs, "; "))
+		resp.Warnings = d.Warnings
+		return resp, "denied"
+	}
+	if !h.opts.Mutate {
+		resp := admission.Allowed("")
+		resp.Warnings = d.Warnings
+		return resp, "allowed"
+	}
+	Apply(pod, d.Mutations)
+	mutated, err := json.Marshal(pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), "error"
+	}
+	resp := admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	resp.Warnings = d.Warnings
+	if len(resp.Patches) == 0 {
+		return resp, "allowed"
+	}
+	return resp, "mutated"
+}
+
+// BuildInput gathers the policy input for a pod: its namespace's labels and
+// annotations and its service account's annotations (read through r), the
+// user, the platform configuration and the secret references in its env.
+func BuildInput(ctx context.Context, r client.Reader, pod *corev1.Pod, op, user string, groups []string, cfg map[string]any) (*policy.Input, error) {
+	in := &policy.Input{
+		Operation:  op,
+		Pod:        pod,
+		Namespace:  policy.NamespaceInfo{Name: pod.Namespace, Labels: map[string]string{}, Annotations: map[string]string{}},
+		User:       policy.UserInfo{Username: user, Groups: groups},
+		Config:     cfg,
+		SecretRefs: policy.PodSecretRefs(pod),
+	}
+	if in.SecretRefs == nil {
+		in.SecretRefs = []policy.SecretRef{}
+	}
+	if r == nil {
+		return in, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := r.Get(ctx, client.ObjectKey{Name: pod.Namespace}, ns); err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
+	}
+	in.Namespace.Labels = orEmpty(ns.Labels)
+	in.Namespace.Annotations = orEmpty(ns.Annotations)
+	saName := pod.Spec.ServiceAccountName
+	if saName == "" {
+		saName = "default"
+	}
+	in.ServiceAccount = policy.ObjectInfo{Name: saName, Annotations: map[string]string{}}
+	sa := &corev1.ServiceAccount{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: saName}, sa)
+	switch {
+	case err == nil:
+		in.ServiceAccount.Annotations = orEmpty(sa.Annotations)
+	case apierrors.IsNotFound(err):
+	default:
+		return nil, fmt.Errorf("reading service account %s/%s: %w", pod.Namespace, saName, err)
+	}
+	return in, nil
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// ErrNoPolicySet is returned when no policy set has loaded yet.
+var ErrNoPolicySet = errors.New("no policy set is loaded")

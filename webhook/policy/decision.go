@@ -1,0 +1,102 @@
+package policy
+
+import corev1 "k8s.io/api/core/v1"
+
+// Decision is what the policies return for one pod: see docs/policy.md.
+type Decision struct {
+	// Deny lists the rules the pod breaks; any entry refuses the pod.
+	Deny []Violation `json:"deny"`
+	// Warnings are shown to the user and do not refuse the pod.
+	Warnings []string `json:"warnings"`
+	// Mutations are applied to the pod by Go.
+	Mutations Mutations `json:"mutations"`
+}
+
+// Violation is one broken rule.
+type Violation struct {
+	Rule      string `json:"rule"`
+	Container string `json:"container"`
+	Field     string `json:"field"`
+	Message   string `json:"message"`
+}
+
+// Mutations are the changes the policies ask for. Each is applied so that
+// applying it again changes nothing.
+type Mutations struct {
+	Labels       map[string]string                `json:"labels"`
+	Annotations  map[string]string                `json:"annotations"`
+	NodeSelector map[string]string                `json:"nodeSelector"`
+	Tolerations  []corev1.Toleration              `json:"tolerations"`
+	NodeAffinity []corev1.NodeSelectorRequirement `json:"nodeAffinity"`
+	Volumes      []corev1.Volume                  `json:"volumes"`
+	Env          []ContainerEnv                   `json:"env"`
+	EnvFrom      []ContainerEnvFrom               `json:"envFrom"`
+	VolumeMounts []ContainerVolumeMount           `json:"volumeMounts"`
+}
+
+// ContainerEnv sets one variable in the named containers.
+type ContainerEnv struct {
+	Containers []string      `json:"containers"`
+	Env        corev1.EnvVar `json:"env"`
+}
+
+// ContainerEnvFrom adds one envFrom source to the named containers.
+type ContainerEnvFrom struct {
+	Containers []string             `json:"containers"`
+	EnvFrom    corev1.EnvFromSource `json:"envFrom"`
+}
+
+// ContainerVolumeMount mounts one volume in the named containers.
+type ContainerVolumeMount struct {
+	Containers  []string           `json:"containers"`
+	VolumeMount corev1.VolumeMount `json:"volumeMount"`
+}
+
+// Input is the document the policies decide on.
+type Input struct {
+	Operation      string         `json:"operation"`
+	Pod            *corev1.Pod    `json:"pod"`
+	Namespace      NamespaceInfo  `json:"namespace"`
+	ServiceAccount ObjectInfo     `json:"serviceAccount"`
+	User           UserInfo       `json:"user"`
+	Config         map[string]any `json:"config"`
+	SecretRefs     []SecretRef    `json:"secretRefs"`
+}
+
+// NamespaceInfo is the pod's namespace as the policies see it.
+type NamespaceInfo struct {
+	Name        string            `json:"name"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+// ObjectInfo is a named object's annotations.
+type ObjectInfo struct {
+	Name        string            `json:"name"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+// UserInfo is who asked for the pod.
+type UserInfo struct {
+	Username string   `json:"username"`
+	Groups   []string `json:"groups"`
+}
+
+// SecretRef is one secret reference found in an env value.
+type SecretRef struct {
+	Container string `json:"container"`
+	Env       string `json:"env"`
+	// Store is ssm, gcp, azure or vault.
+	Store string `json:"store"`
+	// Name is the secret's name in its store: the secret id (ssm, gcp),
+	// the secret name (azure) or the path (vault).
+	Name string `json:"name"`
+	// Vault is the Azure Key Vault name or the Vault namespace.
+	Vault string `json:"vault,omitempty"`
+	// Key is the Vault key.
+	Key string `json:"key,omitempty"`
+	// Raw is the reference as written.
+	Raw string `json:"raw"`
+	// Error says what is wrong with a malformed reference; empty otherwise.
+	Error string `json:"error"`
+}

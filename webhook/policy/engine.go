@@ -1,0 +1,227 @@
+// Package policy loads runwarden's Rego policies, checks them (they must
+// compile and pass their own tests), and evaluates the admission decision
+// for a pod with a query prepared once per policy set.
+package policy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/cover"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/tester"
+)
+
+// Query is the rule every policy set must define.
+const Query = "data.runwarden.admission.decision"
+
+// Errors a caller can check with errors.Is.
+var (
+	// ErrNoPolicies: the folder holds no .rego file.
+	ErrNoPolicies = errors.New("no .rego files")
+	// ErrCompile: a module does not parse or compile.
+	ErrCompile = errors.New("policies do not compile")
+	// ErrTestsFailed: the set's own tests fail.
+	ErrTestsFailed = errors.New("policy tests fail")
+	// ErrNoDecision: the policies define no decision for the input.
+	ErrNoDecision = errors.New("the policies returned no decision")
+)
+
+// Set is a loaded, compiled and tested set of policies, ready to evaluate.
+type Set struct {
+	// Origin says where the set came from, for logs.
+	Origin string
+	// Digest identifies the set's content.
+	Digest string
+	// Tests is how many tests the set passed when loaded.
+	Tests int
+	// Files are the modules' file names, tests included.
+	Files []string
+
+	modules map[string]*ast.Module
+	query   rego.PreparedEvalQuery
+}
+
+// Load reads every .rego file under root of fsys, compiles them, runs their
+// tests (files ending in _test.rego), and prepares the decision query. It
+// refuses a set that does not compile or whose tests fail.
+func Load(ctx context.Context, fsys fs.FS, origin string) (*Set, error) {
+	sources := map[string][]byte{}
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			// Kubernetes mounts ConfigMaps with ..data links and ..timestamp folders.
+			if p != "." && strings.HasPrefix(d.Name(), "..") {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if path.Ext(p) != ".rego" || strings.HasPrefix(d.Name(), "..") {
+			return nil
+		}
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		sources[p] = b
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading policies from %s: %w", origin, err)
+	}
+	if len(sources) == 0 {
+		return nil, fmt.Errorf("%w in %s", ErrNoPolicies, origin)
+	}
+
+	s := &Set{Origin: origin, modules: map[string]*ast.Module{}}
+	h := sha256.New()
+	for _, name := range sortedKeys(sources) {
+		s.Files = append(s.Files, name)
+		h.Write([]byte(name))
+		h.Write(sources[name])
+		m, err := ast.ParseModuleWithOpts(name, string(sources[name]), ast.ParserOptions{RegoVersion: ast.RegoV1})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCompile, err)
+		}
+		s.modules[name] = m
+	}
+	s.Digest = fmt.Sprintf("%x", h.Sum(nil))[:12]
+
+	compiler := ast.NewCompiler().WithEnablePrintStatements(false)
+	if compiler.Compile(s.modules); compiler.Failed() {
+		return nil, fmt.Errorf("%w: %w", ErrCompile, compiler.Errors)
+	}
+	if s.Tests, err = runTests(ctx, compiler, s.modules, nil); err != nil {
+		return nil, err
+	}
+
+	opts := []func(*rego.Rego){rego.Query(Query)}
+	for _, name := range s.Files {
+		if !strings.HasSuffix(name, "_test.rego") {
+			opts = append(opts, rego.ParsedModule(s.modules[name]))
+		}
+	}
+	s.query, err = rego.New(opts...).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: preparing %s: %w", ErrCompile, Query, err)
+	}
+	return s, nil
+}
+
+// runTests runs the set's tests; with a non-nil coverage tracer it records
+// coverage too. It returns how many tests ran.
+func runTests(ctx context.Context, compiler *ast.Compiler, modules map[string]*ast.Module, cov *cover.Cover) (int, error) {
+	r := tester.NewRunner().SetCompiler(compiler).SetModules(modules)
+	if cov != nil {
+		r = r.SetCoverageQueryTracer(cov)
+	}
+	ch, err := r.RunTests(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrTestsFailed, err)
+	}
+	n := 0
+	var failed []string
+	for res := range ch {
+		n++
+		switch {
+		case res.Error != nil:
+			failed = append(failed, fmt.Sprintf("%s.%s: %v", res.Package, res.Name, res.Error))
+		case res.Fail:
+			failed = append(failed, fmt.Sprintf("%s.%s (%s:%d)", res.Package, res.Name, res.Location.File, res.Location.Row))
+		}
+	}
+	if len(failed) > 0 {
+		return n, fmt.Errorf("%w: %s", ErrTestsFailed, strings.Join(failed, "; "))
+	}
+	return n, nil
+}
+
+// TestReport is the result of TestWithCoverage.
+type TestReport struct {
+	Tests    int
+	Coverage float64
+	// Uncovered lists file:line ranges no test reached.
+	Uncovered []string
+}
+
+// TestWithCoverage compiles the policies of fsys and runs their tests with
+// coverage, as `opa test --coverage` does.
+func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string) (TestReport, error) {
+	s, err := Load(ctx, fsys, origin)
+	if err != nil {
+		return TestReport{}, err
+	}
+	compiler := ast.NewCompiler()
+	if compiler.Compile(s.modules); compiler.Failed() {
+		return TestReport{}, fmt.Errorf("%w: %w", ErrCompile, compiler.Errors)
+	}
+	cov := cover.New()
+	n, err := runTests(ctx, compiler, s.modules, cov)
+	if err != nil {
+		return TestReport{}, err
+	}
+	rep := cov.Report(s.modules)
+	out := TestReport{Tests: n, Coverage: rep.Coverage}
+	for _, f := range sortedKeys(rep.Files) {
+		for _, r := range rep.Files[f].NotCovered {
+			out.Uncovered = append(out.Uncovered, fmt.Sprintf("%s:%d-%d", f, r.Start.Row, r.End.Row))
+		}
+	}
+	return out, nil
+}
+
+// Eval evaluates the decision for one input.
+func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
+	v, err := toValue(in)
+	if err != nil {
+		return Decision{}, err
+	}
+	rs, err := s.query.Eval(ctx, rego.EvalParsedInput(v))
+	if err != nil {
+		return Decision{}, fmt.Errorf("evaluating %s: %w", Query, err)
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return Decision{}, ErrNoDecision
+	}
+	b, err := json.Marshal(rs[0].Expressions[0].Value)
+	if err != nil {
+		return Decision{}, fmt.Errorf("reading the decision: %w", err)
+	}
+	var d Decision
+	if err := json.Unmarshal(b, &d); err != nil {
+		return Decision{}, fmt.Errorf("reading the decision: %w", err)
+	}
+	return d, nil
+}
+
+// toValue turns the input into OPA's value form through its JSON.
+func toValue(in *Input) (ast.Value, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the input: %w", err)
+	}
+	v, err := ast.ValueFromReader(strings.NewReader(string(b)))
+	if err != nil {
+		return nil, fmt.Errorf("encoding the input: %w", err)
+	}
+	return v, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
