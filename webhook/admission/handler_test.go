@@ -1,0 +1,212 @@
+package admission
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/runwarden/runwarden/policies"
+	"github.com/runwarden/runwarden/webhook/policy"
+)
+
+type staticPolicies struct{ s *policy.Set }
+
+func (p staticPolicies) Current() *policy.Set { return p.s }
+
+var platformConfig = map[string]any{
+	"workloadIdentity": map[string]any{"aws": map[string]any{"enabled": true}},
+	"secretStores":     map[string]any{"vault": map[string]any{"enabled": true, "address": "https://vault:8200", "secretName": "vault-token"}},
+	"scheduling": map[string]any{
+		"nodeSelector":         map[string]any{"runwarden.dev/pool": "runner"},
+		"tolerations":          []any{map[string]any{"key": "runwarden.dev/pool", "operator": "Equal", "value": "runner", "effect": "NoSchedule"}},
+		"requiredNodeAffinity": []any{map[string]any{"key": "kubernetes.io/arch", "operator": "In", "values": []any{"amd64"}}},
+		"doNotEvict":           true,
+	},
+	"shape": map[string]any{"allowedRegistries": []any{"registry.example.com"}},
+}
+
+func newHandler(t *testing.T, mutate bool) *Handler {
+	t.Helper()
+	set, err := policy.Load(t.Context(), policies.FS, "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithObjects(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: "team-a", Annotations: map[string]string{
+			"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/runner",
+		}}},
+	).Build()
+	return New(Options{Policies: staticPolicies{set}, Reader: reader, Config: platformConfig, Mutate: mutate}, admission.NewDecoder(runtime.NewScheme()))
+}
+
+func runnerPod(image string) *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{RunnerLabel: "true"}},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "runner",
+			Containers: []corev1.Container{{
+				Name: "main", Image: image,
+				Env: []corev1.EnvVar{{Name: "DB_PASSWORD", Value: "${vault:secret/db.password@team-a}"}},
+			}},
+		},
+	}
+}
+
+func request(t *testing.T, pod *corev1.Pod) admission.Request {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "1", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Namespace: pod.Namespace,
+		Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
+	}}
+}
+
+// mutatedPod applies a response's JSON patch to the pod it answered.
+func mutatedPod(t *testing.T, pod *corev1.Pod, resp admission.Response) *corev1.Pod {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := json.Marshal(resp.Patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatch.DecodePatch(ops)
+	if err != nil {
+		t.Fatalf("decoding the patch: %v", err)
+	}
+	patched, err := patch.Apply(raw)
+	if err != nil {
+		t.Fatalf("applying the patch: %v", err)
+	}
+	out := &corev1.Pod{}
+	if err := json.Unmarshal(patched, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestHandlerMutatesRunnerPods(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, true)
+	pod := runnerPod("registry.example.com/runner:1")
+	resp := h.Handle(t.Context(), request(t, pod))
+	if !resp.Allowed {
+		t.Fatalf("denied: %v", resp.Result)
+	}
+	got := mutatedPod(t, pod, resp)
+	env := map[string]string{}
+	for _, e := range got.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+		if e.ValueFrom != nil {
+			env[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	want := map[string]string{
+		"DB_PASSWORD":                 "${vault:secret/db.password@team-a}",
+		"AWS_ROLE_ARN":                "arn:aws:iam::111122223333:role/runner",
+		"AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token",
+		"VAULT_ADDR":                  "https://vault:8200",
+		"VAULT_TOKEN":                 "secret:vault-token/token",
+	}
+	if diff := cmp.Diff(want, env); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	if got.Spec.NodeSelector["runwarden.dev/pool"] != "runner" || len(got.Spec.Tolerations) != 1 || got.Spec.Affinity == nil {
+		t.Errorf("placement not applied: %+v %+v %+v", got.Spec.NodeSelector, got.Spec.Tolerations, got.Spec.Affinity)
+	}
+	if got.Annotations["karpenter.sh/do-not-disrupt"] != "true" {
+		t.Errorf("annotations %v", got.Annotations)
+	}
+
+	// Admitting the result again changes nothing.
+	again := h.Handle(t.Context(), request(t, got))
+	if !again.Allowed || len(again.Patches) != 0 {
+		t.Errorf("second admission: allowed=%v, %d patches: %+v", again.Allowed, len(again.Patches), again.Patches)
+	}
+}
+
+func TestHandlerDeniesWithTheRule(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, true)
+	pod := runnerPod("docker.io/library/busybox:1")
+	pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
+	resp := h.Handle(t.Context(), request(t, pod))
+	if resp.Allowed {
+		t.Fatal("a privileged pod from a foreign registry was allowed")
+	}
+	msg := resp.Result.Message
+	for _, w := range []string{"no-privileged", `container "main"`, "allowed-registries", "docker.io/library/busybox:1"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("denial %q does not mention %q", msg, w)
+		}
+	}
+}
+
+func TestHandlerLeavesOtherPodsAlone(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, true)
+	pod := runnerPod("docker.io/anything")
+	pod.Labels = map[string]string{"app": "web"}
+	resp := h.Handle(t.Context(), request(t, pod))
+	if !resp.Allowed || len(resp.Patches) != 0 {
+		t.Errorf("non-runner pod: allowed=%v patches=%v", resp.Allowed, resp.Patches)
+	}
+}
+
+func TestValidateOnlyNeverPatches(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, false)
+	resp := h.Handle(t.Context(), request(t, runnerPod("registry.example.com/runner:1")))
+	if !resp.Allowed || len(resp.Patches) != 0 {
+		t.Errorf("validate-only: allowed=%v patches=%d", resp.Allowed, len(resp.Patches))
+	}
+}
+
+// TestApplyTwiceEqualsOnce is a property test: for random pods and random
+// mutations, applying the mutations to their own result changes nothing.
+func TestApplyTwiceEqualsOnce(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(1, 2))
+	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
+	for i := range 500 {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}, {Name: "side"}}}}
+		if r.IntN(2) == 0 {
+			pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: pick("A", "B"), Value: pick("1", "2")}}
+			pod.Spec.Tolerations = []corev1.Toleration{{Key: pick("k", "j"), Operator: corev1.TolerationOpExists}}
+		}
+		var m policy.Mutations
+		for range r.IntN(6) {
+			c := []string{pick("main", "side", "*")}
+			m.Env = append(m.Env, policy.ContainerEnv{Containers: c, Env: corev1.EnvVar{Name: pick("A", "B", "C"), Value: pick("1", "2", "3")}})
+			m.VolumeMounts = append(m.VolumeMounts, policy.ContainerVolumeMount{Containers: c, VolumeMount: corev1.VolumeMount{Name: pick("v", "w"), MountPath: pick("/a", "/b")}})
+			m.Volumes = append(m.Volumes, corev1.Volume{Name: pick("v", "w"), VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+			m.Tolerations = append(m.Tolerations, corev1.Toleration{Key: pick("k", "j"), Operator: corev1.TolerationOpExists})
+			m.NodeAffinity = append(m.NodeAffinity, corev1.NodeSelectorRequirement{Key: pick("x", "y"), Operator: corev1.NodeSelectorOpExists})
+			m.EnvFrom = append(m.EnvFrom, policy.ContainerEnvFrom{Containers: c, EnvFrom: corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: pick("s", "t")}}}})
+			m.Labels = map[string]string{pick("l1", "l2"): pick("a", "b")}
+		}
+		Apply(pod, m)
+		once := pod.DeepCopy()
+		Apply(pod, m)
+		if diff := cmp.Diff(once, pod); diff != "" {
+			t.Fatalf("case %d: applying twice differs from once (-once +twice):\n%s", i, diff)
+		}
+	}
+}

@@ -1,0 +1,293 @@
+// Package cert keeps the webhook's serving certificate: it generates a CA
+// and a serving certificate signed by it, writes them where the webhook
+// server reads them, keeps the caBundle of the webhook configurations
+// current, and rotates both well before they expire, without a restart.
+package cert
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// File names in the certificate folder, as controller-runtime's webhook
+// server expects them.
+const (
+	CertFile = "tls.crt"
+	KeyFile  = "tls.key"
+	CAFile   = "ca.crt"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Dir is the folder the webhook server reads its certificate from. Required.
+	Dir string
+	// Hosts are the DNS names and IP addresses the certificate is valid for,
+	// e.g. runwarden-webhook.runwarden.svc or 127.0.0.1. Required.
+	Hosts []string
+	// Validity is how long a certificate is valid. Default: 90 days.
+	Validity time.Duration
+	// RotateBefore is how long before expiry a new one is made. Default: a
+	// third of Validity.
+	RotateBefore time.Duration
+	// Client updates the caBundle of the webhook configurations below.
+	// Default: none (caBundle is left to the caller).
+	Client client.Client
+	// MutatingWebhooks and ValidatingWebhooks name the configurations whose
+	// caBundle is kept current.
+	MutatingWebhooks, ValidatingWebhooks []string
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.Validity <= 0 {
+		o.Validity = 90 * 24 * time.Hour
+	}
+	if o.RotateBefore <= 0 {
+		o.RotateBefore = o.Validity / 3
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Manager generates, rotates and publishes the serving certificate.
+type Manager struct {
+	opts Options
+	ca   []byte // PEM of the CA in force
+}
+
+// New returns a Manager.
+func New(opts Options) (*Manager, error) {
+	opts.setDefaults()
+	if opts.Dir == "" || len(opts.Hosts) == 0 {
+		return nil, errors.New("cert: Dir and Hosts are required")
+	}
+	return &Manager{opts: opts}, nil
+}
+
+// Ensure makes sure a valid certificate is in Dir, making a new CA and
+// certificate when there is none or it expires within RotateBefore, and
+// publishes the CA to the webhook configurations.
+//
+// On rotation the new CA is published, together with the previous one,
+// before the new certificate is served, so the API server trusts the
+// serving certificate at every moment.
+func (m *Manager) Ensure(ctx context.Context) error {
+	if m.valid() {
+		ca, err := os.ReadFile(filepath.Join(m.opts.Dir, CAFile))
+		if err != nil {
+			return fmt.Errorf("cert: reading the CA: %w", err)
+		}
+		m.ca = ca
+		return m.publish(ctx)
+	}
+	newCA, key, crt, err := m.generate()
+	if err != nil {
+		return err
+	}
+	bundle := newCA
+	if old, err := os.ReadFile(filepath.Join(m.opts.Dir, CAFile)); err == nil {
+		if first, _ := pem.Decode(old); first != nil {
+			bundle = append(append([]byte{}, newCA...), pem.EncodeToMemory(first)...)
+		}
+	}
+	if err := os.MkdirAll(m.opts.Dir, 0o700); err != nil {
+		return fmt.Errorf("cert: %w", err)
+	}
+	if err := writeAtomic(filepath.Join(m.opts.Dir, CAFile), bundle); err != nil {
+		return err
+	}
+	m.ca = bundle
+	if err := m.publish(ctx); err != nil {
+		return err
+	}
+	// The key before the certificate, so the server's file watcher never
+	// pairs a new certificate with an old key.
+	if err := writeAtomic(filepath.Join(m.opts.Dir, KeyFile), key); err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(m.opts.Dir, CertFile), crt)
+}
+
+// CABundle returns the PEM of the CA in force.
+func (m *Manager) CABundle() []byte { return m.ca }
+
+// Run calls Ensure every interval until ctx ends.
+func (m *Manager) Run(ctx context.Context, interval time.Duration) error {
+	log := logr.FromContextOrDiscard(ctx)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := m.Ensure(ctx); err != nil {
+				log.Error(err, "keeping the serving certificate current")
+			}
+		}
+	}
+}
+
+// valid reports whether Dir holds a certificate for all Hosts that does not
+// expire within RotateBefore.
+func (m *Manager) valid() bool {
+	b, err := os.ReadFile(filepath.Join(m.opts.Dir, CertFile))
+	if err != nil {
+		return false
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return false
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return false
+	}
+	if m.opts.Now().Add(m.opts.RotateBefore).After(c.NotAfter) {
+		return false
+	}
+	for _, h := range m.opts.Hosts {
+		if c.VerifyHostname(h) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// generate makes a new CA and a serving certificate; it returns their PEM.
+func (m *Manager) generate() (ca, key, crt []byte, err error) {
+	now := m.opts.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("cert: %w", err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "runwarden-webhook-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(m.opts.Validity + m.opts.Validity/2),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("cert: making the CA: %w", err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("cert: %w", err)
+	}
+	servingKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("cert: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: m.opts.Hosts[0]},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(m.opts.Validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, h := range m.opts.Hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &servingKey.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("cert: making the serving certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(servingKey)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("cert: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	return n
+}
+
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("cert: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("cert: %w", err)
+	}
+	return nil
+}
+
+// publish writes the CA into the caBundle of every named webhook of the
+// configured webhook configurations, where it differs.
+func (m *Manager) publish(ctx context.Context) error {
+	if m.opts.Client == nil {
+		return nil
+	}
+	for _, name := range m.opts.MutatingWebhooks {
+		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := m.opts.Client.Get(ctx, client.ObjectKey{Name: name}, cfg); err != nil {
+			return fmt.Errorf("cert: reading MutatingWebhookConfiguration %s: %w", name, err)
+		}
+		patch := client.MergeFrom(cfg.DeepCopy())
+		changed := false
+		for i := range cfg.Webhooks {
+			if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, m.ca) {
+				cfg.Webhooks[i].ClientConfig.CABundle = m.ca
+				changed = true
+			}
+		}
+		if changed {
+			if err := m.opts.Client.Patch(ctx, cfg, patch); err != nil {
+				return fmt.Errorf("cert: updating the caBundle of %s: %w", name, err)
+			}
+		}
+	}
+	for _, name := range m.opts.ValidatingWebhooks {
+		cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := m.opts.Client.Get(ctx, client.ObjectKey{Name: name}, cfg); err != nil {
+			return fmt.Errorf("cert: reading ValidatingWebhookConfiguration %s: %w", name, err)
+		}
+		patch := client.MergeFrom(cfg.DeepCopy())
+		changed := false
+		for i := range cfg.Webhooks {
+			if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, m.ca) {
+				cfg.Webhooks[i].ClientConfig.CABundle = m.ca
+				changed = true
+			}
+		}
+		if changed {
+			if err := m.opts.Client.Patch(ctx, cfg, patch); err != nil {
+				return fmt.Errorf("cert: updating the caBundle of %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
