@@ -172,9 +172,14 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string) (TestRepor
 	}
 	rep := cov.Report(s.modules)
 	out := TestReport{Tests: n, Coverage: rep.Coverage}
+	seen := map[string]bool{}
 	for _, f := range sortedKeys(rep.Files) {
 		for _, r := range rep.Files[f].NotCovered {
-			out.Uncovered = append(out.Uncovered, fmt.Sprintf("%s:%d-%d", f, r.Start.Row, r.End.Row))
+			u := fmt.Sprintf("%s:%d-%d", f, r.Start.Row, r.End.Row)
+			if !seen[u] {
+				seen[u] = true
+				out.Uncovered = append(out.Uncovered, u)
+			}
 		}
 	}
 	return out, nil

@@ -1,0 +1,318 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/runwarden/runwarden/e2e/harness"
+)
+
+// webhookPlatformConfig is the platform configuration the e2e webhook runs with.
+const webhookPlatformConfig = `
+workloadIdentity:
+  aws: {enabled: true}
+secretStores:
+  vault: {enabled: true, address: "https://vault.example:8200", secretName: vault-token}
+scheduling:
+  nodeSelector: {runwarden.dev/pool: runner}
+  tolerations:
+  - {key: runwarden.dev/pool, operator: Equal, value: runner, effect: NoSchedule}
+  requiredNodeAffinity:
+  - {key: kubernetes.io/os, operator: In, values: [linux]}
+`
+
+// runnerNamespaceLabel marks namespaces the e2e webhook serves.
+const runnerNamespaceLabel = "runwarden.dev/runners"
+
+// webhookProcess is runwarden-webhook running on the host, registered with
+// the API server by URL, as the chart's dev mode does.
+type webhookProcess struct {
+	cmd        *exec.Cmd
+	log        *bytes.Buffer
+	policyDir  string
+	healthAddr string
+	metrics    string
+	config     string
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startWebhook builds and starts the webhook and registers a
+// MutatingWebhookConfiguration for it; the webhook fills in the caBundle.
+func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config) *webhookProcess {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "runwarden-webhook")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./webhook")
+	build.Dir = suite.RepoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./webhook: %v\n%s", err, out)
+	}
+	w := &webhookProcess{log: &bytes.Buffer{}, policyDir: filepath.Join(dir, "policies")}
+	if err := os.CopyFS(w.policyDir, os.DirFS(filepath.Join(suite.RepoRoot, "policies"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(w.policyDir, "embed.go")); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(dir, "platform.yaml")
+	if err := os.WriteFile(cfgFile, []byte(webhookPlatformConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	w.healthAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	w.metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	// One configuration per namespace, named after it.
+	w.config = "runwarden-" + harness.Namespace(ctx)
+
+	whc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: w.config},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "pods.runwarden.dev",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d/mutate-pods", port))},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To[int32](5),
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			AdmissionReviewVersions: []string{"v1"},
+			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{"runwarden.dev/runner": "true"}},
+			NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{runnerNamespaceLabel: "enabled"},
+				MatchExpressions: []metav1.LabelSelectorRequirement{{
+					Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system", "runwarden"},
+				}},
+			},
+		}},
+	}
+	if err := cfg.Client().Resources().Create(ctx, whc); err != nil {
+		t.Fatalf("creating the webhook configuration: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cfg.Client().Resources().Delete(context.Background(), whc)
+	})
+
+	w.cmd = exec.Command(bin, "serve",
+		"--bind-address", "127.0.0.1", "--port", fmt.Sprint(port),
+		"--cert-dir", filepath.Join(dir, "certs"), "--cert-mode", "self", "--cert-hosts", "127.0.0.1",
+		"--mutating-webhook-configuration", w.config,
+		"--policies", w.policyDir, "--policy-reload-interval", "500ms",
+		"--config", cfgFile,
+		"--metrics-bind-address", w.metrics, "--health-probe-bind-address", w.healthAddr,
+		"--kubeconfig", cfg.KubeconfigFile())
+	w.cmd.Stdout, w.cmd.Stderr = w.log, w.log
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.stop() })
+	ready := func(ctx context.Context) (bool, error) {
+		if w.cmd.ProcessState != nil {
+			return false, fmt.Errorf("the webhook exited: %s", w.log.String())
+		}
+		resp, err := http.Get("http://" + w.healthAddr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, nil
+		}
+		got := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := cfg.Client().Resources().Get(ctx, w.config, "", got); err != nil {
+			return false, err
+		}
+		return len(got.Webhooks[0].ClientConfig.CABundle) > 0, nil
+	}
+	if err := harness.WaitFor(ctx, "the webhook to serve and publish its CA", 60*time.Second, ready); err != nil {
+		t.Fatalf("%v\nwebhook log:\n%s", err, w.log.String())
+	}
+	return w
+}
+
+func (w *webhookProcess) stop() {
+	if w.cmd.Process != nil && w.cmd.ProcessState == nil {
+		_ = w.cmd.Process.Signal(os.Interrupt)
+		_, _ = w.cmd.Process.Wait()
+	}
+}
+
+func (w *webhookProcess) metric(t *testing.T, name string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + w.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, name) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func runnerPodFor(ns, name string, privileged bool) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"runwarden.dev/runner": "true"}},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "runner",
+			RestartPolicy:      corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "main", Image: "busybox:stable", Command: []string{"true"},
+				Env: []corev1.EnvVar{{Name: "DB_PASSWORD", Value: "${vault:secret/db.password@team-a}"}},
+			}},
+		},
+	}
+	if privileged {
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+	}
+	return p
+}
+
+func envOf(p *corev1.Pod) map[string]string {
+	m := map[string]string{}
+	for _, e := range p.Spec.Containers[0].Env {
+		m[e.Name] = e.Value
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			m[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	return m
+}
+
+// TestWebhookShapesRunnerPods registers the webhook by URL with the real API
+// server and checks what a user of the cluster sees.
+func TestWebhookShapesRunnerPods(t *testing.T) {
+	f := features.New("webhook shapes runner pods").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			r := cfg.Client().Resources()
+			nsObj := &corev1.Namespace{}
+			if err := r.Get(ctx, ns, "", nsObj); err != nil {
+				t.Fatal(err)
+			}
+			nsObj.Labels[runnerNamespaceLabel] = "enabled"
+			if err := r.Update(ctx, nsObj); err != nil {
+				t.Fatal(err)
+			}
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: ns, Annotations: map[string]string{
+				"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/runner",
+			}}}
+			if err := r.Create(ctx, sa); err != nil {
+				t.Fatal(err)
+			}
+			return ctx
+		}).
+		Assess("runner pods get credentials, identity and placement; others are untouched; rule breakers are refused; a broken policy changes nothing; without the webhook runner pods are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			r := cfg.Client().Resources(ns)
+			w := startWebhook(ctx, t, cfg)
+
+			checkShaped := func(name string) {
+				t.Helper()
+				pod := runnerPodFor(ns, name, false)
+				if err := r.Create(ctx, pod); err != nil {
+					t.Fatalf("creating runner pod %s: %v\nwebhook log:\n%s", name, err, w.log.String())
+				}
+				env := envOf(pod)
+				for k, v := range map[string]string{
+					"AWS_ROLE_ARN":                "arn:aws:iam::111122223333:role/runner",
+					"AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token",
+					"VAULT_ADDR":                  "https://vault.example:8200",
+					"VAULT_TOKEN":                 "secret:vault-token/token",
+					"DB_PASSWORD":                 "${vault:secret/db.password@team-a}",
+				} {
+					if env[k] != v {
+						t.Errorf("pod %s env %s = %q, want %q", name, k, env[k], v)
+					}
+				}
+				if pod.Spec.NodeSelector["runwarden.dev/pool"] != "runner" {
+					t.Errorf("pod %s nodeSelector %v", name, pod.Spec.NodeSelector)
+				}
+				if len(pod.Spec.Tolerations) == 0 || pod.Spec.Affinity == nil || pod.Spec.Affinity.NodeAffinity == nil {
+					t.Errorf("pod %s lacks the runner pool toleration or affinity: %+v %+v", name, pod.Spec.Tolerations, pod.Spec.Affinity)
+				}
+				found := false
+				for _, v := range pod.Spec.Volumes {
+					if v.Name == "aws-iam-token" && v.Projected != nil && v.Projected.Sources[0].ServiceAccountToken.Audience == "sts.amazonaws.com" {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("pod %s has no aws-iam-token projected volume: %+v", name, pod.Spec.Volumes)
+				}
+			}
+			checkShaped("runner-1")
+
+			// A pod that breaks a rule is refused, and the user sees the rule.
+			err := r.Create(ctx, runnerPodFor(ns, "privileged", true))
+			if err == nil || !strings.Contains(err.Error(), "no-privileged") || !strings.Contains(err.Error(), `container "main"`) {
+				t.Errorf("privileged runner pod: error %v, want a denial naming rule no-privileged and container main", err)
+			}
+
+			// A pod that is not a runner pod is untouched.
+			plain := runnerPodFor(ns, "not-a-runner", true)
+			plain.Labels = map[string]string{"app": "web"}
+			if err := r.Create(ctx, plain); err != nil {
+				t.Fatalf("non-runner pod refused: %v", err)
+			}
+			if _, ok := envOf(plain)["AWS_ROLE_ARN"]; ok || plain.Spec.NodeSelector != nil {
+				t.Errorf("non-runner pod was mutated: env %v, nodeSelector %v", envOf(plain), plain.Spec.NodeSelector)
+			}
+
+			// A broken policy pushed at runtime is refused; the last good set stays.
+			if err := os.WriteFile(filepath.Join(w.policyDir, "broken.rego"), []byte("package runwarden.admission\n\ndecision := {\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			refused := func(context.Context) (bool, error) {
+				return strings.Contains(w.metric(t, "runwarden_webhook_policy_reloads_total"), `result="failure"`), nil
+			}
+			if err := harness.WaitFor(ctx, "the broken policy to be refused", 30*time.Second, refused); err != nil {
+				t.Fatalf("%v\nwebhook log:\n%s", err, w.log.String())
+			}
+			checkShaped("runner-2")
+
+			// With the webhook stopped, runner pods are refused (failurePolicy
+			// Fail) and other pods are still admitted.
+			w.stop()
+			if err := r.Create(ctx, runnerPodFor(ns, "runner-3", false)); err == nil {
+				t.Error("a runner pod was admitted with the webhook down")
+			}
+			plain2 := runnerPodFor(ns, "not-a-runner-2", false)
+			plain2.Labels = map[string]string{"app": "web"}
+			if err := r.Create(ctx, plain2); err != nil {
+				t.Errorf("a non-runner pod was refused with the webhook down: %v", err)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}

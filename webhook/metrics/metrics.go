@@ -1,0 +1,83 @@
+// Package metrics holds the webhook's Prometheus metrics, registered with
+// controller-runtime's registry so the manager's /metrics serves them.
+// Every label has a bounded set of values.
+package metrics
+
+import (
+	"regexp"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Recorder records admissions, denials and policy reloads.
+type Recorder struct {
+	admissions *prometheus.CounterVec
+	latency    prometheus.Histogram
+	reloads    *prometheus.CounterVec
+	denials    *prometheus.CounterVec
+	policyInfo *prometheus.GaugeVec
+}
+
+// New makes the metrics and registers them with reg (controller-runtime's
+// registry when nil).
+func New(reg prometheus.Registerer) *Recorder {
+	if reg == nil {
+		reg = crmetrics.Registry
+	}
+	r := &Recorder{
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runwarden_webhook_admissions_total",
+			Help: "Admission requests by result: mutated, allowed, denied, skipped (not a runner pod), error.",
+		}, []string{"result"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "runwarden_webhook_admission_duration_seconds",
+			Help:    "Time to answer an admission request, policy evaluation included.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5},
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runwarden_webhook_policy_reloads_total",
+			Help: "Policy reload attempts by result: success, or failure (the last good set stays in force).",
+		}, []string{"result"}),
+		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runwarden_webhook_denials_total",
+			Help: "Denied runner pods by policy rule.",
+		}, []string{"rule"}),
+		policyInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "runwarden_webhook_policy_info",
+			Help: "The policy set in force: 1 for its digest.",
+		}, []string{"digest"}),
+	}
+	reg.MustRegister(r.admissions, r.latency, r.reloads, r.denials, r.policyInfo)
+	return r
+}
+
+// Admission records one answered request.
+func (r *Recorder) Admission(result string, d time.Duration) {
+	r.admissions.WithLabelValues(result).Inc()
+	r.latency.Observe(d.Seconds())
+}
+
+var ruleName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// Denial records one denial by a rule; names that are not short kebab-case
+// words are counted as "other", so a policy cannot grow the label set
+// without bound.
+func (r *Recorder) Denial(rule string) {
+	if !ruleName.MatchString(rule) {
+		rule = "other"
+	}
+	r.denials.WithLabelValues(rule).Inc()
+}
+
+// Reload records a reload attempt and, on success, the new set's digest.
+func (r *Recorder) Reload(digest string, err error) {
+	if err != nil {
+		r.reloads.WithLabelValues("failure").Inc()
+		return
+	}
+	r.reloads.WithLabelValues("success").Inc()
+	r.policyInfo.Reset()
+	r.policyInfo.WithLabelValues(digest).Set(1)
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/runwarden/runwarden/policies"
+	rwadmission "github.com/runwarden/runwarden/webhook/admission"
+	"github.com/runwarden/runwarden/webhook/policy"
+)
+
+func loadSet(ctx context.Context, dir string) (*policy.Set, error) {
+	if dir == "" {
+		return policy.Load(ctx, policies.FS, "embedded policies")
+	}
+	return policy.Load(ctx, os.DirFS(dir), dir)
+}
+
+func readYAML(path string, into any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := yaml.UnmarshalStrict(b, into); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// policyEval prints the decision the policies make for a pod, and the pod
+// after the mutations. It exits 1 when the pod would be denied.
+func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("runwarden-webhook policy eval", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	podFile := fs.String("pod", "", "pod manifest (YAML) to evaluate (required)")
+	nsFile := fs.String("namespace", "", "namespace manifest: its labels and annotations")
+	saFile := fs.String("service-account", "", "service account manifest: its annotations")
+	cfgFile := fs.String("config", "", "platform configuration (YAML)")
+	dir := fs.String("policies", "", "policy folder (default: the shipped policies)")
+	user := fs.String("user", "system:serviceaccount:runwarden:runwarden-dispatcher", "requesting user")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *podFile == "" {
+		fmt.Fprintln(stderr, "runwarden-webhook policy eval: --pod is required")
+		return 2
+	}
+	pod := &corev1.Pod{}
+	if err := readYAML(*podFile, pod); err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: reading the pod: %v\n", err)
+		return 2
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = "default"
+	}
+	cfg, err := readPlatformConfig(*cfgFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
+		return 2
+	}
+	in, err := rwadmission.BuildInput(ctx, nil, pod, "CREATE", *user, nil, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
+		return 1
+	}
+	if *nsFile != "" {
+		ns := &corev1.Namespace{}
+		if err := readYAML(*nsFile, ns); err != nil {
+			fmt.Fprintf(stderr, "runwarden-webhook policy eval: reading the namespace: %v\n", err)
+			return 2
+		}
+		in.Namespace = policy.NamespaceInfo{Name: pod.Namespace, Labels: orEmpty(ns.Labels), Annotations: orEmpty(ns.Annotations)}
+	}
+	in.ServiceAccount = policy.ObjectInfo{Name: pod.Spec.ServiceAccountName, Annotations: map[string]string{}}
+	if *saFile != "" {
+		sa := &corev1.ServiceAccount{}
+		if err := readYAML(*saFile, sa); err != nil {
+			fmt.Fprintf(stderr, "runwarden-webhook policy eval: reading the service account: %v\n", err)
+			return 2
+		}
+		in.ServiceAccount = policy.ObjectInfo{Name: sa.Name, Annotations: orEmpty(sa.Annotations)}
+	}
+	set, err := loadSet(ctx, *dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
+		return 1
+	}
+	d, err := set.Eval(ctx, in)
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
+		return 1
+	}
+	out, _ := yaml.Marshal(map[string]any{"decision": d})
+	fmt.Fprintf(stdout, "%s", out)
+	if len(d.Deny) > 0 {
+		fmt.Fprintln(stdout, "# the pod would be DENIED")
+		return 1
+	}
+	rwadmission.Apply(pod, d.Mutations)
+	out, _ = yaml.Marshal(map[string]any{"pod": pod})
+	fmt.Fprintf(stdout, "---\n%s", out)
+	return 0
+}
+
+// policyTest runs the policies' tests with coverage.
+func policyTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("runwarden-webhook policy test", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	minCov := fs.Float64("min-coverage", 0, "fail below this coverage, in percent")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	var rep policy.TestReport
+	var err error
+	origin := "embedded policies"
+	switch fs.NArg() {
+	case 0:
+		rep, err = policy.TestWithCoverage(ctx, policies.FS, origin)
+	case 1:
+		origin = fs.Arg(0)
+		rep, err = policy.TestWithCoverage(ctx, os.DirFS(origin), origin)
+	default:
+		fmt.Fprintln(stderr, "runwarden-webhook policy test: at most one folder")
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy test: %s: %v\n", origin, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: %d tests passed, coverage %.1f%%\n", origin, rep.Tests, rep.Coverage)
+	for _, u := range rep.Uncovered {
+		fmt.Fprintf(stdout, "  not covered: %s\n", u)
+	}
+	if rep.Coverage < *minCov {
+		fmt.Fprintf(stderr, "runwarden-webhook policy test: coverage %.1f%% is below %.1f%%\n", rep.Coverage, *minCov)
+		return 1
+	}
+	return 0
+}
+
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/runwarden/runwarden/internal/version"
+)
+
+const usage = `Usage:
+  runwarden-webhook [serve] [flags]     run the admission webhook (see serve --help)
+  runwarden-webhook policy eval [flags] print the decision and the resulting pod for a pod file
+  runwarden-webhook policy test [DIR]   run the policies' tests with coverage (default: the shipped policies)
+  runwarden-webhook --version
+`
+
+// run dispatches to the subcommand; every subcommand parses its own flags.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return serve(ctx, nil, stdout, stderr)
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stdout, stderr)
+	case "policy":
+		if len(args) < 2 {
+			fmt.Fprint(stderr, usage)
+			return 2
+		}
+		switch args[1] {
+		case "eval":
+			return policyEval(ctx, args[2:], stdout, stderr)
+		case "test":
+			return policyTest(ctx, args[2:], stdout, stderr)
+		}
+		fmt.Fprintf(stderr, "runwarden-webhook: unknown policy command %q\n%s", args[1], usage)
+		return 2
+	case "--version", "-version", "version":
+		fmt.Fprintf(stdout, "runwarden-webhook %s\n", version.String())
+		return 0
+	case "--help", "-help", "-h", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	if args[0] != "" && args[0][0] == '-' {
+		return serve(ctx, args, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "runwarden-webhook: unknown command %q\n%s", args[0], usage)
+	return 2
+}

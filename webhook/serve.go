@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	"sigs.k8s.io/yaml"
+
+	rwadmission "github.com/runwarden/runwarden/webhook/admission"
+	"github.com/runwarden/runwarden/webhook/cert"
+	"github.com/runwarden/runwarden/webhook/metrics"
+	"github.com/runwarden/runwarden/webhook/policy"
+)
+
+// Paths the webhook serves.
+const (
+	MutatePath   = "/mutate-pods"
+	ValidatePath = "/validate-pods"
+)
+
+// serveConfig is the parsed command line of `serve`.
+type serveConfig struct {
+	bindAddress    string
+	port           int
+	certDir        string
+	certMode       string
+	certHosts      []string
+	mutatingName   string
+	validatingName string
+	policyDir      string
+	reloadInterval time.Duration
+	configFile     string
+	metricsAddr    string
+	healthAddr     string
+	kubeconfig     string
+	logLevel       string
+}
+
+func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
+	var c serveConfig
+	var hosts string
+	fs := flag.NewFlagSet("runwarden-webhook serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.bindAddress, "bind-address", "", "address the webhook server listens on (default: all)")
+	fs.IntVar(&c.port, "port", 9443, "port of the webhook server (TLS)")
+	fs.StringVar(&c.certDir, "cert-dir", "/tmp/runwarden-webhook/certs", "folder holding tls.crt and tls.key")
+	fs.StringVar(&c.certMode, "cert-mode", "self", `"self": generate a CA and serving certificate in --cert-dir, keep the webhook configurations' caBundle current, rotate before expiry; "provided": use the files in --cert-dir as they are (cert-manager, a Secret)`)
+	fs.StringVar(&hosts, "cert-hosts", "", "comma-separated DNS names and IPs of the self-managed certificate, e.g. runwarden-webhook.runwarden.svc (required with --cert-mode=self)")
+	fs.StringVar(&c.mutatingName, "mutating-webhook-configuration", "", "MutatingWebhookConfiguration whose caBundle is kept current (--cert-mode=self)")
+	fs.StringVar(&c.validatingName, "validating-webhook-configuration", "", "ValidatingWebhookConfiguration whose caBundle is kept current (--cert-mode=self)")
+	fs.StringVar(&c.policyDir, "policies", "", "policy folder to load and watch (default: the shipped policies, embedded)")
+	fs.DurationVar(&c.reloadInterval, "policy-reload-interval", 2*time.Second, "how often the policy folder is checked for changes")
+	fs.StringVar(&c.configFile, "config", "", "platform configuration file (YAML) handed to the policies as input.config")
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
+	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, h := range strings.Split(hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			c.certHosts = append(c.certHosts, h)
+		}
+	}
+	switch c.certMode {
+	case "self":
+		if len(c.certHosts) == 0 {
+			return c, errors.New("--cert-mode=self needs --cert-hosts (the names the API server calls the webhook by)")
+		}
+	case "provided":
+	default:
+		return c, fmt.Errorf("--cert-mode %q: use self or provided", c.certMode)
+	}
+	if c.port < 1 || c.port > 65535 {
+		return c, fmt.Errorf("--port %d: out of range", c.port)
+	}
+	return c, nil
+}
+
+// readPlatformConfig reads the platform configuration file.
+func readPlatformConfig(path string) (map[string]any, error) {
+	if path == "" {
+		return map[string]any{}, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the platform configuration: %w", err)
+	}
+	cfg := map[string]any{}
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("platform configuration %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func newLogger(level string, w io.Writer) (logr.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return logr.Logger{}, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	return logr.FromSlogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func serve(ctx context.Context, args []string, _, stderr io.Writer) int {
+	c, err := parseServe(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook: %v\n", err)
+		return 2
+	}
+	logger, err := newLogger(c.logLevel, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook: %v\n", err)
+		return 2
+	}
+	ctrllog.SetLogger(logger)
+	ctx = logr.NewContext(ctx, logger)
+	if err := serveWith(ctx, c); err != nil {
+		logger.Error(err, "webhook stopped")
+		return 1
+	}
+	return 0
+}
+
+func serveWith(ctx context.Context, c serveConfig) error {
+	logger := logr.FromContextOrDiscard(ctx)
+	platform, err := readPlatformConfig(c.configFile)
+	if err != nil {
+		return err
+	}
+	if c.kubeconfig != "" {
+		if err := os.Setenv("KUBECONFIG", c.kubeconfig); err != nil {
+			return err
+		}
+	}
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("finding the cluster: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+
+	rec := metrics.New(nil)
+	store, err := policy.NewStore(ctx, policy.StoreOptions{
+		Dir:      c.policyDir,
+		Interval: c.reloadInterval,
+		OnReload: func(s *policy.Set, err error) {
+			if err != nil {
+				logger.Error(err, "policy reload refused; the last good set stays in force")
+				rec.Reload("", err)
+				return
+			}
+			logger.Info("policies reloaded", "origin", s.Origin, "digest", s.Digest, "tests", s.Tests)
+			rec.Reload(s.Digest, nil)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("loading the policies: %w", err)
+	}
+	first := store.Current()
+	rec.Reload(first.Digest, nil)
+	logger.Info("policies loaded", "origin", first.Origin, "digest", first.Digest, "tests", first.Tests)
+
+	var certs *cert.Manager
+	if c.certMode == "self" {
+		direct, err := client.New(restCfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		certs, err = cert.New(cert.Options{
+			Dir: c.certDir, Hosts: c.certHosts, Client: direct,
+			MutatingWebhooks: nonEmpty(c.mutatingName), ValidatingWebhooks: nonEmpty(c.validatingName),
+		})
+		if err != nil {
+			return err
+		}
+		if err := certs.Ensure(ctx); err != nil {
+			return err
+		}
+	}
+
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
+		HealthProbeBindAddress: c.healthAddr,
+		WebhookServer:          webhook.NewServer(webhook.Options{Host: c.bindAddress, Port: c.port, CertDir: c.certDir}),
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Namespace{}:      {},
+			&corev1.ServiceAccount{}: {},
+		}},
+		BaseContext: func() context.Context { return ctx },
+	})
+	if err != nil {
+		return fmt.Errorf("making the manager: %w", err)
+	}
+	// GetWebhookServer also adds the server to the manager's runnables.
+	server := mgr.GetWebhookServer()
+	decoder := admission.NewDecoder(scheme)
+	for path, mutate := range map[string]bool{MutatePath: true, ValidatePath: false} {
+		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: mgr.GetClient(), Config: platform, Mutate: mutate, Recorder: rec}, decoder)
+		server.Register(path, &webhook.Admission{Handler: h})
+	}
+	if err := mgr.Add(manager.RunnableFunc(store.Run)); err != nil {
+		return err
+	}
+	if certs != nil {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return certs.Run(ctx, time.Hour) })); err != nil {
+			return err
+		}
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
+		return err
+	}
+	logger.Info("serving", "address", net.JoinHostPort(c.bindAddress, fmt.Sprint(c.port)), "paths", []string{MutatePath, ValidatePath})
+	return mgr.Start(ctx)
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
