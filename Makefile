@@ -8,6 +8,7 @@ GO ?= go
 tool = $(shell hack/tools.sh path $(1))
 KUBE_BIN := $(call tool,kubernetes)
 GOLANGCI_LINT := $(call tool,golangci-lint)/golangci-lint
+OPA := $(call tool,opa)/opa
 
 BIN_DIR := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -39,9 +40,16 @@ build: ## Build the runwarden binaries into bin/.
 test: tools verify lint unit e2e ## Run every check and test, e2e included (what CI runs).
 
 .PHONY: unit
-unit: ## Run the unit tests (the postrender tests compare with the pinned kustomize CLI).
+unit: policy-test ## Run the unit tests and the policy tests (the postrender tests compare with the pinned kustomize CLI).
 	hack/tools.sh kustomize
 	$(GO) test -count=1 ./...
+
+.PHONY: policy-test
+policy-test: ## Run the Rego tests of policies/ with opa, failing below 90% coverage.
+	hack/tools.sh opa
+	@mkdir -p $(BIN_DIR)
+	$(OPA) test --coverage --threshold 90 policies/ > bin/policy-coverage.json || { $(OPA) test -v policies/; exit 1; }
+	$(OPA) test policies/
 
 .PHONY: e2e
 e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default local).

@@ -19,6 +19,20 @@ for mod in . hack/tools/*/; do
 	fi
 done
 
+opa=$(hack/tools.sh path opa)/opa
+if [[ -x $opa ]]; then
+	unformatted=$("$opa" fmt --list policies/)
+	if [[ -n $unformatted ]]; then
+		echo "verify: opa fmt would change these policies (run '$opa fmt -w policies/'):" >&2
+		echo "$unformatted" >&2
+		fail=1
+	fi
+	"$opa" check --strict policies/ || fail=1
+else
+	echo "verify: opa is not built (hack/tools.sh opa); Rego checks skipped" >&2
+	fail=1
+fi
+
 go vet ./... || fail=1
 go vet -tags e2e ./e2e/... || fail=1
 

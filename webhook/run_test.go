@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestRun(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantStdout []string
+		wantStderr []string
+	}{
+		{name: "version", args: []string{"--version"}, wantStdout: []string{"runwarden-webhook "}},
+		{name: "help", args: []string{"--help"}, wantStdout: []string{"policy eval", "policy test"}},
+		{name: "unknown command", args: []string{"frobnicate"}, wantCode: 2, wantStderr: []string{`unknown command "frobnicate"`}},
+		{name: "policy without subcommand", args: []string{"policy"}, wantCode: 2},
+		{name: "serve needs cert hosts", args: []string{"serve"}, wantCode: 2, wantStderr: []string{"--cert-hosts"}},
+		{name: "serve bad cert mode", args: []string{"serve", "--cert-mode", "x"}, wantCode: 2, wantStderr: []string{"--cert-mode"}},
+		{name: "serve bad port", args: []string{"--cert-mode", "provided", "--port", "0"}, wantCode: 2, wantStderr: []string{"--port 0"}},
+		{name: "policy test on the shipped policies", args: []string{"policy", "test", "--min-coverage", "90"}, wantStdout: []string{"tests passed, coverage"}},
+		{name: "policy test below a coverage floor", args: []string{"policy", "test", "--min-coverage", "100.1"}, wantCode: 1, wantStderr: []string{"below"}},
+		{
+			name: "policy eval shapes a pod",
+			args: []string{"policy", "eval", "--pod", "testdata/valid-pod.yaml", "--service-account", "testdata/service-account.yaml", "--namespace", "testdata/namespace.yaml", "--config", "testdata/platform.yaml"},
+			wantStdout: []string{"decision:", "AWS_ROLE_ARN", "arn:aws:iam::111122223333:role/runner", "runwarden.dev/pool: team-a", "pod:"},
+		},
+		{
+			name: "policy eval of a denied pod", args: []string{"policy", "eval", "--pod", "testdata/invalid-pod.yaml"},
+			wantCode:   1,
+			wantStdout: []string{"no-host-namespaces", "secret-ref-malformed", "expected ${azure:<secret-name>@<vault-name>}", "DENIED"},
+		},
+		{name: "policy eval needs a pod", args: []string{"policy", "eval"}, wantCode: 2, wantStderr: []string{"--pod is required"}},
+		{name: "policy eval of a missing file", args: []string{"policy", "eval", "--pod", "testdata/none.yaml"}, wantCode: 2, wantStderr: []string{"none.yaml"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := run(t.Context(), tt.args, &stdout, &stderr)
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d\nstdout: %s\nstderr: %s", code, tt.wantCode, stdout.String(), stderr.String())
+			}
+			for _, w := range tt.wantStdout {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, stdout.String())
+				}
+			}
+			for _, w := range tt.wantStderr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+		})
+	}
+}
