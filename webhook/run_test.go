@@ -25,8 +25,8 @@ func TestRun(t *testing.T) {
 		{name: "policy test on the shipped policies", args: []string{"policy", "test", "--min-coverage", "90"}, wantStdout: []string{"tests passed, coverage"}},
 		{name: "policy test below a coverage floor", args: []string{"policy", "test", "--min-coverage", "100.1"}, wantCode: 1, wantStderr: []string{"below"}},
 		{
-			name: "policy eval shapes a pod",
-			args: []string{"policy", "eval", "--pod", "testdata/valid-pod.yaml", "--service-account", "testdata/service-account.yaml", "--namespace", "testdata/namespace.yaml", "--config", "testdata/platform.yaml"},
+			name:       "policy eval shapes a pod",
+			args:       []string{"policy", "eval", "--pod", "testdata/valid-pod.yaml", "--service-account", "testdata/service-account.yaml", "--namespace", "testdata/namespace.yaml", "--config", "testdata/platform.yaml"},
 			wantStdout: []string{"decision:", "AWS_ROLE_ARN", "arn:aws:iam::111122223333:role/runner", "runwarden.dev/pool: team-a", "pod:"},
 		},
 		{
