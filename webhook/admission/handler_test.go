@@ -35,7 +35,7 @@ var platformConfig = map[string]any{
 	"shape": map[string]any{"allowedRegistries": []any{"registry.example.com"}},
 }
 
-func newHandler(t *testing.T, mutate bool) *Handler {
+func newHandler(t testing.TB, mutate bool) *Handler {
 	t.Helper()
 	set, err := policy.Load(t.Context(), policies.FS, "embedded")
 	if err != nil {
@@ -64,7 +64,7 @@ func runnerPod(image string) *corev1.Pod {
 	}
 }
 
-func request(t *testing.T, pod *corev1.Pod) admission.Request {
+func request(t testing.TB, pod *corev1.Pod) admission.Request {
 	t.Helper()
 	raw, err := json.Marshal(pod)
 	if err != nil {

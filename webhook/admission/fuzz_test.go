@@ -1,0 +1,65 @@
+package admission
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/runwarden/runwarden/webhook/policy"
+)
+
+// FuzzDecisionToPatch feeds arbitrary decisions (as JSON) and pods: the
+// mutations applied twice equal them applied once, and the JSON patch the
+// webhook returns turns the original pod into exactly the mutated one.
+func FuzzDecisionToPatch(f *testing.F) {
+	f.Add([]byte(`{"labels":{"a":"b"},"env":[{"containers":["main"],"env":{"name":"X","value":"1"}}]}`), []byte(`{"spec":{"containers":[{"name":"main"}]}}`))
+	f.Add([]byte(`{"tolerations":[{"key":"k","operator":"Exists"}],"nodeAffinity":[{"key":"a","operator":"Exists"}],"volumes":[{"name":"v","emptyDir":{}}]}`), []byte(`{"metadata":{"labels":{"x":"y"}},"spec":{"containers":[{"name":"main","env":[{"name":"X","value":"2"}]}]}}`))
+	f.Add([]byte(`{"volumeMounts":[{"containers":["*"],"volumeMount":{"name":"v","mountPath":"/v"}}],"envFrom":[{"containers":["main"],"envFrom":{"secretRef":{"name":"s"}}}]}`), []byte(`{"spec":{"containers":[{"name":"main"},{"name":"b"}]}}`))
+	f.Fuzz(func(t *testing.T, mutationsJSON, podJSON []byte) {
+		var m policy.Mutations
+		if json.Unmarshal(mutationsJSON, &m) != nil {
+			return
+		}
+		pod := &corev1.Pod{}
+		if json.Unmarshal(podJSON, pod) != nil {
+			return
+		}
+		original, err := json.Marshal(pod)
+		if err != nil {
+			return
+		}
+		Apply(pod, m)
+		once := pod.DeepCopy()
+		Apply(pod, m)
+		if diff := cmp.Diff(once, pod); diff != "" {
+			t.Fatalf("applying twice differs from once:\n%s", diff)
+		}
+		mutated, err := json.Marshal(once)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := admission.PatchResponseFromRaw(original, mutated)
+		ops, err := json.Marshal(resp.Patches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch, err := jsonpatch.DecodePatch(ops)
+		if err != nil {
+			t.Fatalf("the webhook's patch does not decode: %v", err)
+		}
+		patched, err := patch.Apply(original)
+		if err != nil {
+			t.Fatalf("the webhook's patch does not apply: %v\n%s", err, ops)
+		}
+		var got, want any
+		_ = json.Unmarshal(patched, &got)
+		_ = json.Unmarshal(mutated, &want)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("patched pod differs from the mutated pod:\n%s", diff)
+		}
+	})
+}
