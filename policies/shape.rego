@@ -19,10 +19,15 @@ violations contains violation("no-privilege-escalation", c.name, "securityContex
 	c.securityContext.allowPrivilegeEscalation == true
 }
 
-violations contains violation("no-host-namespaces", "", sprintf("spec.%s", [f]), sprintf("the pod uses the host's namespaces (%s)", [f])) if {
-	some f in ["hostNetwork", "hostPID", "hostIPC"]
-	input.pod.spec[f] == true
-}
+# One rule per field, read by name, so the webhook knows exactly which
+# parts of the pod a decision depends on (see docs/policy.md, caching).
+violations contains host_namespace("hostNetwork") if input.pod.spec.hostNetwork == true
+
+violations contains host_namespace("hostPID") if input.pod.spec.hostPID == true
+
+violations contains host_namespace("hostIPC") if input.pod.spec.hostIPC == true
+
+host_namespace(f) := violation("no-host-namespaces", "", sprintf("spec.%s", [f]), sprintf("the pod uses the host's namespaces (%s)", [f]))
 
 violations contains violation("no-host-path", "", sprintf("spec.volumes[%s].hostPath", [v.name]), sprintf("volume %q mounts a host path", [v.name])) if {
 	some v in object.get(input.pod.spec, "volumes", [])

@@ -46,8 +46,13 @@ type Set struct {
 	// Files are the modules' file names, tests included.
 	Files []string
 
+	// Cached says whether decisions are cached (see cache.go).
+	Cached bool
+
 	modules map[string]*ast.Module
 	query   rego.PreparedEvalQuery
+	reads   [][]string
+	cache   *decisionCache
 }
 
 // Load reads every .rego file under root of fsys, compiles them, runs their
@@ -115,6 +120,8 @@ func Load(ctx context.Context, fsys fs.FS, origin string) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: preparing %s: %w", ErrCompile, Query, err)
 	}
+	s.reads, s.Cached = inputReads(s.modules)
+	s.cache = newDecisionCache(4096)
 	return s, nil
 }
 
@@ -185,12 +192,54 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string) (TestRepor
 	return out, nil
 }
 
-// Eval evaluates the decision for one input.
+// Eval evaluates the decision for one input. Decisions are cached under
+// the parts of the input the policies read (see cache.go); the returned
+// decision may be shared, and must not be modified.
 func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return Decision{}, fmt.Errorf("encoding the input: %w", err)
+	}
+	var generic map[string]any
+	if err := json.Unmarshal(b, &generic); err != nil {
+		return Decision{}, fmt.Errorf("encoding the input: %w", err)
+	}
+	var k [32]byte
+	if s.Cached {
+		proj, err := project(generic, s.reads)
+		if err != nil {
+			return Decision{}, fmt.Errorf("encoding the input: %w", err)
+		}
+		k = key(proj)
+		if d, hit := s.cache.get(k); hit {
+			return d, nil
+		}
+	}
+	v, err := ast.InterfaceToValue(generic)
+	if err != nil {
+		return Decision{}, fmt.Errorf("encoding the input: %w", err)
+	}
+	d, err := s.eval(ctx, v)
+	if err != nil {
+		return Decision{}, err
+	}
+	if s.Cached {
+		s.cache.put(k, d)
+	}
+	return d, nil
+}
+
+// EvalUncached evaluates the decision without the cache, for tests and
+// benchmarks that compare the two.
+func (s *Set) EvalUncached(ctx context.Context, in *Input) (Decision, error) {
 	v, err := toValue(in)
 	if err != nil {
 		return Decision{}, err
 	}
+	return s.eval(ctx, v)
+}
+
+func (s *Set) eval(ctx context.Context, v ast.Value) (Decision, error) {
 	rs, err := s.query.Eval(ctx, rego.EvalParsedInput(v))
 	if err != nil {
 		return Decision{}, fmt.Errorf("evaluating %s: %w", Query, err)

@@ -1,0 +1,102 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/runwarden/runwarden/policies"
+)
+
+func TestInputReadsOfTheShippedPolicies(t *testing.T) {
+	t.Parallel()
+	s, err := Load(t.Context(), policies.FS, "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Cached {
+		t.Fatal("the shipped policies should be cacheable")
+	}
+	var got []string
+	for _, p := range s.reads {
+		got = append(got, strings.Join(p, "."))
+	}
+	slices.Sort(got)
+	for _, want := range []string{"config", "pod.spec.containers", "serviceAccount.annotations", "namespace.annotations", "secretRefs"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("reads %v lack %s", got, want)
+		}
+	}
+	for _, p := range got {
+		if strings.HasPrefix(p, "pod.metadata.labels") || strings.HasPrefix(p, "pod.metadata.name") || p == "pod" || p == "pod.metadata" {
+			t.Errorf("reads %v include %s, which the shipped policies never read", got, p)
+		}
+	}
+}
+
+func TestCacheIsOffWhenReadsAreUnbounded(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, policy string
+		cached       bool
+	}{
+		{name: "bounded", policy: `decision := {"deny": [], "warnings": [input.pod.spec.nodeName], "mutations": {}}`, cached: true},
+		{name: "whole input", policy: `decision := {"deny": [], "warnings": [json.marshal(input)], "mutations": {}}`},
+		{name: "time", policy: `decision := {"deny": [], "warnings": [sprintf("%d", [time.now_ns()])], "mutations": {}}`},
+		{name: "dynamic object.get key", policy: `k := "pod"
+decision := {"deny": [], "warnings": [json.marshal(object.get(input, k, {}))], "mutations": {}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fsys := fstest.MapFS{"p.rego": {Data: []byte("package runwarden.admission\n\n" + tt.policy + "\n")}}
+			s, err := Load(t.Context(), fsys, tt.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Cached != tt.cached {
+				t.Errorf("Cached = %v, want %v (reads %v)", s.Cached, tt.cached, s.reads)
+			}
+		})
+	}
+}
+
+// TestCachedDecisionsEqualFreshOnes checks, on inputs that differ in places
+// the policies read and in places they do not, that the cached decision is
+// always the one a fresh evaluation makes.
+func TestCachedDecisionsEqualFreshOnes(t *testing.T) {
+	t.Parallel()
+	s, err := Load(t.Context(), policies.FS, "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 60 {
+		in := runnerInput()
+		in.Pod.Labels["runwarden.dev/task-id"] = fmt.Sprint(i) // never read
+		in.Pod.GenerateName = fmt.Sprintf("task-%d-", i)       // never read
+		if i%3 == 0 {
+			in.Pod.Spec.Containers[0].Image = fmt.Sprintf("r/x:%d", i%2) // read
+		}
+		if i%4 == 0 {
+			in.ServiceAccount.Annotations = map[string]string{} // read
+		}
+		if i%5 == 0 {
+			in.Config = map[string]any{"mode": "audit", "shape": map[string]any{"allowedRegistries": []any{"other"}}}
+		}
+		cached, err := s.Eval(t.Context(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := s.EvalUncached(t.Context(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(fresh, cached); diff != "" {
+			t.Fatalf("input %d: cached decision differs from a fresh one (-fresh +cached):\n%s", i, diff)
+		}
+	}
+}
