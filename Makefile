@@ -59,7 +59,14 @@ e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default l
 		hack/check-clean.sh --unless-running; fi
 
 .PHONY: bench
-bench: bench-postrender ## Run every benchmark.
+bench: bench-postrender bench-webhook ## Run every benchmark.
+
+.PHONY: bench-webhook
+bench-webhook: ## Benchmark the webhook: handler and policy evaluation, and a TLS load test beside opa run --server.
+	hack/tools.sh opa
+	@mkdir -p $(BIN_DIR)
+	GOGC=400 $(GO) test -run '^$$' -bench 'BenchmarkEval|BenchmarkHandle' -benchmem -count 5 ./webhook/policy/ ./webhook/admission/ | tee bin/bench-webhook-go.txt
+	GOGC=400 $(GO) test -run '^$$' -bench BenchmarkWebhookLoad -benchtime 1x -count 1 -timeout 20m ./webhook/ | tee bin/bench-webhook-load.txt
 
 .PHONY: bench-postrender
 bench-postrender: ## Benchmark runwarden-postrender beside the kustomize CLI script and a plain YAML round trip.

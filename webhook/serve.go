@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -213,9 +214,11 @@ func serveWith(ctx context.Context, c serveConfig) error {
 		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
 		HealthProbeBindAddress: c.healthAddr,
 		WebhookServer:          webhook.NewServer(webhook.Options{Host: c.bindAddress, Port: c.port, CertDir: c.certDir}),
+		// The handler only reads namespaces and service accounts, so the
+		// cache hands out its own objects instead of copies.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Namespace{}:      {},
-			&corev1.ServiceAccount{}: {},
+			&corev1.Namespace{}:      {UnsafeDisableDeepCopy: ptr.To(true)},
+			&corev1.ServiceAccount{}: {UnsafeDisableDeepCopy: ptr.To(true)},
 		}},
 		BaseContext: func() context.Context { return ctx },
 	})

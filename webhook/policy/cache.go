@@ -2,12 +2,12 @@ package policy
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/tidwall/gjson"
 )
 
 // Runner pods are highly repetitive: one platform template, many tasks.
@@ -115,22 +115,38 @@ func constantPath(t *ast.Term) ([]string, bool) {
 	return nil, false
 }
 
-// project returns the canonical JSON of the input's values at paths.
-func project(input map[string]any, paths [][]string) ([]byte, error) {
-	out := make(map[string]any, len(paths))
-	for _, p := range paths {
-		var cur any = input
-		for _, k := range p {
-			m, isMap := cur.(map[string]any)
-			if !isMap {
-				cur = nil
-				break
-			}
-			cur = m[k]
+// gjsonPaths turns input paths into gjson paths, escaping gjson's special
+// characters in keys.
+func gjsonPaths(paths [][]string) []string {
+	esc := strings.NewReplacer(".", `\.`, "*", `\*`, "?", `\?`, "|", `\|`, "#", `\#`, "@", `\@`, "!", `\!`, "=", `\=`, "<", `\<`, ">", `\>`, "%", `\%`)
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		keys := make([]string, len(p))
+		for j, k := range p {
+			keys[j] = esc.Replace(k)
 		}
-		out[strings.Join(p, ".")] = cur
+		out[i] = strings.Join(keys, ".")
 	}
-	return json.Marshal(out)
+	return out
+}
+
+// projectionKey hashes the input's JSON at each path. encoding/json writes
+// struct fields in a fixed order and map keys sorted, so equal values give
+// equal bytes; a missing value hashes differently from any present one.
+func projectionKey(inputJSON []byte, paths []string) [32]byte {
+	h := sha256.New()
+	for _, r := range gjson.GetManyBytes(inputJSON, paths...) {
+		if r.Exists() {
+			h.Write([]byte{1})
+			h.Write([]byte(r.Raw))
+		} else {
+			h.Write([]byte{0})
+		}
+		h.Write([]byte{0xff})
+	}
+	var k [32]byte
+	h.Sum(k[:0])
+	return k
 }
 
 // decisionCache is a bounded map from input projections to decisions.
@@ -160,4 +176,3 @@ func (c *decisionCache) put(k [32]byte, d Decision) {
 	c.m[k] = d
 }
 
-func key(b []byte) [32]byte { return sha256.Sum256(b) }

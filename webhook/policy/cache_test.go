@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -97,6 +98,40 @@ func TestCachedDecisionsEqualFreshOnes(t *testing.T) {
 		}
 		if diff := cmp.Diff(fresh, cached); diff != "" {
 			t.Fatalf("input %d: cached decision differs from a fresh one (-fresh +cached):\n%s", i, diff)
+		}
+	}
+}
+
+func TestProjectionKeySeesWhatThePoliciesRead(t *testing.T) {
+	t.Parallel()
+	s, err := Load(t.Context(), policies.FS, "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyOf := func(mut func(*Input)) [32]byte {
+		in := runnerInput()
+		mut(in)
+		b, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return projectionKey(b, s.paths)
+	}
+	base := keyOf(func(*Input) {})
+	if keyOf(func(in *Input) { in.Pod.Labels["runwarden.dev/task-id"] = "7" }) != base {
+		t.Error("a label the policies never read changed the key")
+	}
+	for name, mut := range map[string]func(*Input){
+		"repo-url annotation (a key with dots)": func(in *Input) {
+			in.Pod.Annotations = map[string]string{"runwarden.dev/repo-url": "https://x"}
+		},
+		"hostPID":  func(in *Input) { in.Pod.Spec.HostPID = true },
+		"image":    func(in *Input) { in.Pod.Spec.Containers[0].Image = "other" },
+		"config":   func(in *Input) { in.Config = map[string]any{"mode": "audit"} },
+		"sa notes": func(in *Input) { in.ServiceAccount.Annotations["x"] = "y" },
+	} {
+		if keyOf(mut) == base {
+			t.Errorf("%s: a field the policies read did not change the key", name)
 		}
 	}
 }

@@ -4,6 +4,7 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -52,6 +53,7 @@ type Set struct {
 	modules map[string]*ast.Module
 	query   rego.PreparedEvalQuery
 	reads   [][]string
+	paths   []string // reads as gjson paths
 	cache   *decisionCache
 }
 
@@ -121,6 +123,7 @@ func Load(ctx context.Context, fsys fs.FS, origin string) (*Set, error) {
 		return nil, fmt.Errorf("%w: preparing %s: %w", ErrCompile, Query, err)
 	}
 	s.reads, s.Cached = inputReads(s.modules)
+	s.paths = gjsonPaths(s.reads)
 	s.cache = newDecisionCache(4096)
 	return s, nil
 }
@@ -200,22 +203,14 @@ func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
 	if err != nil {
 		return Decision{}, fmt.Errorf("encoding the input: %w", err)
 	}
-	var generic map[string]any
-	if err := json.Unmarshal(b, &generic); err != nil {
-		return Decision{}, fmt.Errorf("encoding the input: %w", err)
-	}
 	var k [32]byte
 	if s.Cached {
-		proj, err := project(generic, s.reads)
-		if err != nil {
-			return Decision{}, fmt.Errorf("encoding the input: %w", err)
-		}
-		k = key(proj)
+		k = projectionKey(b, s.paths)
 		if d, hit := s.cache.get(k); hit {
 			return d, nil
 		}
 	}
-	v, err := ast.InterfaceToValue(generic)
+	v, err := ast.ValueFromReader(bytes.NewReader(b))
 	if err != nil {
 		return Decision{}, fmt.Errorf("encoding the input: %w", err)
 	}

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	"sigs.k8s.io/yaml"
+
+	"github.com/runwarden/runwarden/policies"
+	rwadmission "github.com/runwarden/runwarden/webhook/admission"
+	"github.com/runwarden/runwarden/webhook/cert"
+	"github.com/runwarden/runwarden/webhook/policy"
+)
+
+// BenchmarkWebhookLoad is the load test: admission requests over TLS on
+// loopback, at fixed rates (open loop, latency measured from each request's
+// scheduled time, so queueing counts) and at saturation (closed loop), each
+// for a bounded time, against three servers side by side:
+//   - target=runwarden: the webhook's admission handler behind a TLS server,
+//     with the shipped policies and a platform configuration that turns most
+//     of them on;
+//   - target=opa-server: what users run instead, `opa run --server` with the
+//     same policies, asked for the same decision on the same input over TLS;
+//   - target=empty: the ceiling, a TLS handler that answers a fixed
+//     AdmissionReview.
+//
+// It reports p50, p99 and p999 latency and the achieved throughput.
+// `make bench-webhook` runs it.
+func BenchmarkWebhookLoad(b *testing.B) {
+	duration := 5 * time.Second
+	if d := os.Getenv("RUNWARDEN_LOAD_DURATION"); d != "" {
+		var err error
+		if duration, err = time.ParseDuration(d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	review, input := loadRequest(b)
+	targets := []struct {
+		name  string
+		start func(b *testing.B) (url string, body []byte)
+	}{
+		{"runwarden", func(b *testing.B) (string, []byte) { return startRunwarden(b), review }},
+		{"opa-server", func(b *testing.B) (string, []byte) { return startOPA(b), input }},
+		{"empty", func(b *testing.B) (string, []byte) { return startEmpty(b), review }},
+	}
+	for _, tgt := range targets {
+		url, body := tgt.start(b)
+		client := tlsClient()
+		// Warm up connections and caches, and check the answer is a decision.
+		for range 50 {
+			if err := post(client, url, body); err != nil {
+				b.Fatalf("%s: %v", tgt.name, err)
+			}
+		}
+		if got := answer(b, client, url, body); tgt.name != "empty" && !strings.Contains(got, "AWS_ROLE_ARN") {
+			b.Fatalf("%s did not answer with the decision: %s", tgt.name, got)
+		}
+		for _, mode := range []string{"rate=1000", "rate=3000", "saturation"} {
+			b.Run(fmt.Sprintf("target=%s/%s", tgt.name, mode), func(b *testing.B) {
+				var lat []time.Duration
+				var errs int
+				var elapsed time.Duration
+				for b.Loop() {
+					if mode == "saturation" {
+						lat, errs, elapsed = closedLoop(client, url, body, 16, duration)
+					} else {
+						var rate int
+						_, _ = fmt.Sscanf(mode, "rate=%d", &rate)
+						lat, errs, elapsed = openLoop(client, url, body, rate, duration)
+					}
+				}
+				if errs > 0 {
+					b.Errorf("%d requests failed", errs)
+				}
+				sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+				b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "req/s")
+				b.ReportMetric(pct(lat, 0.50), "p50-ms")
+				b.ReportMetric(pct(lat, 0.99), "p99-ms")
+				b.ReportMetric(pct(lat, 0.999), "p999-ms")
+			})
+		}
+	}
+}
+
+func pct(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(sorted)))
+	if i >= len(sorted) {
+		i = len(sorted) - 1
+	}
+	return float64(sorted[i].Microseconds()) / 1000
+}
+
+// openLoop sends rate requests per second for d, each at its scheduled time.
+func openLoop(c *http.Client, url string, body []byte, rate int, d time.Duration) ([]time.Duration, int, time.Duration) {
+	n := int(float64(rate) * d.Seconds())
+	interval := time.Second / time.Duration(rate)
+	lat := make([]time.Duration, n)
+	var errs int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256) // at most 256 in flight
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(i) * interval)
+		time.Sleep(time.Until(at))
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := post(c, url, body)
+			lat[i] = time.Since(at)
+			if err != nil {
+				mu.Lock()
+				errs++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return lat, errs, time.Since(start)
+}
+
+// closedLoop runs workers that each send a request as soon as the last one
+// returns, for d.
+func closedLoop(c *http.Client, url string, body []byte, workers int, d time.Duration) ([]time.Duration, int, time.Duration) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	var errs int
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for range workers {
+		wg.Go(func() {
+			var mine []time.Duration
+			bad := 0
+			for time.Now().Before(deadline) {
+				t := time.Now()
+				if err := post(c, url, body); err != nil {
+					bad++
+				}
+				mine = append(mine, time.Since(t))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			errs += bad
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return lat, errs, time.Since(start)
+}
+
+func answer(b *testing.B, c *http.Client, url string, body []byte) string {
+	b.Helper()
+	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	out, _ := io.ReadAll(resp.Body)
+	if strings.Contains(url, "mutate-pods") {
+		// The webhook's patch is base64 in the AdmissionReview.
+		var ar admissionv1.AdmissionReview
+		if err := json.Unmarshal(out, &ar); err == nil && ar.Response != nil {
+			return string(ar.Response.Patch)
+		}
+	}
+	return string(out)
+}
+
+func tlsClient() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:     &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback test servers with throwaway certificates
+		MaxIdleConnsPerHost: 512,
+		ForceAttemptHTTP2:   true,
+	}}
+}
+
+func post(c *http.Client, url string, body []byte) error {
+	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	return nil
+}
+
+// loadPlatform is the platform configuration of the load test.
+const loadPlatform = `
+workloadIdentity: {aws: {enabled: true}}
+secretStores: {vault: {enabled: true, address: "https://vault:8200", secretName: vault-token}}
+scheduling:
+  nodeSelector: {runwarden.dev/pool: runner}
+  tolerations: [{key: runwarden.dev/pool, operator: Equal, value: runner, effect: NoSchedule}]
+  doNotEvict: true
+shape: {requireResources: true, allowedRegistries: [registry.example.com]}
+`
+
+func loadPod() *corev1.Pod {
+	res := corev1.ResourceRequirements{}
+	_ = yaml.Unmarshal([]byte("{requests: {cpu: '1', memory: 1Gi}, limits: {cpu: '1', memory: 1Gi}}"), &res)
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{rwadmission.RunnerLabel: "true", "runwarden.dev/task-id": "1"}},
+		Spec: corev1.PodSpec{ServiceAccountName: "runner", Containers: []corev1.Container{{
+			Name: "main", Image: "registry.example.com/runner:1", Resources: res,
+			Env: []corev1.EnvVar{{Name: "DB_PASSWORD", Value: "${vault:secret/db.password@team-a}"}},
+		}}},
+	}
+}
+
+func loadObjects() (*corev1.Namespace, *corev1.ServiceAccount) {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: "team-a", Annotations: map[string]string{"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}}}
+}
+
+// loadRequest returns the AdmissionReview the API server would send, and
+// the OPA data API request for the same decision on the same input.
+func loadRequest(b *testing.B) (review, opaInput []byte) {
+	b.Helper()
+	pod := loadPod()
+	raw, _ := json.Marshal(pod)
+	ar := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: "1", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			Namespace: "team-a", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
+		},
+	}
+	review, _ = json.Marshal(ar)
+	cfg := map[string]any{}
+	_ = yaml.Unmarshal([]byte(loadPlatform), &cfg)
+	ns, sa := loadObjects()
+	in, err := rwadmission.BuildInput(b.Context(), fake.NewClientBuilder().WithObjects(ns, sa).Build(), pod, "CREATE", "u", nil, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opaInput, _ = json.Marshal(map[string]any{"input": in})
+	return review, opaInput
+}
+
+func startRunwarden(b *testing.B) string {
+	b.Helper()
+	set, err := policy.Load(b.Context(), policies.FS, "embedded")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := map[string]any{}
+	_ = yaml.Unmarshal([]byte(loadPlatform), &cfg)
+	ns, sa := loadObjects()
+	h := rwadmission.New(rwadmission.Options{
+		Policies: staticSet{set}, Reader: sharedReader{ns: ns, sa: sa}, Config: cfg, Mutate: true,
+	}, admission.NewDecoder(runtime.NewScheme()))
+	srv := httptest.NewUnstartedServer(&webhook.Admission{Handler: h})
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	b.Cleanup(srv.Close)
+	return srv.URL + MutatePath
+}
+
+// sharedReader hands out its objects without copies, as the webhook's
+// cache does (UnsafeDisableDeepCopy).
+type sharedReader struct {
+	client.Reader
+	ns *corev1.Namespace
+	sa *corev1.ServiceAccount
+}
+
+func (r sharedReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		*o = *r.ns
+	case *corev1.ServiceAccount:
+		*o = *r.sa
+	default:
+		return fmt.Errorf("unexpected %T %s", obj, key)
+	}
+	return nil
+}
+
+type staticSet struct{ s *policy.Set }
+
+func (p staticSet) Current() *policy.Set { return p.s }
+
+func startEmpty(b *testing.B) string {
+	b.Helper()
+	resp, _ := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Response: &admissionv1.AdmissionResponse{UID: "1", Allowed: true},
+	})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(resp)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	b.Cleanup(srv.Close)
+	return srv.URL + MutatePath
+}
+
+// startOPA runs the pinned opa binary as a TLS server with the shipped
+// policies, or skips saying how to build it.
+func startOPA(b *testing.B) string {
+	b.Helper()
+	out, err := exec.Command("../hack/tools.sh", "path", "opa").Output()
+	if err != nil {
+		b.Skip("skipped: hack/tools.sh path opa failed")
+	}
+	bin := filepath.Join(strings.TrimSpace(string(out)), "opa")
+	if _, err := os.Stat(bin); err != nil {
+		b.Skipf("skipped: %s is not built (hack/tools.sh opa)", bin)
+	}
+	dir := b.TempDir()
+	certs, err := cert.New(cert.Options{Dir: filepath.Join(dir, "certs"), Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := certs.Ensure(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "certs", cert.CertFile), filepath.Join(dir, "certs", cert.KeyFile)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	var files []string
+	entries, _ := policies.FS.ReadDir(".")
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), "_test.rego") {
+			p := filepath.Join(dir, e.Name())
+			data, _ := policies.FS.ReadFile(e.Name())
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			files = append(files, p)
+		}
+	}
+	cmd := exec.Command(bin, append([]string{"run", "--server", "--addr", addr, "--tls-cert-file", certFile, "--tls-private-key-file", keyFile, "--log-level", "error", "--disable-telemetry"}, files...)...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	url := "https://" + addr + "/v1/data/runwarden/admission/decision"
+	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		if post(tlsClient(), url, []byte(`{"input":{}}`)) == nil || strings.Contains(logs.String(), "error") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		b.Fatalf("opa did not start: %s", logs.String())
+	}
+	return url
+}
