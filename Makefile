@@ -88,6 +88,12 @@ lint: ## Run golangci-lint.
 	hack/tools.sh golangci-lint
 	$(GOLANGCI_LINT) run ./...
 
+.PHONY: generate
+generate: ## Regenerate the RunnerTask deepcopy code and CRD with controller-gen.
+	hack/tools.sh controller-gen
+	$(call tool,controller-gen)/controller-gen object paths=./dispatcher/api/...
+	$(call tool,controller-gen)/controller-gen crd paths=./dispatcher/api/... output:crd:dir=dispatcher/api/v1alpha1/crd
+
 .PHONY: verify
 verify: ## Check formatting, go.mod tidiness and go vet.
 	hack/verify.sh

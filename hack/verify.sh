@@ -33,6 +33,22 @@ else
 	fail=1
 fi
 
+# Generated files must match their sources: regenerate and compare.
+cg=$(hack/tools.sh path controller-gen)/controller-gen
+if [[ -x $cg ]]; then
+	gen=$(mktemp -d)
+	cp -r dispatcher/api "$gen/before"
+	"$cg" object paths=./dispatcher/api/... && "$cg" crd paths=./dispatcher/api/... output:crd:dir=dispatcher/api/v1alpha1/crd
+	if ! diff -r "$gen/before" dispatcher/api >/dev/null; then
+		echo "verify: dispatcher/api's generated files were stale (now regenerated; review and commit them, or run 'make generate')" >&2
+		fail=1
+	fi
+	rm -rf "$gen"
+else
+	echo "verify: controller-gen is not built (hack/tools.sh controller-gen); generated files not checked" >&2
+	fail=1
+fi
+
 go vet ./... || fail=1
 go vet -tags e2e ./e2e/... || fail=1
 

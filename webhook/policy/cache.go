@@ -175,4 +175,3 @@ func (c *decisionCache) put(k [32]byte, d Decision) {
 	}
 	c.m[k] = d
 }
-

@@ -1,0 +1,109 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// GroupVersion is the API group and version of RunnerTask.
+var GroupVersion = schema.GroupVersion{Group: "runwarden.dev", Version: "v1alpha1"}
+
+// AddToScheme adds RunnerTask and RunnerTaskList to a scheme.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &RunnerTask{}, &RunnerTaskList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
+
+// Phase is where a task is in its life.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Cancelled
+type Phase string
+
+// The phases of a RunnerTask.
+const (
+	PhasePending   Phase = "Pending"
+	PhaseRunning   Phase = "Running"
+	PhaseSucceeded Phase = "Succeeded"
+	PhaseFailed    Phase = "Failed"
+	PhaseCancelled Phase = "Cancelled"
+)
+
+// RunnerTaskSpec is what to run.
+type RunnerTaskSpec struct {
+	// Image of the runner container. Default: the platform template's.
+	// +optional
+	Image string `json:"image,omitempty"`
+	// Command of the runner container.
+	// +optional
+	Command []string `json:"command,omitempty"`
+	// Args of the runner container.
+	// +optional
+	Args []string `json:"args,omitempty"`
+	// Env of the runner container. Values of the form ${ssm:...},
+	// ${gcp:...}, ${azure:...} or ${vault:...} are secret references the
+	// webhook's policy checks and the runner resolves.
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+	// RepoURL is the git repository the task deploys from; it is checked
+	// against the dispatcher's allow-list and set as the pod annotation
+	// runwarden.dev/repo-url.
+	// +optional
+	RepoURL string `json:"repoURL,omitempty"`
+	// ActiveDeadlineSeconds bounds the run. Default: the dispatcher's.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
+	// Cancel asks the dispatcher to stop the task.
+	// +optional
+	Cancel bool `json:"cancel,omitempty"`
+}
+
+// RunnerTaskStatus is what happened.
+type RunnerTaskStatus struct {
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// JobName is the Job that runs the task.
+	// +optional
+	JobName string `json:"jobName,omitempty"`
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Reason is a short CamelCase word for the outcome, e.g. DeadlineExceeded.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says what happened, with the pod's warning events on failure.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ExitCode of the runner container, once it has ended.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+}
+
+// RunnerTask is one deployment task for the dispatcher: `kubectl apply`
+// submits it, `kubectl get runnertasks` shows how it went.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rt
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
+// +kubebuilder:printcolumn:name="Exit",type=integer,JSONPath=`.status.exitCode`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RunnerTask struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   RunnerTaskSpec   `json:"spec,omitempty"`
+	Status RunnerTaskStatus `json:"status,omitempty"`
+}
+
+// RunnerTaskList is a list of RunnerTasks.
+// +kubebuilder:object:root=true
+type RunnerTaskList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RunnerTask `json:"items"`
+}
