@@ -1,0 +1,348 @@
+// Package job turns a task into the one Kubernetes Job that runs it: named
+// deterministically from the task ID (a second create is AlreadyExists and
+// is adopted, never duplicated), labelled for the task and the dispatcher,
+// never retried, bounded in time, with the platform's pod template
+// strategic-merged with the task, and the task's secret values moved into a
+// Secret the Job references.
+package job
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+)
+
+// Labels and annotations runwarden puts on Jobs and their pods.
+const (
+	// LabelRunner marks runner pods; the webhook selects on it.
+	LabelRunner = "runwarden.dev/runner"
+	// LabelTaskID carries the task ID, or its hash when the ID is not a
+	// valid label value; the full ID is in AnnotationTaskID.
+	LabelTaskID = "runwarden.dev/task-id"
+	// LabelDispatcher names the dispatcher that owns the Job.
+	LabelDispatcher = "runwarden.dev/dispatcher"
+	// AnnotationTaskID is the task ID as the source gave it.
+	AnnotationTaskID = "runwarden.dev/task-id"
+	// AnnotationRepoURL is the task's git repository.
+	AnnotationRepoURL = "runwarden.dev/repo-url"
+	// RunnerContainer is the name of the runner container.
+	RunnerContainer = "main"
+)
+
+// Errors a caller can check with errors.Is; each is wrapped with the detail.
+var (
+	ErrInvalidTask      = errors.New("invalid task")
+	ErrInvalidTemplate  = errors.New("invalid pod template")
+	ErrEnvNotAllowed    = errors.New("env variable not on the forwarding allow-list")
+	ErrRepoNotAllowed   = errors.New("repository URL not on the allow-list")
+	errSecretCollisions = errors.New("a variable is both plain and secret")
+)
+
+// Task is one unit of work, whatever its source.
+type Task struct {
+	// ID identifies the task at its source. Required.
+	ID string
+	// Namespace the Job runs in. Required.
+	Namespace string
+	// Image of the runner container. Default: the template's.
+	Image string
+	// Command and Args of the runner container. Default: the template's.
+	Command, Args []string
+	// Env of the runner container. Secret references (${vault:...} and the
+	// like) pass through untouched for the webhook and the runner.
+	Env []corev1.EnvVar
+	// SecretEnv are variables whose values must not appear in the Job: they
+	// go into the task's Secret and are referenced by secretKeyRef.
+	SecretEnv map[string]string
+	// RepoURL is the task's git repository, if any.
+	RepoURL string
+	// ActiveDeadlineSeconds bounds the run. Default: Options.DefaultDeadline.
+	ActiveDeadlineSeconds *int64
+}
+
+// Options say how Jobs are built.
+type Options struct {
+	// DispatcherID names this dispatcher on its Jobs. Required.
+	DispatcherID string
+	// Template is the platform's pod template. It must have a container
+	// named "main". Default: a "main" container with no image, which every
+	// task must then give.
+	Template corev1.PodTemplateSpec
+	// DefaultDeadline is activeDeadlineSeconds for tasks without one.
+	// Default: 3600.
+	DefaultDeadline int64
+	// TTLSecondsAfterFinished removes finished Jobs. Default: 86400.
+	TTLSecondsAfterFinished int32
+	// EnvAllowList are glob patterns (path.Match) of the env variable names a
+	// task may set; a task with another variable is refused. Default: none
+	// allowed.
+	EnvAllowList []string
+	// RepoAllowList are regular expressions; a task's RepoURL must match one.
+	// Default: any repository.
+	RepoAllowList []*regexp.Regexp
+}
+
+func (o *Options) setDefaults() {
+	if o.DefaultDeadline <= 0 {
+		o.DefaultDeadline = 3600
+	}
+	if o.TTLSecondsAfterFinished <= 0 {
+		o.TTLSecondsAfterFinished = 86400
+	}
+	if len(o.Template.Spec.Containers) == 0 {
+		o.Template.Spec.Containers = []corev1.Container{{Name: RunnerContainer}}
+	}
+}
+
+// ValidateTemplate checks the platform's pod template once, at start.
+func ValidateTemplate(t corev1.PodTemplateSpec) error {
+	var problems []string
+	found := false
+	for _, c := range t.Spec.Containers {
+		if c.Name == RunnerContainer {
+			found = true
+		}
+	}
+	if !found && len(t.Spec.Containers) > 0 {
+		problems = append(problems, fmt.Sprintf("spec.containers: no container named %q (the runner container)", RunnerContainer))
+	}
+	switch t.Spec.RestartPolicy {
+	case "", corev1.RestartPolicyNever:
+	default:
+		problems = append(problems, fmt.Sprintf("spec.restartPolicy: %q; runner pods never restart (leave it empty or Never)", t.Spec.RestartPolicy))
+	}
+	for k := range t.Labels {
+		if strings.HasPrefix(k, "runwarden.dev/") {
+			problems = append(problems, fmt.Sprintf("metadata.labels[%s]: runwarden.dev/ labels are set by the dispatcher", k))
+		}
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return fmt.Errorf("%w: %s", ErrInvalidTemplate, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Name is the Job name of a task: readable, valid, and the same for the same
+// ID every time, so a second create of the same task is AlreadyExists.
+func Name(taskID string) string {
+	sum := sha256.Sum256([]byte(taskID))
+	suffix := hex.EncodeToString(sum[:])[:10]
+	base := strings.Trim(invalidName.ReplaceAllString(strings.ToLower(taskID), "-"), "-")
+	// Pods of the Job get its name plus "-" and 5 characters; keep room.
+	if max := 52 - len("rw--") - len(suffix); len(base) > max {
+		base = strings.TrimRight(base[:max], "-")
+	}
+	if base == "" {
+		return "rw-" + suffix
+	}
+	return "rw-" + base + "-" + suffix
+}
+
+var invalidName = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// taskLabel is the task ID when it is a valid label value, else its hash.
+func taskLabel(id string) string {
+	if len(validation.IsValidLabelValue(id)) == 0 {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256-" + hex.EncodeToString(sum[:])[:40]
+}
+
+// Build returns the Job for a task and, when the task has secret values,
+// the Secret they go into (named after the Job; the caller makes the Job
+// its owner once the Job exists).
+func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
+	o.setDefaults()
+	if t.ID == "" || t.Namespace == "" {
+		return nil, nil, fmt.Errorf("%w: a task needs an ID and a namespace", ErrInvalidTask)
+	}
+	if o.DispatcherID == "" {
+		return nil, nil, fmt.Errorf("%w: no dispatcher ID", ErrInvalidTask)
+	}
+	if err := checkEnv(t, o.EnvAllowList); err != nil {
+		return nil, nil, err
+	}
+	if t.RepoURL != "" && len(o.RepoAllowList) > 0 && !matchesAny(o.RepoAllowList, t.RepoURL) {
+		return nil, nil, fmt.Errorf("%w: %s", ErrRepoNotAllowed, t.RepoURL)
+	}
+	name := Name(t.ID)
+
+	pod, err := mergeTemplate(o.Template, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	main := runner(&pod.Spec)
+	if main == nil || main.Image == "" {
+		return nil, nil, fmt.Errorf("%w: task %s has no image and the template's %q container has none", ErrInvalidTask, t.ID, RunnerContainer)
+	}
+	labels := map[string]string{
+		LabelRunner:     "true",
+		LabelTaskID:     taskLabel(t.ID),
+		LabelDispatcher: o.DispatcherID,
+	}
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	for k, v := range labels {
+		pod.Labels[k] = v
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[AnnotationTaskID] = t.ID
+	if t.RepoURL != "" {
+		pod.Annotations[AnnotationRepoURL] = t.RepoURL
+	}
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+
+	var secret *corev1.Secret
+	if len(t.SecretEnv) > 0 {
+		secret = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: t.Namespace, Labels: map[string]string{LabelTaskID: labels[LabelTaskID], LabelDispatcher: o.DispatcherID}},
+			Type:       corev1.SecretTypeOpaque,
+			StringData: map[string]string{},
+		}
+		for _, k := range sortedKeys(t.SecretEnv) {
+			secret.StringData[k] = t.SecretEnv[k]
+			setEnv(main, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: k,
+			}}})
+		}
+	}
+
+	deadline := o.DefaultDeadline
+	if t.ActiveDeadlineSeconds != nil {
+		deadline = *t.ActiveDeadlineSeconds
+	}
+	j := &batchv1.Job{
+		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: t.Namespace,
+			Labels:      map[string]string{LabelTaskID: labels[LabelTaskID], LabelDispatcher: o.DispatcherID},
+			Annotations: map[string]string{AnnotationTaskID: t.ID},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:            ptr.To[int32](0),
+			PodReplacementPolicy:    ptr.To(batchv1.Failed),
+			ActiveDeadlineSeconds:   ptr.To(deadline),
+			TTLSecondsAfterFinished: ptr.To(o.TTLSecondsAfterFinished),
+			Template:                pod,
+		},
+	}
+	return j, secret, nil
+}
+
+// mergeTemplate strategic-merges the task into the platform's template:
+// the task's image, command, args and env win for the runner container,
+// env merged by name.
+func mergeTemplate(tmpl corev1.PodTemplateSpec, t Task) (corev1.PodTemplateSpec, error) {
+	base, err := json.Marshal(tmpl)
+	if err != nil {
+		return tmpl, fmt.Errorf("%w: %w", ErrInvalidTemplate, err)
+	}
+	c := map[string]any{"name": RunnerContainer}
+	if t.Image != "" {
+		c["image"] = t.Image
+	}
+	if len(t.Command) > 0 {
+		c["command"] = t.Command
+	}
+	if len(t.Args) > 0 {
+		c["args"] = t.Args
+	}
+	if len(t.Env) > 0 {
+		c["env"] = t.Env
+	}
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"containers": []any{c}}})
+	if err != nil {
+		return tmpl, fmt.Errorf("%w: %w", ErrInvalidTask, err)
+	}
+	merged, err := strategicpatch.StrategicMergePatch(base, patch, corev1.PodTemplateSpec{})
+	if err != nil {
+		return tmpl, fmt.Errorf("%w: merging task %s into the template: %w", ErrInvalidTask, t.ID, err)
+	}
+	var out corev1.PodTemplateSpec
+	if err := json.Unmarshal(merged, &out); err != nil {
+		return tmpl, fmt.Errorf("%w: %w", ErrInvalidTask, err)
+	}
+	return out, nil
+}
+
+func runner(spec *corev1.PodSpec) *corev1.Container {
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == RunnerContainer {
+			return &spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+func setEnv(c *corev1.Container, e corev1.EnvVar) {
+	for i := range c.Env {
+		if c.Env[i].Name == e.Name {
+			c.Env[i] = e
+			return
+		}
+	}
+	c.Env = append(c.Env, e)
+}
+
+// checkEnv refuses a task whose variables are not all on the allow-list, or
+// that sets one both plainly and secretly.
+func checkEnv(t Task, allow []string) error {
+	var refused []string
+	check := func(name string) {
+		for _, p := range allow {
+			if ok, _ := path.Match(p, name); ok {
+				return
+			}
+		}
+		refused = append(refused, name)
+	}
+	for _, e := range t.Env {
+		check(e.Name)
+		if _, dup := t.SecretEnv[e.Name]; dup {
+			return fmt.Errorf("%w: %w: %s", ErrInvalidTask, errSecretCollisions, e.Name)
+		}
+	}
+	for _, k := range sortedKeys(t.SecretEnv) {
+		check(k)
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("%w: %s (allowed: %s)", ErrEnvNotAllowed, strings.Join(refused, ", "), strings.Join(allow, ", "))
+	}
+	return nil
+}
+
+func matchesAny(res []*regexp.Regexp, s string) bool {
+	for _, re := range res {
+		if re.MatchString(s) {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
