@@ -104,9 +104,9 @@ cluster-up: ## Start the local cluster with its real node (RUNWARDEN_REAL_NODE=f
 	hack/cluster.sh up
 
 .PHONY: images
-images: ## Build the image archives (pause, runner) and load them into a running real node.
+images: ## Build the image archives (pause, runner, webhook, postrender) and load them into a running real node.
 	hack/images.sh build
-	@sock=$$(hack/node.sh socket); if [ -S "$$sock" ]; then hack/images.sh load pause runner --address "$$sock"; \
+	@sock=$$(hack/node.sh socket); if [ -S "$$sock" ]; then hack/images.sh load pause runner webhook postrender --address "$$sock"; \
 	else echo "images: no real node running; archives are in $$(dirname $$(hack/images.sh archive pause))"; fi
 
 .PHONY: cluster-down

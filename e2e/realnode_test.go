@@ -261,6 +261,42 @@ true`)
 	testenv.Test(t, f)
 }
 
+// TestRunwardenImagesStart runs the images of runwarden's own binaries on
+// the real node: each starts, as the non-root user, and prints its version.
+func TestRunwardenImagesStart(t *testing.T) {
+	f := features.New("runwarden images start").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			if suite.Kind != harness.ClusterLocal {
+				t.Skip("skipped: images are loaded by hack/images.sh into the local cluster's node only")
+			}
+			if err := suite.LoadImages(ctx, "webhook", "postrender"); err != nil {
+				t.Fatal(err)
+			}
+			return ctx
+		}).
+		Assess("webhook and postrender print their versions", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			for _, image := range []string{"webhook", "postrender"} {
+				ref, err := suite.ImageRef(ctx, image)
+				if err != nil {
+					t.Fatal(err)
+				}
+				job := realJob(ctx, t, ns, image, "")
+				c := &job.Spec.Template.Spec.Containers[0]
+				c.Image, c.Command, c.Args = ref, nil, []string{"--version"}
+				c.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false)}
+				_, logs := runToCompletion(ctx, t, cfg, job)
+				tag := ref[strings.LastIndex(ref, ":")+1:]
+				if want := "runwarden-" + image + " " + tag + "\n"; logs != want {
+					t.Errorf("%s --version printed %q, want %q", image, logs, want)
+				}
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
 // tofuConfig is an OpenTofu configuration with one built-in resource and
 // the kubernetes backend, which keeps state in a Secret and locks with a Lease.
 const tofuConfig = `

@@ -34,6 +34,10 @@ procs=$(pgrep -af "$state_dir/|$tools_dir/(kubernetes|etcd|kwok|coredns)-" | awk
 mounts=$(awk -v d="$state_dir/" 'index($2, d) == 1 {print $2}' /proc/self/mounts)
 [[ -z $mounts ]] || report "mounts:"$'\n'"$mounts"
 
+if [[ -n $(ls -A /run/containerd/s 2>/dev/null) ]]; then
+	report "containerd shim sockets in /run/containerd/s"
+fi
+
 if ip link show rwbr0 >/dev/null 2>&1; then
 	report "bridge rwbr0"
 fi

@@ -8,7 +8,8 @@
 #        hack/images.sh archive IMAGE         print the archive path (builds it if needed)
 #        hack/images.sh load IMAGE... --address SOCK   import into containerd
 #
-# Images: pause (the pod sandbox), runner (busybox shell + OpenTofu).
+# Images: pause (the pod sandbox), runner (busybox shell + OpenTofu),
+# webhook and postrender (runwarden's own static binaries, non-root).
 # Archives are in `docker save` format: `kind load image-archive` and
 # `docker load` take them too. Each image's tag is a hash of its inputs, so
 # an archive is rebuilt only when an input changes.
@@ -18,7 +19,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools_dir=$(dirname "$("$root/hack/tools.sh" path kubernetes)")
 images_dir=$tools_dir/images
 busybox=${RUNWARDEN_BUSYBOX:-/bin/busybox}
-all_images=(pause runner)
+all_images=(pause runner webhook postrender)
 
 # inputs prints what an image is made of; its hash is the image tag.
 inputs() {
@@ -30,6 +31,12 @@ inputs() {
 	runner)
 		echo "opentofu $("$root/hack/tools.sh" path opentofu)"
 		sha256sum "$busybox"
+		cat "$root"/hack/image/*.go
+		declare -f recipe
+		;;
+	webhook | postrender)
+		go version
+		(cd "$root" && git ls-files -co --exclude-standard -- '*.go' go.mod go.sum 'policies/*.rego' | sort | xargs sha256sum)
 		cat "$root"/hack/image/*.go
 		declare -f recipe
 		;;
@@ -77,6 +84,15 @@ recipe() {
 			--env HOME=/home/runner \
 			--label org.opencontainers.image.title=runwarden-runner)
 		;;
+	webhook | postrender)
+		(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/runwarden/runwarden/internal/version.Version=$(tag "$image")" \
+			-o "$work/runwarden-$image" "./$image")
+		(cd "$root" && go run ./hack/image --ref "$(ref "$image")" --out "$out" \
+			--file "$work/runwarden-$image=/usr/local/bin/runwarden-$image" \
+			--entrypoint "/usr/local/bin/runwarden-$image" --uid 65532 --user runwarden \
+			--label "org.opencontainers.image.title=runwarden-$image" \
+			--label "org.opencontainers.image.source=https://github.com/runwarden/runwarden")
+		;;
 	esac
 	rm -rf "$work"
 }
@@ -91,6 +107,8 @@ build() {
 	local start=$SECONDS
 	echo "images: building $(ref "$image")" >&2
 	recipe "$image" "$out" >/dev/null
+	# Older archives of the same image are replaced by this one.
+	find "$images_dir" -maxdepth 1 -name "$image-*.tar" ! -name "$(basename "$out")" -delete
 	echo "images: built $image in $((SECONDS - start))s ($out)" >&2
 }
 

@@ -41,6 +41,7 @@ cluster_dir=$state_dir/clusters/$name
 node_dir=$cluster_dir/node
 kubeconfig=$cluster_dir/kubeconfig
 owner_file=$state_dir/real-node.owner
+run_marker=$state_dir/real-node.run-containerd
 kube_bin=$("$root/hack/tools.sh" path kubernetes)
 coredns_bin=$("$root/hack/tools.sh" path coredns)
 sock=$node_dir/containerd/containerd.sock
@@ -137,6 +138,7 @@ write_configs() {
 	      runtime_type = "io.containerd.runc.v2"
 	      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
 	        SystemdCgroup = false
+	        Root = "$node_dir/runc"
 	  [plugins."io.containerd.grpc.v1.cri".cni]
 	    bin_dir = "/usr/lib/cni"
 	    conf_dir = "$node_dir/cni/conf"
@@ -257,6 +259,11 @@ up() {
 		fi
 	fi
 	echo "$name" >"$owner_file"
+	# containerd 1.6 always puts its shims' sockets under /run/containerd/s;
+	# remember whether that folder was ours to remove at teardown.
+	if [[ ! -e /run/containerd && ! -e $run_marker ]]; then
+		touch "$run_marker"
+	fi
 	local start_s=$SECONDS
 	ensure_bridge
 	write_configs
@@ -355,6 +362,10 @@ down() {
 	rm -rf "$node_dir"
 	if [[ -f $owner_file && $(cat "$owner_file") == "$name" ]]; then
 		rm -f "$owner_file"
+		if [[ -f $run_marker ]]; then
+			rmdir /run/containerd/s /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd 2>/dev/null || true
+			rm -f "$run_marker"
+		fi
 	fi
 	log "stopped and removed"
 }

@@ -100,3 +100,21 @@ func PodLogs(ctx context.Context, cfg *envconf.Config, namespace, pod, container
 	}
 	return string(b), nil
 }
+
+// LoadImages builds runwarden images and loads them into the real node's
+// containerd (hack/images.sh), for the local cluster.
+func (c Config) LoadImages(ctx context.Context, images ...string) error {
+	sock, err := exec.CommandContext(ctx, filepath.Join(c.RepoRoot, "hack", "node.sh"), "socket", "--name", c.Name).Output()
+	if err != nil {
+		return fmt.Errorf("finding the real node's containerd: %w", err)
+	}
+	args := append([]string{"load"}, images...)
+	args = append(args, "--address", strings.TrimSpace(string(sock)))
+	cmd := exec.CommandContext(ctx, filepath.Join(c.RepoRoot, "hack", "images.sh"), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("hack/images.sh %s: %w\n%s", strings.Join(args, " "), err, out.String())
+	}
+	return nil
+}
