@@ -1,0 +1,351 @@
+// Package kube is the dispatcher's `kube` task source: RunnerTask objects,
+// each run as the one Job package job builds, with the task's status kept
+// in the RunnerTask. The Job is the durable record: the reconciler keeps no
+// state of its own, so a restarted dispatcher finds every Job by its
+// deterministic name and carries on.
+package kube
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/dispatcher/job"
+)
+
+// Failure reasons the reconciler reports; a bounded set.
+const (
+	ReasonCompleted        = "Completed"
+	ReasonNonZeroExit      = "NonZeroExit"
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	ReasonOOMKilled        = "OOMKilled"
+	ReasonImagePullError   = "ImagePullError"
+	ReasonInvalidImage     = "InvalidImage"
+	ReasonContainerConfig  = "CreateContainerConfigError"
+	ReasonEvicted          = "Evicted"
+	ReasonRefused          = "Refused"
+	ReasonCancelled        = "Cancelled"
+	ReasonCapacity         = "WaitingForCapacity"
+	ReasonFailed           = "Failed"
+)
+
+// Options configure a Reconciler.
+type Options struct {
+	// Client reads and writes the cluster. Required.
+	Client client.Client
+	// Jobs says how Jobs are built (dispatcher ID, template, allow-lists). Required.
+	Jobs job.Options
+	// MaxConcurrent is how many of this dispatcher's Jobs may run at once.
+	// Default: 10.
+	MaxConcurrent int
+	// RequeueAfter is how soon a task waiting for capacity is looked at
+	// again. Default: 5s.
+	RequeueAfter time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = 10
+	}
+	if o.RequeueAfter <= 0 {
+		o.RequeueAfter = 5 * time.Second
+	}
+}
+
+// Reconciler runs RunnerTasks as Jobs.
+type Reconciler struct {
+	opts Options
+}
+
+var _ reconcile.Reconciler = (*Reconciler)(nil)
+
+// New returns a Reconciler.
+func New(opts Options) *Reconciler {
+	opts.setDefaults()
+	return &Reconciler{opts: opts}
+}
+
+// SetupWithManager watches RunnerTasks, their Jobs, and the Jobs' pods.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("runnertask").
+		For(&v1alpha1.RunnerTask{}).
+		Owns(&batchv1.Job{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToTask)).
+		Complete(r)
+}
+
+// podToTask maps a runner pod to its RunnerTask through the task annotation.
+func podToTask(_ context.Context, o client.Object) []reconcile.Request {
+	ns, name, ok := taskRef(o.GetAnnotations()[job.AnnotationTaskID])
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+}
+
+// TaskID is the task ID of a RunnerTask: namespace, name and UID, so a
+// RunnerTask deleted and created again is a new task with a new Job.
+func TaskID(rt *v1alpha1.RunnerTask) string {
+	return rt.Namespace + "/" + rt.Name + "/" + string(rt.UID)
+}
+
+func taskRef(id string) (ns, name string, ok bool) {
+	parts := strings.Split(id, "/")
+	if len(parts) != 3 {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
+func terminal(p v1alpha1.Phase) bool {
+	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed || p == v1alpha1.PhaseCancelled
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	logger := log.FromContext(ctx)
+	rt := &v1alpha1.RunnerTask{}
+	if err := r.opts.Client.Get(ctx, req.NamespacedName, rt); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if terminal(rt.Status.Phase) {
+		return reconcile.Result{}, nil
+	}
+	name := job.Name(TaskID(rt))
+	j := &batchv1.Job{}
+	err := r.opts.Client.Get(ctx, client.ObjectKey{Namespace: rt.Namespace, Name: name}, j)
+	switch {
+	case apierrors.IsNotFound(err):
+		j = nil
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("reading job %s: %w", name, err)
+	}
+
+	if rt.Spec.Cancel {
+		if j != nil {
+			if err := r.opts.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return reconcile.Result{}, fmt.Errorf("stopping job %s: %w", name, err)
+			}
+		}
+		return reconcile.Result{}, r.finish(ctx, rt, v1alpha1.PhaseCancelled, ReasonCancelled, "cancelled by spec.cancel", nil)
+	}
+
+	if j == nil {
+		return r.start(ctx, rt)
+	}
+	if rt.Status.JobName == "" {
+		// Adopted after a restart between create and status update.
+		if err := r.setRunning(ctx, rt, j.Name); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	phase, reason, msg, exit, err := r.outcome(ctx, j)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if phase == "" {
+		return reconcile.Result{}, nil
+	}
+	if phase == v1alpha1.PhaseFailed && !jobFinished(j) {
+		// Fail fast: the pod cannot start; stop the Job now.
+		if err := r.opts.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	logger.Info("task finished", "job", j.Name, "phase", phase, "reason", reason)
+	return reconcile.Result{}, r.finish(ctx, rt, phase, reason, msg, exit)
+}
+
+// start creates the task's Secret and Job, unless capacity is full.
+func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconcile.Result, error) {
+	running, err := r.running(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if running >= r.opts.MaxConcurrent {
+		if rt.Status.Phase != v1alpha1.PhasePending || rt.Status.Reason != ReasonCapacity {
+			rt.Status.Phase, rt.Status.Reason = v1alpha1.PhasePending, ReasonCapacity
+			rt.Status.Message = fmt.Sprintf("%d of %d tasks running", running, r.opts.MaxConcurrent)
+			if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		return reconcile.Result{RequeueAfter: r.opts.RequeueAfter}, nil
+	}
+	t := job.Task{
+		ID: TaskID(rt), Namespace: rt.Namespace, Image: rt.Spec.Image, Command: rt.Spec.Command, Args: rt.Spec.Args,
+		Env: rt.Spec.Env, RepoURL: rt.Spec.RepoURL, ActiveDeadlineSeconds: rt.Spec.ActiveDeadlineSeconds,
+	}
+	j, secret, err := job.Build(t, r.opts.Jobs)
+	if err != nil {
+		// A task that can never run is finished, not retried.
+		return reconcile.Result{}, r.finish(ctx, rt, v1alpha1.PhaseFailed, ReasonRefused, err.Error(), nil)
+	}
+	if err := controllerutil.SetControllerReference(rt, j, r.opts.Client.Scheme()); err != nil {
+		return reconcile.Result{}, err
+	}
+	if secret != nil {
+		if err := r.opts.Client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+			return reconcile.Result{}, fmt.Errorf("creating secret %s: %w", secret.Name, err)
+		}
+	}
+	if err := r.opts.Client.Create(ctx, j); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return reconcile.Result{}, fmt.Errorf("creating job %s: %w", j.Name, err)
+		}
+		// Another attempt created it first: adopt it, never duplicate it.
+	}
+	if secret != nil {
+		if err := r.ownSecret(ctx, j, secret.Name); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	return reconcile.Result{}, r.setRunning(ctx, rt, j.Name)
+}
+
+// ownSecret makes the Job the owner of the task's Secret, so they go together.
+func (r *Reconciler) ownSecret(ctx context.Context, j *batchv1.Job, name string) error {
+	created := &batchv1.Job{}
+	if err := r.opts.Client.Get(ctx, client.ObjectKeyFromObject(j), created); err != nil {
+		return err
+	}
+	s := &corev1.Secret{}
+	if err := r.opts.Client.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: name}, s); err != nil {
+		return err
+	}
+	if metav1.IsControlledBy(s, created) {
+		return nil
+	}
+	patch := client.MergeFrom(s.DeepCopy())
+	s.OwnerReferences = append(s.OwnerReferences, metav1.OwnerReference{
+		APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID, Controller: ptr.To(true),
+	})
+	return r.opts.Client.Patch(ctx, s, patch)
+}
+
+// running counts this dispatcher's unfinished Jobs.
+func (r *Reconciler) running(ctx context.Context) (int, error) {
+	var jobs batchv1.JobList
+	if err := r.opts.Client.List(ctx, &jobs, client.MatchingLabels{job.LabelDispatcher: r.opts.Jobs.DispatcherID}); err != nil {
+		return 0, fmt.Errorf("listing jobs: %w", err)
+	}
+	n := 0
+	for i := range jobs.Items {
+		if !jobFinished(&jobs.Items[i]) && jobs.Items[i].DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (r *Reconciler) setRunning(ctx context.Context, rt *v1alpha1.RunnerTask, jobName string) error {
+	rt.Status.Phase = v1alpha1.PhaseRunning
+	rt.Status.JobName = jobName
+	rt.Status.Reason, rt.Status.Message = "", ""
+	if rt.Status.StartTime == nil {
+		rt.Status.StartTime = ptr.To(metav1.Now())
+	}
+	return r.opts.Client.Status().Update(ctx, rt)
+}
+
+func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, phase v1alpha1.Phase, reason, msg string, exit *int32) error {
+	rt.Status.Phase, rt.Status.Reason, rt.Status.Message, rt.Status.ExitCode = phase, reason, msg, exit
+	rt.Status.CompletionTime = ptr.To(metav1.Now())
+	return r.opts.Client.Status().Update(ctx, rt)
+}
+
+func jobFinished(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && slices.Contains([]batchv1.JobConditionType{
+			batchv1.JobComplete, batchv1.JobFailed, batchv1.JobSuccessCriteriaMet, batchv1.JobFailureTarget,
+		}, c.Type) {
+			return true
+		}
+	}
+	return false
+}
+
+// outcome reads how the Job went; an empty phase means it still runs.
+func (r *Reconciler) outcome(ctx context.Context, j *batchv1.Job) (v1alpha1.Phase, string, string, *int32, error) {
+	var pods corev1.PodList
+	if err := r.opts.Client.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": j.Name}); err != nil {
+		return "", "", "", nil, fmt.Errorf("listing pods of job %s: %w", j.Name, err)
+	}
+	exit, podReason, podMsg := podState(pods.Items)
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete, batchv1.JobSuccessCriteriaMet:
+			return v1alpha1.PhaseSucceeded, ReasonCompleted, c.Message, exit, nil
+		case batchv1.JobFailed, batchv1.JobFailureTarget:
+			reason := ReasonFailed
+			switch {
+			case c.Reason == batchv1.JobReasonDeadlineExceeded:
+				reason = ReasonDeadlineExceeded
+			case podReason != "":
+				reason = podReason
+			case exit != nil && *exit != 0:
+				reason = ReasonNonZeroExit
+			}
+			msg := strings.TrimSpace(c.Message + " " + podMsg)
+			return v1alpha1.PhaseFailed, reason, msg, exit, nil
+		}
+	}
+	// Fail fast on pods that cannot start.
+	if podReason == ReasonImagePullError || podReason == ReasonInvalidImage || podReason == ReasonContainerConfig {
+		return v1alpha1.PhaseFailed, podReason, podMsg, nil, nil
+	}
+	return "", "", "", nil, nil
+}
+
+// podState reads the runner container: its exit code, and a reason when it
+// cannot start or was killed.
+func podState(pods []corev1.Pod) (*int32, string, string) {
+	for _, p := range pods {
+		if p.Status.Reason == "Evicted" {
+			return nil, ReasonEvicted, p.Status.Message
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Name != job.RunnerContainer {
+				continue
+			}
+			if t := s.State.Terminated; t != nil {
+				code := t.ExitCode
+				if t.Reason == "OOMKilled" {
+					return &code, ReasonOOMKilled, t.Message
+				}
+				return &code, "", t.Message
+			}
+			if w := s.State.Waiting; w != nil {
+				switch w.Reason {
+				case "ErrImagePull", "ImagePullBackOff":
+					return nil, ReasonImagePullError, w.Message
+				case "InvalidImageName":
+					return nil, ReasonInvalidImage, w.Message
+				case "CreateContainerConfigError":
+					return nil, ReasonContainerConfig, w.Message
+				}
+			}
+		}
+	}
+	return nil, "", ""
+}

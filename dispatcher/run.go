@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/kube"
+	"github.com/runwarden/runwarden/internal/version"
+)
+
+// config is the parsed command line.
+type config struct {
+	id            string
+	template      string
+	maxConcurrent int
+	deadline      time.Duration
+	ttl           time.Duration
+	envAllow      []string
+	repoAllow     []*regexp.Regexp
+	namespace     string
+	metricsAddr   string
+	healthAddr    string
+	kubeconfig    string
+	logLevel      string
+	version       bool
+}
+
+func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	var envAllow, repoAllow string
+	fs := flag.NewFlagSet("runwarden-dispatcher", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	defaultID := getenv("POD_NAME")
+	if defaultID == "" {
+		defaultID, _ = os.Hostname()
+	}
+	fs.StringVar(&c.id, "dispatcher-id", defaultID, "this dispatcher's name on its Jobs (default $POD_NAME, then the host name)")
+	fs.StringVar(&c.template, "pod-template", "", "the platform's runner pod template (a PodTemplateSpec, YAML); it must have a container named main")
+	fs.IntVar(&c.maxConcurrent, "max-concurrent", 10, "tasks running at once; more wait")
+	fs.DurationVar(&c.deadline, "default-deadline", time.Hour, "activeDeadlineSeconds of tasks that set none")
+	fs.DurationVar(&c.ttl, "job-ttl", 24*time.Hour, "ttlSecondsAfterFinished of the Jobs")
+	fs.StringVar(&envAllow, "env-allow", "", "comma-separated glob patterns of the env variable names a task may set (default: none)")
+	fs.StringVar(&repoAllow, "repo-allow", "", "comma-separated regular expressions a task's repository URL must match one of (default: any)")
+	fs.StringVar(&c.namespace, "namespace", "", "watch RunnerTasks in this namespace only (default: all)")
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
+	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.version, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.version {
+		return c, nil
+	}
+	if c.id == "" {
+		return c, errors.New("--dispatcher-id is empty and no host name is known")
+	}
+	if errs := validLabel(c.id); errs != "" {
+		return c, fmt.Errorf("--dispatcher-id %q: %s", c.id, errs)
+	}
+	if c.maxConcurrent < 1 {
+		return c, fmt.Errorf("--max-concurrent %d: must be at least 1", c.maxConcurrent)
+	}
+	c.envAllow = splitList(envAllow)
+	for _, p := range splitList(repoAllow) {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			return c, fmt.Errorf("--repo-allow %q: %w", p, err)
+		}
+		c.repoAllow = append(c.repoAllow, re)
+	}
+	return c, nil
+}
+
+func validLabel(v string) string {
+	if _, err := labels.Parse("x=" + v); err != nil || len(v) > 63 {
+		return "must be a valid label value (63 characters at most: letters, digits, '-', '_', '.')"
+	}
+	return ""
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func readTemplate(path string) (corev1.PodTemplateSpec, error) {
+	var t corev1.PodTemplateSpec
+	if path == "" {
+		return t, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return t, fmt.Errorf("reading the pod template: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(b, &t); err != nil {
+		return t, fmt.Errorf("pod template %s: %w", path, err)
+	}
+	if err := job.ValidateTemplate(t); err != nil {
+		return t, fmt.Errorf("pod template %s: %w", path, err)
+	}
+	return t, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, err := parse(args, os.Getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-dispatcher: %v\n", err)
+		return 2
+	}
+	if c.version {
+		fmt.Fprintf(stdout, "runwarden-dispatcher %s\n", version.String())
+		return 0
+	}
+	tmpl, err := readTemplate(c.template)
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-dispatcher: %v\n", err)
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "runwarden-dispatcher: --log-level %q: %v\n", c.logLevel, err)
+		return 2
+	}
+	logger := logr.FromSlogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ctrllog.SetLogger(logger)
+	ctx = logr.NewContext(ctx, logger)
+	if err := serve(ctx, c, tmpl); err != nil {
+		logger.Error(err, "dispatcher stopped")
+		return 1
+	}
+	return 0
+}
+
+func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
+	if c.kubeconfig != "" {
+		if err := os.Setenv("KUBECONFIG", c.kubeconfig); err != nil {
+			return err
+		}
+	}
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("finding the cluster: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	own := labels.SelectorFromSet(labels.Set{job.LabelDispatcher: c.id})
+	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		// Only this dispatcher's Jobs and pods are watched.
+		&batchv1.Job{}: {Label: own},
+		&corev1.Pod{}:  {Label: own},
+	}}
+	if c.namespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{c.namespace: {}}
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  cacheOpts,
+		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
+		HealthProbeBindAddress: c.healthAddr,
+		BaseContext:            func() context.Context { return ctx },
+	})
+	if err != nil {
+		return fmt.Errorf("making the manager: %w", err)
+	}
+	r := kube.New(kube.Options{
+		Client: mgr.GetClient(),
+		Jobs: job.Options{
+			DispatcherID: c.id, Template: tmpl,
+			DefaultDeadline:         int64(c.deadline.Seconds()),
+			TTLSecondsAfterFinished: int32(c.ttl.Seconds()),
+			EnvAllowList:            c.envAllow,
+			RepoAllowList:           c.repoAllow,
+		},
+		MaxConcurrent: c.maxConcurrent,
+	})
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	logr.FromContextOrDiscard(ctx).Info("dispatching RunnerTasks", "dispatcher", c.id, "maxConcurrent", c.maxConcurrent)
+	return mgr.Start(ctx)
+}

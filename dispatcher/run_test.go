@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRunRefusesBadConfiguration(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	badTmpl := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(badTmpl, []byte("spec:\n  restartPolicy: Always\n  containers:\n  - name: runner\n    image: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	typo := filepath.Join(dir, "typo.yaml")
+	if err := os.WriteFile(typo, []byte("spec:\n  containerz: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want []string
+		code int
+	}{
+		{name: "version", args: []string{"--version"}, code: 0},
+		{name: "bad id", args: []string{"--dispatcher-id", "not a label!"}, code: 2, want: []string{"--dispatcher-id"}},
+		{name: "bad concurrency", args: []string{"--dispatcher-id", "d", "--max-concurrent", "0"}, code: 2, want: []string{"--max-concurrent 0"}},
+		{name: "bad repo regexp", args: []string{"--dispatcher-id", "d", "--repo-allow", "("}, code: 2, want: []string{"--repo-allow"}},
+		{name: "invalid template", args: []string{"--dispatcher-id", "d", "--pod-template", badTmpl}, code: 2, want: []string{`no container named "main"`, "restartPolicy"}},
+		{name: "unknown template field", args: []string{"--dispatcher-id", "d", "--pod-template", typo}, code: 2, want: []string{"containerz"}},
+		{name: "missing template", args: []string{"--dispatcher-id", "d", "--pod-template", filepath.Join(dir, "none.yaml")}, code: 2, want: []string{"none.yaml"}},
+		{name: "stray argument", args: []string{"--dispatcher-id", "d", "extra"}, code: 2, want: []string{"unexpected arguments"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			if code := run(t.Context(), tt.args, &stdout, &stderr); code != tt.code {
+				t.Errorf("exit %d, want %d; stderr %s", code, tt.code, stderr.String())
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q: %s", w, stderr.String())
+				}
+			}
+		})
+	}
+}
+
+func TestParseLists(t *testing.T) {
+	t.Parallel()
+	c, err := parse([]string{"--dispatcher-id", "d", "--env-allow", "TF_*, GREETING ,", "--repo-allow", `^https://a/,^https://b/`}, func(string) string { return "" }, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.envAllow) != 2 || c.envAllow[1] != "GREETING" || len(c.repoAllow) != 2 {
+		t.Errorf("env %q, repos %v", c.envAllow, c.repoAllow)
+	}
+	c, err = parse(nil, func(k string) string {
+		if k == "POD_NAME" {
+			return "dispatcher-7d9f"
+		}
+		return ""
+	}, &bytes.Buffer{})
+	if err != nil || c.id != "dispatcher-7d9f" {
+		t.Errorf("id from POD_NAME: %q, %v", c.id, err)
+	}
+}

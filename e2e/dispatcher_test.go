@@ -1,0 +1,276 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/e2e-framework/klient/k8s"
+	"sigs.k8s.io/e2e-framework/klient/wait/conditions"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+	"sigs.k8s.io/yaml"
+
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/e2e/harness"
+)
+
+// dispatcherProcess is runwarden-dispatcher running on the host against the
+// suite's cluster, watching one namespace.
+type dispatcherProcess struct {
+	cmd    *exec.Cmd
+	log    *bytes.Buffer
+	bin    string
+	args   []string
+	health string
+}
+
+func installCRD(ctx context.Context, t *testing.T, cfg *envconf.Config) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(suite.RepoRoot, "dispatcher", "api", "v1alpha1", "crd", "runwarden.dev_runnertasks.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(b, crd); err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Client().Resources()
+	if err := apiextensionsv1.AddToScheme(r.GetScheme()); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(r.GetScheme()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Create(ctx, crd); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("creating the RunnerTask CRD: %v", err)
+	}
+	established := conditions.New(r).ResourceMatch(crd, func(o k8s.Object) bool {
+		for _, c := range o.(*apiextensionsv1.CustomResourceDefinition).Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	})
+	if err := harness.WaitFor(ctx, "the RunnerTask CRD to be established", 30*time.Second, established); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startDispatcher builds and starts the dispatcher for namespace ns with a
+// pod template that runs on the real node.
+func startDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) *dispatcherProcess {
+	t.Helper()
+	dir := t.TempDir()
+	d := &dispatcherProcess{log: &bytes.Buffer{}, bin: filepath.Join(dir, "runwarden-dispatcher")}
+	build := exec.CommandContext(ctx, "go", "build", "-o", d.bin, "./dispatcher")
+	build.Dir = suite.RepoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./dispatcher: %v\n%s", err, out)
+	}
+	image, err := suite.ImageRef(ctx, "runner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To[int64](1),
+		Containers:                    []corev1.Container{{Name: "main", Image: image, ImagePullPolicy: corev1.PullNever}},
+	}}
+	harness.OnRealNode(&tmpl.Spec)
+	b, err := yaml.Marshal(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmplFile := filepath.Join(dir, "template.yaml")
+	if err := os.WriteFile(tmplFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.health = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d.args = []string{
+		"--dispatcher-id", "e2e-" + ns[len(ns)-6:], "--namespace", ns, "--pod-template", tmplFile,
+		"--env-allow", "GREETING,TF_*", "--max-concurrent", "5",
+		"--metrics-bind-address", "0", "--health-probe-bind-address", d.health,
+		"--kubeconfig", cfg.KubeconfigFile(),
+	}
+	d.start(ctx, t)
+	t.Cleanup(func() { d.stop(os.Interrupt) })
+	return d
+}
+
+func (d *dispatcherProcess) start(ctx context.Context, t *testing.T) {
+	t.Helper()
+	d.cmd = exec.Command(d.bin, d.args...)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := func(context.Context) (bool, error) {
+		resp, err := http.Get("http://" + d.health + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}
+	if err := harness.WaitFor(ctx, "the dispatcher to be ready", 30*time.Second, ready); err != nil {
+		t.Fatalf("%v\n%s", err, d.log.String())
+	}
+}
+
+func (d *dispatcherProcess) stop(sig os.Signal) {
+	if d.cmd != nil && d.cmd.Process != nil && d.cmd.ProcessState == nil {
+		_ = d.cmd.Process.Signal(sig)
+		_, _ = d.cmd.Process.Wait()
+	}
+}
+
+func runnerTask(ns, name string, script string) *v1alpha1.RunnerTask {
+	return &v1alpha1.RunnerTask{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.RunnerTaskSpec{
+			Command: []string{"/bin/sh", "-c", script},
+			Env:     []corev1.EnvVar{{Name: "GREETING", Value: "hello"}},
+		},
+	}
+}
+
+// waitPhase waits for a RunnerTask to reach a final phase and returns it.
+func waitPhase(ctx context.Context, t *testing.T, cfg *envconf.Config, rt *v1alpha1.RunnerTask, d *dispatcherProcess) *v1alpha1.RunnerTask {
+	t.Helper()
+	r := cfg.Client().Resources(rt.Namespace)
+	done := conditions.New(r).ResourceMatch(rt, func(o k8s.Object) bool {
+		switch o.(*v1alpha1.RunnerTask).Status.Phase {
+		case v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseCancelled:
+			return true
+		}
+		return false
+	})
+	if err := harness.WaitFor(ctx, "RunnerTask "+rt.Name+" to finish", 2*time.Minute, done); err != nil {
+		t.Fatalf("%v\ndispatcher log:\n%s", err, d.log.String())
+	}
+	got := &v1alpha1.RunnerTask{}
+	if err := r.Get(ctx, rt.Name, rt.Namespace, got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func jobsOf(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) []batchv1.Job {
+	t.Helper()
+	var jobs batchv1.JobList
+	if err := cfg.Client().Resources(ns).List(ctx, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	return jobs.Items
+}
+
+// TestDispatcherRunsRunnerTasks submits RunnerTasks and checks each runs as
+// exactly one Job whose outcome lands in the task's status.
+func TestDispatcherRunsRunnerTasks(t *testing.T) {
+	f := features.New("dispatcher runs RunnerTasks").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			installCRD(ctx, t, cfg)
+			return ctx
+		}).
+		Assess("success, failure with exit code, refusal, cancellation, restart", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			r := cfg.Client().Resources(ns)
+			d := startDispatcher(ctx, t, cfg, ns)
+
+			ok := runnerTask(ns, "ok", `echo "$GREETING from the runner"`)
+			if err := r.Create(ctx, ok); err != nil {
+				t.Fatal(err)
+			}
+			got := waitPhase(ctx, t, cfg, ok, d)
+			if got.Status.Phase != v1alpha1.PhaseSucceeded || got.Status.ExitCode == nil || *got.Status.ExitCode != 0 || got.Status.JobName == "" {
+				t.Errorf("task ok: status %+v", got.Status)
+			}
+			logs, err := suite.Kubectl(ctx, cfg, "logs", "-n", ns, "job/"+got.Status.JobName)
+			if err != nil || logs != "hello from the runner\n" {
+				t.Errorf("task ok logs %q, %v", logs, err)
+			}
+
+			bad := runnerTask(ns, "exit-3", `echo failing; exit 3`)
+			if err := r.Create(ctx, bad); err != nil {
+				t.Fatal(err)
+			}
+			got = waitPhase(ctx, t, cfg, bad, d)
+			if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != "NonZeroExit" || got.Status.ExitCode == nil || *got.Status.ExitCode != 3 {
+				t.Errorf("task exit-3: status %+v", got.Status)
+			}
+
+			refused := runnerTask(ns, "refused", "true")
+			refused.Spec.Env = append(refused.Spec.Env, corev1.EnvVar{Name: "AWS_SECRET_ACCESS_KEY", Value: "x"})
+			if err := r.Create(ctx, refused); err != nil {
+				t.Fatal(err)
+			}
+			got = waitPhase(ctx, t, cfg, refused, d)
+			if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != "Refused" || !strings.Contains(got.Status.Message, "AWS_SECRET_ACCESS_KEY") || got.Status.JobName != "" {
+				t.Errorf("task refused: status %+v", got.Status)
+			}
+
+			long := runnerTask(ns, "cancel-me", `sleep 300`)
+			if err := r.Create(ctx, long); err != nil {
+				t.Fatal(err)
+			}
+			started := conditions.New(r).ResourceMatch(long, func(o k8s.Object) bool {
+				return o.(*v1alpha1.RunnerTask).Status.JobName != ""
+			})
+			if err := harness.WaitFor(ctx, "task cancel-me to get a Job", time.Minute, started); err != nil {
+				t.Fatal(err)
+			}
+			// Restart the dispatcher hard while the task runs: the Job is the
+			// record, and the new process carries on with it.
+			d.stop(os.Kill)
+			d.start(ctx, t)
+			if err := r.Get(ctx, long.Name, ns, long); err != nil {
+				t.Fatal(err)
+			}
+			long.Spec.Cancel = true
+			if err := r.Update(ctx, long); err != nil {
+				t.Fatal(err)
+			}
+			got = waitPhase(ctx, t, cfg, long, d)
+			if got.Status.Phase != v1alpha1.PhaseCancelled {
+				t.Errorf("task cancel-me: status %+v", got.Status)
+			}
+
+			// Exactly one Job per task that got one.
+			byTask := map[string]int{}
+			for _, j := range jobsOf(ctx, t, cfg, ns) {
+				byTask[j.Annotations["runwarden.dev/task-id"]]++
+			}
+			for id, n := range byTask {
+				if n != 1 {
+					t.Errorf("task %s has %d Jobs, want 1", id, n)
+				}
+			}
+			out, err := suite.Kubectl(ctx, cfg, "get", "runnertasks", "-n", ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range []string{"PHASE", "JOB", "REASON", "EXIT", "Succeeded", "NonZeroExit", "Refused", "Cancelled"} {
+				if !strings.Contains(out, w) {
+					t.Errorf("kubectl get runnertasks lacks %q:\n%s", w, out)
+				}
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
