@@ -89,10 +89,12 @@ lint: ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: generate
-generate: ## Regenerate the RunnerTask deepcopy code and CRD with controller-gen.
+generate: ## Regenerate the RunnerTask deepcopy code and CRD, and the chart's copies of the CRD and policies.
 	hack/tools.sh controller-gen
 	$(call tool,controller-gen)/controller-gen object paths=./dispatcher/api/...
 	$(call tool,controller-gen)/controller-gen crd paths=./dispatcher/api/... output:crd:dir=dispatcher/api/v1alpha1/crd
+	cp dispatcher/api/v1alpha1/crd/*.yaml charts/runwarden/crds/
+	rm -f charts/runwarden/policies/*.rego && cp policies/*.rego charts/runwarden/policies/
 
 .PHONY: verify
 verify: ## Check formatting, go.mod tidiness and go vet.
@@ -118,8 +120,8 @@ kubeconfig: ## Print the local cluster's kubeconfig path.
 	@hack/cluster.sh kubeconfig
 
 .PHONY: demo
-demo: ## Install runwarden on the local cluster and run tasks through it.
-	@echo "make demo: the demo arrives with the chart (charts/runwarden); until then try 'make cluster-up'."
+demo: ## Start the local cluster, install runwarden through the post-renderer, run tasks, show the result.
+	hack/demo.sh
 
 .PHONY: clean
 clean: ## Remove build outputs (not the tool cache; see docs/development.md).

@@ -9,7 +9,7 @@
 #        hack/images.sh load IMAGE... --address SOCK   import into containerd
 #
 # Images: pause (the pod sandbox), runner (busybox shell + OpenTofu),
-# webhook and postrender (runwarden's own static binaries, non-root).
+# webhook, postrender and dispatcher (runwarden's own static binaries, non-root).
 # Archives are in `docker save` format: `kind load image-archive` and
 # `docker load` take them too. Each image's tag is a hash of its inputs, so
 # an archive is rebuilt only when an input changes.
@@ -19,7 +19,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools_dir=$(dirname "$("$root/hack/tools.sh" path kubernetes)")
 images_dir=$tools_dir/images
 busybox=${RUNWARDEN_BUSYBOX:-/bin/busybox}
-all_images=(pause runner webhook postrender)
+all_images=(pause runner webhook postrender dispatcher)
 
 # inputs prints what an image is made of; its hash is the image tag.
 inputs() {
@@ -34,7 +34,7 @@ inputs() {
 		cat "$root"/hack/image/*.go
 		declare -f recipe
 		;;
-	webhook | postrender)
+	webhook | postrender | dispatcher)
 		go version
 		(cd "$root" && git ls-files -co --exclude-standard -- '*.go' go.mod go.sum 'policies/*.rego' | sort | xargs sha256sum)
 		cat "$root"/hack/image/*.go
@@ -84,7 +84,7 @@ recipe() {
 			--env HOME=/home/runner \
 			--label org.opencontainers.image.title=runwarden-runner)
 		;;
-	webhook | postrender)
+	webhook | postrender | dispatcher)
 		(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/runwarden/runwarden/internal/version.Version=$(tag "$image")" \
 			-o "$work/runwarden-$image" "./$image")
 		(cd "$root" && go run ./hack/image --ref "$(ref "$image")" --out "$out" \

@@ -1,0 +1,77 @@
+# The decision the runwarden webhook asks for on every runner pod.
+#
+# Go gathers the input (see docs/policy.md), these rules decide, and Go
+# applies the decision: it denies the pod when `deny` is not empty, returns
+# `warnings` to the user, and turns `mutations` into a JSON patch.
+package runwarden.admission
+
+# decision is the one document the webhook reads.
+decision := {
+	"deny": denials,
+	"warnings": warnings,
+	"mutations": mutations,
+}
+
+# cfg is the platform configuration from the chart, with defaults.
+cfg := object.get(input, "config", {})
+
+audit if cfg.mode == "audit"
+
+# runner_containers are the containers mutations apply to by default.
+runner_containers := object.get(cfg, "containers", ["main"])
+
+default denials := []
+
+denials := [v | some v in violation_list] if not audit
+
+violation_list := sort([v | some v in violations])
+
+warnings := sort(array.concat(
+	[w | some w in warning],
+	[sprintf("audit: would deny: %s", [v.message]) | audit; some v in violation_list],
+))
+
+mutations := {
+	"labels": {k: v | some [k, v] in pod_labels},
+	"annotations": {k: v | some [k, v] in pod_annotations},
+	"nodeSelector": {k: v | some [k, v] in node_selector},
+	"tolerations": sort([t | some t in tolerations]),
+	"nodeAffinity": sort([e | some e in node_affinity]),
+	"volumes": sort([v | some v in volumes]),
+	"env": sort([e | some e in env]),
+	"envFrom": sort([e | some e in env_from]),
+	"volumeMounts": sort([m | some m in volume_mounts]),
+}
+
+# A violation names its rule, the container (empty for the pod) and the field.
+violation(rule, container, field, message) := {
+	"rule": rule,
+	"container": container,
+	"field": field,
+	"message": sprintf("%s: %s", [rule, message]),
+}
+
+# env_var sets an environment variable in the runner containers.
+env_var(name, value) := {"containers": runner_containers, "env": {"name": name, "value": value}}
+
+# env_secret sets an environment variable from a key of a Secret.
+env_secret(name, secret, key) := {"containers": runner_containers, "env": {
+	"name": name,
+	"valueFrom": {"secretKeyRef": {"name": secret, "key": key}},
+}}
+
+# mount mounts a volume in the runner containers, read-only.
+mount(volume, path) := {"containers": runner_containers, "volumeMount": {"name": volume, "mountPath": path, "readOnly": true}}
+
+# projected_token is a volume holding a service account token for an audience.
+projected_token(volume, audience, seconds, path) := {"name": volume, "projected": {"sources": [{"serviceAccountToken": {
+	"audience": audience,
+	"expirationSeconds": seconds,
+	"path": path,
+}}]}}
+
+sa_annotations := object.get(input, ["serviceAccount", "annotations"], {})
+
+ns_annotations := object.get(input, ["namespace", "annotations"], {})
+
+enabled(path) if object.get(cfg, path, false) == true

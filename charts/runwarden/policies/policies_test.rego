@@ -1,0 +1,238 @@
+package runwarden.admission_test
+
+import data.runwarden.admission
+
+base_pod := {
+	"metadata": {"name": "", "labels": {"runwarden.dev/runner": "true"}, "annotations": {}},
+	"spec": {"containers": [{
+		"name": "main",
+		"image": "registry.example.com/runner:1",
+		"resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+	}]},
+}
+
+input_with(cfg) := {
+	"operation": "CREATE",
+	"pod": base_pod,
+	"namespace": {"name": "team-a", "labels": {}, "annotations": {}},
+	"serviceAccount": {"name": "runner", "annotations": {}},
+	"config": cfg,
+	"secretRefs": [],
+}
+
+test_empty_config_changes_nothing if {
+	d := admission.decision with input as input_with({})
+	d.deny == []
+	d.warnings == []
+	d.mutations.env == []
+	d.mutations.volumes == []
+	d.mutations.labels == {}
+}
+
+test_irsa_injects_like_the_eks_webhook if {
+	inp := json.patch(input_with({"workloadIdentity": {"aws": {"enabled": true}}}), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/runner"}}])
+	d := admission.decision with input as inp
+	{"containers": ["main"], "env": {"name": "AWS_ROLE_ARN", "value": "arn:aws:iam::111122223333:role/runner"}} in d.mutations.env
+	{"containers": ["main"], "env": {"name": "AWS_WEB_IDENTITY_TOKEN_FILE", "value": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token"}} in d.mutations.env
+	some v in d.mutations.volumes
+	v.name == "aws-iam-token"
+	v.projected.sources[0].serviceAccountToken == {"audience": "sts.amazonaws.com", "expirationSeconds": 86400, "path": "token"}
+	{"containers": ["main"], "volumeMount": {"name": "aws-iam-token", "mountPath": "/var/run/secrets/eks.amazonaws.com/serviceaccount", "readOnly": true}} in d.mutations.volumeMounts
+}
+
+test_irsa_replaces_static_aws_keys if {
+	cfg := {"workloadIdentity": {"aws": {"enabled": true}}, "secretStores": {"aws": {"enabled": true, "secretName": "aws-creds"}}}
+	inp := json.patch(input_with(cfg), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}}])
+	d := admission.decision with input as inp
+	names := {e.env.name | some e in d.mutations.env}
+	"AWS_ROLE_ARN" in names
+	"AWS_REGION" in names
+	not "AWS_ACCESS_KEY_ID" in names
+}
+
+test_aws_static_keys_from_secret_with_default_region if {
+	d := admission.decision with input as input_with({"secretStores": {"aws": {"enabled": true, "secretName": "aws-creds"}}})
+	{"containers": ["main"], "env": {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "aws-creds", "key": "aws_access_key_id"}}}} in d.mutations.env
+	{"containers": ["main"], "env": {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "aws-creds", "key": "aws_secret_access_key"}}}} in d.mutations.env
+	{"containers": ["main"], "env": {"name": "AWS_REGION", "value": "us-east-1"}} in d.mutations.env
+}
+
+test_azure_label_mode if {
+	inp := json.patch(input_with({"workloadIdentity": {"azure": {"enabled": true}}}), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"azure.workload.identity/client-id": "cid"}}])
+	d := admission.decision with input as inp
+	d.mutations.labels == {"azure.workload.identity/use": "true"}
+	d.mutations.env == []
+}
+
+test_azure_inject_mode if {
+	cfg := {"workloadIdentity": {"azure": {"enabled": true, "mode": "inject", "tenantId": "tid"}}, "secretStores": {"azure": {"enabled": true, "secretName": "sp"}}}
+	inp := json.patch(input_with(cfg), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"azure.workload.identity/client-id": "cid"}}])
+	d := admission.decision with input as inp
+	env := {e.env.name: object.get(e.env, "value", "") | some e in d.mutations.env}
+	env == {
+		"AZURE_CLIENT_ID": "cid",
+		"AZURE_TENANT_ID": "tid",
+		"AZURE_FEDERATED_TOKEN_FILE": "/var/run/secrets/azure/tokens/azure-identity-token",
+		"AZURE_AUTHORITY_HOST": "https://login.microsoftonline.com/",
+	}
+	some v in d.mutations.volumes
+	v.projected.sources[0].serviceAccountToken.audience == "api://AzureADTokenExchange"
+	v.projected.sources[0].serviceAccountToken.expirationSeconds == 3600
+}
+
+test_azure_service_principal_without_identity if {
+	d := admission.decision with input as input_with({"secretStores": {"azure": {"enabled": true, "secretName": "sp"}}})
+	{e.env.name | some e in d.mutations.env} == {"AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID"}
+}
+
+test_gke_identity_selects_metadata_server_nodes if {
+	cfg := {"workloadIdentity": {"gcp": {"enabled": true}}, "secretStores": {"gcp": {"enabled": true, "secretName": "gcp-key", "project": "p1"}}}
+	inp := json.patch(input_with(cfg), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"iam.gke.io/gcp-service-account": "runner@p1.iam.gserviceaccount.com"}}])
+	d := admission.decision with input as inp
+	d.mutations.nodeSelector == {"iam.gke.io/gke-metadata-server-enabled": "true"}
+	d.mutations.volumes == []
+	{e.env.name | some e in d.mutations.env} == {"GOOGLE_CLOUD_PROJECT"}
+}
+
+test_gcp_key_file if {
+	d := admission.decision with input as input_with({"secretStores": {"gcp": {"enabled": true, "secretName": "gcp-key"}}})
+	d.mutations.volumes == [{"name": "gcp-credentials", "secret": {"secretName": "gcp-key"}}]
+	{"containers": ["main"], "env": {"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": "/var/run/secrets/runwarden/gcp/credentials.json"}} in d.mutations.env
+}
+
+test_vault_token_and_kubernetes_auth if {
+	t := admission.decision with input as input_with({"secretStores": {"vault": {"enabled": true, "address": "https://vault:8200", "secretName": "vault-token", "namespace": "ns1"}}})
+	{e.env.name | some e in t.mutations.env} == {"VAULT_ADDR", "VAULT_NAMESPACE", "VAULT_TOKEN"}
+	k := admission.decision with input as input_with({"secretStores": {"vault": {"enabled": true, "address": "https://vault:8200", "auth": "kubernetes", "role": "runner"}}})
+	{e.env.name | some e in k.mutations.env} == {"VAULT_ADDR", "VAULT_AUTH_ROLE", "VAULT_AUTH_MOUNT", "VAULT_TOKEN_FILE"}
+	k.mutations.volumes[0].projected.sources[0].serviceAccountToken.audience == "vault"
+}
+
+test_credential_sets if {
+	cfg := {"credentialSets": [
+		{"name": "github", "secretName": "gh-app", "env": [{"name": "GITHUB_APP_ID", "key": "app_id"}], "mountPath": "/var/run/secrets/github"},
+		{"name": "infracost", "secretName": "infracost", "envFrom": true},
+	]}
+	d := admission.decision with input as input_with(cfg)
+	{"containers": ["main"], "env": {"name": "GITHUB_APP_ID", "valueFrom": {"secretKeyRef": {"name": "gh-app", "key": "app_id"}}}} in d.mutations.env
+	d.mutations.volumes == [{"name": "creds-github", "secret": {"secretName": "gh-app"}}]
+	d.mutations.envFrom == [{"containers": ["main"], "envFrom": {"secretRef": {"name": "infracost"}}}]
+}
+
+test_no_literal_secret_values if {
+	cfg := {"secretStores": {
+		"aws": {"enabled": true, "secretName": "a"}, "azure": {"enabled": true, "secretName": "b"},
+		"vault": {"enabled": true, "address": "x", "secretName": "c"},
+	}}
+	d := admission.decision with input as input_with(cfg)
+	count(d.mutations.env) == 9
+	every e in d.mutations.env {
+		secret_ref_or_public(e.env)
+	}
+}
+
+secret_ref_or_public(env) if env.valueFrom.secretKeyRef
+
+secret_ref_or_public(env) if env.name in {"AWS_REGION", "AWS_DEFAULT_REGION", "VAULT_ADDR"}
+
+test_scheduling_from_config_and_namespace if {
+	cfg := {"scheduling": {
+		"nodeSelector": {"runwarden.dev/pool": "runner"},
+		"tolerations": [{"key": "runwarden.dev/pool", "operator": "Equal", "value": "runner", "effect": "NoSchedule"}],
+		"requiredNodeAffinity": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}],
+		"doNotEvict": true,
+	}}
+	d := admission.decision with input as input_with(cfg)
+	d.mutations.nodeSelector == {"runwarden.dev/pool": "runner"}
+	count(d.mutations.tolerations) == 1
+	count(d.mutations.nodeAffinity) == 1
+	d.mutations.annotations == {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true"}
+
+	inp := json.patch(input_with(cfg), [{"op": "add", "path": "/namespace/annotations", "value": {
+		"runwarden.dev/node-selector": "pool=team-a, zone=eu",
+		"runwarden.dev/tolerations": `[{"key":"team-a","operator":"Exists","effect":"NoSchedule"}]`,
+	}}])
+	n := admission.decision with input as inp
+	n.mutations.nodeSelector == {"pool": "team-a", "zone": "eu"}
+	count(n.mutations.tolerations) == 2
+}
+
+test_bad_tolerations_annotation_warns if {
+	inp := json.patch(input_with({}), [{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/tolerations": `{"not": "a list"}`}}])
+	d := admission.decision with input as inp
+	count(d.warnings) == 1
+	d.mutations.tolerations == []
+}
+
+ref(store, name, err) := {"container": "main", "env": "DB_PASSWORD", "store": store, "name": name, "raw": "x", "error": err}
+
+test_secret_refs_allowed_by_default if {
+	inp := json.patch(input_with({}), [{"op": "replace", "path": "/secretRefs", "value": [ref("ssm", "prod/db", "")]}])
+	d := admission.decision with input as inp
+	d.deny == []
+}
+
+test_malformed_secret_ref_is_denied_with_the_variable if {
+	inp := json.patch(input_with({}), [{"op": "replace", "path": "/secretRefs", "value": [ref("azure", "", "malformed secret reference ${azure:x}: expected ${azure:<secret-name>@<vault-name>}")]}])
+	d := admission.decision with input as inp
+	count(d.deny) == 1
+	d.deny[0].rule == "secret-ref-malformed"
+	d.deny[0].field == "env DB_PASSWORD"
+	contains(d.deny[0].message, "expected ${azure:<secret-name>@<vault-name>}")
+}
+
+test_secret_ref_store_and_name_per_namespace if {
+	inp := json.patch(input_with({}), [
+		{"op": "replace", "path": "/secretRefs", "value": [ref("gcp", "x", ""), ref("vault", "team-b/db", ""), ref("vault", "team-a/db", "")]},
+		{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/secret-stores": "vault, ssm", "runwarden.dev/secret-patterns": "team-a/*"}},
+	])
+	d := admission.decision with input as inp
+	{v.rule | some v in d.deny} == {"secret-ref-store", "secret-ref-name"}
+	count(d.deny) == 2
+}
+
+test_secret_ref_config_defaults if {
+	cfg := {"secretRefs": {"allowedStores": ["ssm"], "allowedPatterns": ["shared/**"]}}
+	inp := json.patch(input_with(cfg), [{"op": "replace", "path": "/secretRefs", "value": [ref("ssm", "shared/a/b", ""), ref("ssm", "other", ""), ref("vault", "shared/x", "")]}])
+	d := admission.decision with input as inp
+	count(d.deny) == 2
+}
+
+test_shape_denials_name_rule_container_and_field if {
+	cfg := {"shape": {"requireResources": true, "allowedRegistries": ["registry.example.com"], "gitURLAllowList": ["^https://git\\.example\\.com/"]}}
+	bad := json.patch(input_with(cfg), [
+		{"op": "add", "path": "/pod/spec/hostNetwork", "value": true},
+		{"op": "add", "path": "/pod/spec/volumes", "value": [{"name": "root", "hostPath": {"path": "/"}}]},
+		{"op": "add", "path": "/pod/spec/initContainers", "value": [{"name": "setup", "image": "docker.io/evil:1", "securityContext": {"privileged": true, "allowPrivilegeEscalation": true}}]},
+		{"op": "replace", "path": "/pod/spec/containers/0/resources", "value": {}},
+		{"op": "add", "path": "/pod/metadata/annotations/runwarden.dev~1repo-url", "value": "https://github.com/x/y"},
+	])
+	d := admission.decision with input as bad
+	rules := {v.rule | some v in d.deny}
+	rules == {"no-host-namespaces", "no-host-path", "no-privileged", "no-privilege-escalation", "allowed-registries", "resources-required", "git-url-allowed"}
+	some v in d.deny
+	v.rule == "no-privileged"
+	v.container == "setup"
+	v.field == "securityContext.privileged"
+}
+
+test_shape_allows_a_good_pod if {
+	cfg := {"shape": {"requireResources": true, "allowedRegistries": ["registry.example.com/"], "gitURLAllowList": ["^https://git\\.example\\.com/"]}}
+	good := json.patch(input_with(cfg), [{"op": "add", "path": "/pod/metadata/annotations/runwarden.dev~1repo-url", "value": "https://git.example.com/team/infra.git"}])
+	d := admission.decision with input as good
+	d.deny == []
+}
+
+test_audit_mode_turns_denials_into_warnings if {
+	inp := json.patch(input_with({"mode": "audit"}), [{"op": "add", "path": "/pod/spec/hostPID", "value": true}])
+	d := admission.decision with input as inp
+	d.deny == []
+	d.warnings == ["audit: would deny: no-host-namespaces: the pod uses the host's namespaces (hostPID)"]
+}
+
+test_custom_runner_containers if {
+	d := admission.decision with input as input_with({"containers": ["main", "sidecar"], "secretStores": {"aws": {"enabled": true, "secretName": "a"}}})
+	every e in d.mutations.env {
+		e.containers == ["main", "sidecar"]
+	}
+}

@@ -1,0 +1,67 @@
+# Pod shape: what a runner pod may not be. Each denial names its rule, the
+# container and the field; the `audit` mode turns denials into warnings.
+package runwarden.admission
+
+shape := object.get(cfg, "shape", {})
+
+all_containers := array.concat(
+	object.get(input.pod.spec, "initContainers", []),
+	input.pod.spec.containers,
+)
+
+violations contains violation("no-privileged", c.name, "securityContext.privileged", sprintf("container %q is privileged", [c.name])) if {
+	some c in all_containers
+	c.securityContext.privileged == true
+}
+
+violations contains violation("no-privilege-escalation", c.name, "securityContext.allowPrivilegeEscalation", sprintf("container %q allows privilege escalation", [c.name])) if {
+	some c in all_containers
+	c.securityContext.allowPrivilegeEscalation == true
+}
+
+# One rule per field, read by name, so the webhook knows exactly which
+# parts of the pod a decision depends on (see docs/policy.md, caching).
+violations contains host_namespace("hostNetwork") if input.pod.spec.hostNetwork == true
+
+violations contains host_namespace("hostPID") if input.pod.spec.hostPID == true
+
+violations contains host_namespace("hostIPC") if input.pod.spec.hostIPC == true
+
+host_namespace(f) := violation("no-host-namespaces", "", sprintf("spec.%s", [f]), sprintf("the pod uses the host's namespaces (%s)", [f]))
+
+violations contains violation("no-host-path", "", sprintf("spec.volumes[%s].hostPath", [v.name]), sprintf("volume %q mounts a host path", [v.name])) if {
+	some v in object.get(input.pod.spec, "volumes", [])
+	v.hostPath
+}
+
+violations contains violation("resources-required", c.name, sprintf("resources.%s.%s", [kind, res]), sprintf("container %q has no %s %s", [c.name, res, kind])) if {
+	object.get(shape, "requireResources", false) == true
+	some c in input.pod.spec.containers
+	some kind in ["requests", "limits"]
+	some res in ["cpu", "memory"]
+	not c.resources[kind][res]
+}
+
+violations contains violation("allowed-registries", c.name, "image", sprintf("container %q image %q is not from an allowed registry (%s)", [c.name, c.image, concat(", ", shape.allowedRegistries)])) if {
+	count(object.get(shape, "allowedRegistries", [])) > 0
+	some c in all_containers
+	not image_allowed(c.image)
+}
+
+image_allowed(image) if {
+	some r in shape.allowedRegistries
+	startswith(image, concat("", [trim_suffix(r, "/"), "/"]))
+}
+
+repo_url := input.pod.metadata.annotations["runwarden.dev/repo-url"]
+
+violations contains violation("git-url-allowed", "", "metadata.annotations[runwarden.dev/repo-url]", sprintf("repository %q matches no allowed pattern", [repo_url])) if {
+	count(object.get(shape, "gitURLAllowList", [])) > 0
+	repo_url
+	not git_url_allowed
+}
+
+git_url_allowed if {
+	some p in shape.gitURLAllowList
+	regex.match(p, repo_url)
+}

@@ -1,0 +1,47 @@
+{{/* Names and labels shared by every template. */}}
+{{- define "runwarden.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "runwarden.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "runwarden.selector" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "runwarden.runnerNamespace" -}}
+{{- .Values.runnerNamespace | default (printf "%s-runners" .Release.Namespace) -}}
+{{- end -}}
+
+{{- define "runwarden.image" -}}
+{{- $tag := .tag | default .root.Values.images.tag | default .root.Chart.AppVersion -}}
+{{- printf "%s/%s:%s" (.root.Values.images.registry | trimSuffix "/") .name $tag -}}
+{{- end -}}
+
+{{- define "runwarden.webhookService" -}}
+{{- printf "%s-webhook" (include "runwarden.fullname" .) -}}
+{{- end -}}
+
+{{/* The restricted Pod Security profile, for runwarden's own containers. */}}
+{{- define "runwarden.containerSecurity" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: [ALL]}
+  seccompProfile: {type: RuntimeDefault}
+{{- end -}}

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# make demo: starts the local cluster with its real node, loads runwarden's
+# images, installs the chart with Helm through runwarden-postrender and a
+# Kustomize overlay, submits three RunnerTasks, and shows what happened.
+#
+# Environment: RUNWARDEN_DEMO_HELM=helm4 uses Helm v4 and the plugin
+# (default helm3); RUNWARDEN_DEMO_OVERLAY picks the overlay (default
+# kustomize/labels).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+helm_tool=${RUNWARDEN_DEMO_HELM:-helm3}
+overlay=${RUNWARDEN_DEMO_OVERLAY:-kustomize/labels}
+ns=runwarden
+runners=runwarden-runners
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "Building the tools this demo needs (once; later runs reuse them)"
+hack/tools.sh kubernetes etcd kwok coredns opentofu "$helm_tool"
+if [[ $(id -u) -eq 0 ]]; then hack/tools.sh node-packages; fi
+kubectl_bin=$(hack/tools.sh path kubernetes)/kubectl
+helm_bin=$(hack/tools.sh path "$helm_tool")/helm
+
+step "Starting the local cluster: control plane, simulated nodes, a real node"
+hack/cluster.sh up
+export KUBECONFIG
+KUBECONFIG=$(hack/cluster.sh kubeconfig)
+kubectl() { "$kubectl_bin" "$@"; }
+kubectl get nodes -o wide
+
+step "Building runwarden's images and loading them into the real node (no registry)"
+hack/images.sh load pause runner webhook dispatcher --address "$(hack/node.sh socket)"
+tag=$(hack/images.sh ref webhook)
+tag=${tag##*:}
+runner_tag=$(hack/images.sh ref runner)
+runner_tag=${runner_tag##*:}
+
+step "Installing the chart with $helm_tool through runwarden-postrender and $overlay"
+mkdir -p bin
+CGO_ENABLED=0 go build -o bin/runwarden-postrender ./postrender
+postrender=(--post-renderer "$root/bin/runwarden-postrender")
+helm_env=()
+if [[ $helm_tool == helm4 ]]; then
+	plugins=$root/bin/helm-plugins
+	mkdir -p "$plugins/runwarden-postrender/bin"
+	cp postrender/plugin/plugin.yaml "$plugins/runwarden-postrender/"
+	cp bin/runwarden-postrender "$plugins/runwarden-postrender/bin/"
+	helm_env=(HELM_PLUGINS="$plugins")
+	postrender=(--post-renderer runwarden-postrender)
+fi
+# A demo re-run starts from a clean slate of tasks.
+kubectl delete runnertasks --all -n "$runners" --ignore-not-found --wait=true >/dev/null 2>&1 || true
+env "${helm_env[@]}" "$helm_bin" upgrade --install runwarden charts/runwarden \
+	--namespace "$ns" --create-namespace \
+	-f hack/demo/values.yaml --set images.tag="$tag" --set images.runnerTag="$runner_tag" \
+	"${postrender[@]}" --post-renderer-args --kustomize --post-renderer-args "$root/$overlay" \
+	--wait --timeout 3m
+kubectl get deployments,pods -n "$ns" -o wide
+echo "Every object carries the overlay's labels, e.g. the dispatcher Deployment:"
+kubectl get deployment -n "$ns" runwarden-dispatcher -o jsonpath='{.metadata.labels}'; echo
+
+step "Submitting three RunnerTasks (hack/demo/tasks.yaml)"
+kubectl apply -f hack/demo/tasks.yaml
+deadline=$((SECONDS + 180))
+while :; do
+	phases=$(kubectl get runnertasks -n "$runners" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}')
+	done_count=$(grep -cE '^(Succeeded|Failed|Cancelled)$' <<<"$phases" || true)
+	[[ $done_count -ge 3 ]] && break
+	if [[ $SECONDS -gt $deadline ]]; then
+		echo "demo: tasks did not finish within 3 minutes" >&2
+		kubectl get runnertasks,jobs,pods -n "$runners" -o wide >&2
+		kubectl logs -n "$ns" deployment/runwarden-dispatcher --tail 30 >&2 || true
+		exit 1
+	fi
+	sleep 1
+done
+
+step "What happened"
+kubectl get runnertasks -n "$runners"
+job=$(kubectl get runnertask tofu-apply -n "$runners" -o jsonpath='{.status.jobName}')
+echo
+echo "The OpenTofu runner's own output (kubectl logs job/$job):"
+kubectl logs -n "$runners" "job/$job" | sed 's/^/  | /'
+pod=$(kubectl get pods -n "$runners" -l "batch.kubernetes.io/job-name=$job" -o jsonpath='{.items[0].metadata.name}')
+echo
+echo "Its pod, as the webhook's policies shaped it (node, injected env, tolerations, annotations):"
+kubectl get pod -n "$runners" "$pod" -o jsonpath='{"  node: "}{.spec.nodeName}{"\n  env: "}{range .spec.containers[0].env[*]}{.name}{" "}{end}{"\n  tolerations: "}{.spec.tolerations[*].key}{"\n  annotations: "}{.metadata.annotations}{"\n"}'
+echo
+echo "The state OpenTofu kept in the cluster:"
+kubectl get secrets,leases -n "$runners" -l tfstate=true 2>/dev/null || true
+kubectl get secret tfstate-default-demo -n "$runners" -o name
+echo
+echo "Done. The cluster keeps running: export KUBECONFIG=$KUBECONFIG; 'make cluster-down' removes it."
