@@ -41,7 +41,7 @@ test: tools verify lint unit e2e ## Run every check and test, e2e included (what
 
 .PHONY: unit
 unit: policy-test ## Run the unit tests and the policy tests (the postrender tests compare with the pinned kustomize CLI).
-	hack/tools.sh kustomize
+	hack/tools.sh kustomize helm3 helm4
 	$(GO) test -count=1 ./...
 
 .PHONY: policy-test

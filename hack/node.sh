@@ -109,12 +109,31 @@ ensure_bridge() {
 		ip addr add "$GATEWAY/${POD_SUBNET#*/}" dev "$BRIDGE"
 	fi
 	ip link set "$BRIDGE" up
+	# The Service range goes to the bridge too. kube-proxy rewrites Service
+	# addresses to pod addresses; should it not (yet) have a rule, traffic to
+	# a Service address stays on the machine instead of following the default
+	# route outward.
+	ip route replace "$SERVICE_SUBNET" dev "$BRIDGE"
+}
+
+# put writes stdin to a file only when its content differs: kube-proxy exits
+# when its configuration file changes, and a running node must survive a
+# second `up`.
+put() {
+	local tmp
+	tmp=$(mktemp "$1.XXXXXX")
+	cat >"$tmp"
+	if [[ -f $1 ]] && cmp -s "$tmp" "$1"; then
+		rm -f "$tmp"
+	else
+		mv "$tmp" "$1"
+	fi
 }
 
 write_configs() {
 	mkdir -p "$node_dir"/{containerd/root,containerd/state,containerd/opt,cni/conf,cni/ipam,kubelet,pod-logs,logs,run,coredns}
 
-	cat >"$node_dir/containerd/config.toml" <<-EOF
+	put "$node_dir/containerd/config.toml" <<-EOF
 	version = 2
 	root = "$node_dir/containerd/root"
 	state = "$node_dir/containerd/state"
@@ -148,7 +167,7 @@ write_configs() {
 	# is added, and no default route: pods route only to the bridge and to
 	# the Service range (10.0.0.0/24, through kube-proxy), so their traffic
 	# never leaves the machine.
-	cat >"$node_dir/cni/conf/10-runwarden.conflist" <<-EOF
+	put "$node_dir/cni/conf/10-runwarden.conflist" <<-EOF
 	{
 	  "cniVersion": "1.0.0",
 	  "name": "runwarden",
@@ -171,8 +190,8 @@ write_configs() {
 	EOF
 
 	# Pods resolve only cluster names; the host's resolvers are not handed on.
-	: >"$node_dir/kubelet/resolv.conf"
-	cat >"$node_dir/kubelet/config.yaml" <<-EOF
+	put "$node_dir/kubelet/resolv.conf" </dev/null
+	put "$node_dir/kubelet/config.yaml" <<-EOF
 	apiVersion: kubelet.config.k8s.io/v1beta1
 	kind: KubeletConfiguration
 	address: $GATEWAY
@@ -213,7 +232,7 @@ write_configs() {
 	serializeImagePulls: false
 	EOF
 
-	cat >"$node_dir/kube-proxy.yaml" <<-EOF
+	put "$node_dir/kube-proxy.yaml" <<-EOF
 	apiVersion: kubeproxy.config.k8s.io/v1alpha1
 	kind: KubeProxyConfiguration
 	mode: iptables
@@ -230,7 +249,7 @@ write_configs() {
 	  tcpCloseWaitTimeout: 0s
 	EOF
 
-	cat >"$node_dir/coredns/Corefile" <<-EOF
+	put "$node_dir/coredns/Corefile" <<-EOF
 	.:53 {
 	    bind $GATEWAY
 	    errors

@@ -1,0 +1,120 @@
+// Package tests checks the runwarden chart with the real helm binaries:
+// lint, golden renders of representative values, and the schema's refusals.
+package tests
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/golden-*.yaml")
+
+const chart = ".."
+
+func helm(t *testing.T, tool string) string {
+	t.Helper()
+	out, err := exec.Command("../../../hack/tools.sh", "path", tool).Output()
+	if err == nil {
+		p := filepath.Join(strings.TrimSpace(string(out)), "helm")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Skipf("skipped: %s is not built; run 'hack/tools.sh %s' (make unit does)", tool, tool)
+	return ""
+}
+
+func run(t *testing.T, bin string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String() + stderr.String(), err
+}
+
+func TestLint(t *testing.T) {
+	t.Parallel()
+	for _, tool := range []string{"helm3", "helm4"} {
+		out, err := run(t, helm(t, tool), "lint", chart, "--strict")
+		if err != nil {
+			t.Errorf("%s lint: %v\n%s", tool, err, out)
+		}
+	}
+}
+
+// TestGolden renders representative value sets and compares them with
+// testdata/golden-<name>.yaml (go test -update rewrites them).
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	h := helm(t, "helm3")
+	sets := map[string][]string{
+		"default":      nil,
+		"demo":         {"-f", "../../../hack/demo/values.yaml", "--set", "images.tag=v1", "--set", "images.runnerTag=v1"},
+		"dev-mode":     {"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods"},
+		"cert-manager": {"--set", "webhook.certificates.mode=certManager", "--set", "webhook.certificates.certManagerIssuer.name=ca"},
+		"state-volume": {"--set", "runner.stateVolume.enabled=true", "--set", "runner.stateVolume.storageClassName=retained", "--set", "webhook.auditMode=true"},
+	}
+	for name, args := range sets {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			out, err := run(t, h, append([]string{"template", "rw", chart, "--namespace", "runwarden"}, args...)...)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, out)
+			}
+			golden := filepath.Join("testdata", "golden-"+name+".yaml")
+			if *update {
+				if err := os.WriteFile(golden, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			if diff := cmp.Diff(string(want), out); diff != "" {
+				t.Errorf("render differs from %s (-want +got):\n%s", golden, diff)
+			}
+		})
+	}
+}
+
+func TestRefusesBadValues(t *testing.T) {
+	t.Parallel()
+	h := helm(t, "helm3")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "unknown key", args: []string{"--set", "dispatchr.replicas=1"}, want: "additional properties 'dispatchr' not allowed"},
+		{name: "concurrency", args: []string{"--set", "dispatcher.maxConcurrent=0"}, want: "/dispatcher/maxConcurrent"},
+		{name: "deadline", args: []string{"--set", "dispatcher.defaultDeadline=soon"}, want: "/dispatcher/defaultDeadline"},
+		{name: "pull policy", args: []string{"--set", "images.pullPolicy=Sometimes"}, want: "/images/pullPolicy"},
+		{name: "certificate mode", args: []string{"--set", "webhook.certificates.mode=vault"}, want: "/webhook/certificates/mode"},
+		{name: "orchestrator source not yet", args: []string{"--set", "dispatcher.taskSource=orchestrator"}, want: "/dispatcher/taskSource"},
+		{name: "runner namespace is the release's", args: []string{"--set", "runnerNamespace=runwarden"}, want: "runnerNamespace must differ from the release namespace"},
+		{name: "dev mode without url", args: []string{"--set", "webhook.devMode.enabled=true"}, want: "webhook.devMode.url"},
+		{name: "policy override name", args: []string{"--set", "webhook.policyOverrides.evil=x"}, want: "'evil' does not match pattern"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := run(t, h, append([]string{"template", "rw", chart, "--namespace", "runwarden"}, tt.args...)...)
+			if err == nil {
+				t.Fatalf("helm template accepted %v", tt.args)
+			}
+			if !strings.Contains(out, tt.want) {
+				t.Errorf("error does not mention %q:\n%s", tt.want, out)
+			}
+		})
+	}
+}

@@ -1,0 +1,124 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/e2e-framework/klient/k8s"
+	"sigs.k8s.io/e2e-framework/klient/wait/conditions"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/e2e/harness"
+)
+
+// TestChartInstallsAndRunsTasks installs charts/runwarden with real Helm v4
+// through the runwarden-postrender plugin and an overlay from kustomize/,
+// its Deployments running as real pods, and runs a task through it.
+func TestChartInstallsAndRunsTasks(t *testing.T) {
+	f := features.New("chart installs and runs tasks").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			if suite.Kind != harness.ClusterLocal {
+				t.Skip("skipped: the chart's images are loaded by hack/images.sh into the local cluster's node only")
+			}
+			if err := suite.LoadImages(ctx, "runner", "webhook", "dispatcher"); err != nil {
+				t.Fatal(err)
+			}
+			if err := v1alpha1.AddToScheme(cfg.Client().Resources().GetScheme()); err != nil {
+				t.Fatal(err)
+			}
+			return ctx
+		}).
+		Assess("install, run a task, shape its pod", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			runners := ns + "-runners"
+			_, plugins := buildPostrender(ctx, t)
+			tagOf := func(image string) string {
+				ref, err := suite.ImageRef(ctx, image)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ref[strings.LastIndex(ref, ":")+1:]
+			}
+			chart := filepath.Join(suite.RepoRoot, "charts", "runwarden")
+			values := []string{
+				"-f", filepath.Join(suite.RepoRoot, "hack", "demo", "values.yaml"),
+				"--set", "runnerNamespace=" + runners,
+				"--set", "images.tag=" + tagOf("webhook"), "--set", "images.runnerTag=" + tagOf("runner"),
+			}
+			release := "rw-" + ns[len(ns)-6:]
+
+			// The API server accepts every object (server-side dry run, Helm v3).
+			h3 := newHelm(t, cfg, "helm3")
+			if out, err := h3.run(ctx, append([]string{"install", release, chart, "-n", ns, "--dry-run=server"}, values...)...); err != nil {
+				t.Fatalf("server-side dry run: %v\n%s", err, out)
+			}
+
+			h4 := newHelm(t, cfg, "helm4")
+			h4.plugins = plugins
+			args := append([]string{"install", release, chart, "-n", ns, "--wait", "--timeout", "3m",
+				"--post-renderer", "runwarden-postrender", "--post-renderer-args", "--kustomize",
+				"--post-renderer-args", filepath.Join(suite.RepoRoot, "kustomize", "labels")}, values...)
+			t.Cleanup(func() {
+				_, _ = h4.run(context.Background(), "uninstall", release, "-n", ns, "--wait")
+				_ = cfg.Client().Resources().Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runners}})
+			})
+			if out, err := h4.run(ctx, args...); err != nil {
+				t.Fatalf("helm v4 install: %v\n%s", err, out)
+			}
+			var pods corev1.PodList
+			if err := cfg.Client().Resources(ns).List(ctx, &pods); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods.Items {
+				if p.Spec.NodeName != "rw-real-0" || p.Status.Phase != corev1.PodRunning {
+					t.Errorf("pod %s: node %q phase %s, want running on the real node", p.Name, p.Spec.NodeName, p.Status.Phase)
+				}
+				if p.Labels["platform.example.com/team"] != "platform" {
+					t.Errorf("pod %s lacks the overlay's label: %v", p.Name, p.Labels)
+				}
+			}
+
+			rt := runnerTask(runners, "hello", `echo "$GREETING from the chart"`)
+			r := cfg.Client().Resources(runners)
+			if err := r.Create(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			done := conditions.New(r).ResourceMatch(rt, func(o k8s.Object) bool {
+				p := o.(*v1alpha1.RunnerTask).Status.Phase
+				return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed
+			})
+			if err := harness.WaitFor(ctx, "RunnerTask hello to finish", 2*time.Minute, done); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Get(ctx, rt.Name, runners, rt); err != nil {
+				t.Fatal(err)
+			}
+			if rt.Status.Phase != v1alpha1.PhaseSucceeded {
+				t.Fatalf("task: %+v", rt.Status)
+			}
+			logs, err := suite.Kubectl(ctx, cfg, "logs", "-n", runners, "job/"+rt.Status.JobName)
+			if err != nil || logs != "hello from the chart\n" {
+				t.Errorf("task logs %q, %v", logs, err)
+			}
+			var runnerPods corev1.PodList
+			if err := r.List(ctx, &runnerPods, func(o *metav1.ListOptions) { o.LabelSelector = "batch.kubernetes.io/job-name=" + rt.Status.JobName }); err != nil || len(runnerPods.Items) != 1 {
+				t.Fatalf("runner pods: %d, %v", len(runnerPods.Items), err)
+			}
+			p := runnerPods.Items[0]
+			if envOf(&p)["AWS_ROLE_ARN"] != "arn:aws:iam::111122223333:role/demo-runner" || p.Annotations["karpenter.sh/do-not-disrupt"] != "true" {
+				t.Errorf("runner pod not shaped by the chart's webhook: env %v, annotations %v", envOf(&p), p.Annotations)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
