@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -28,7 +27,9 @@ import (
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
-	"github.com/runwarden/runwarden/dispatcher/kube"
+	rwkube "github.com/runwarden/runwarden/dispatcher/kube"
+	"github.com/runwarden/runwarden/internal/kube"
+	"github.com/runwarden/runwarden/internal/logging"
 	"github.com/runwarden/runwarden/internal/version"
 )
 
@@ -153,12 +154,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "runwarden-dispatcher: %v\n", err)
 		return 2
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
-		fmt.Fprintf(stderr, "runwarden-dispatcher: --log-level %q: %v\n", c.logLevel, err)
+	logger, err := logging.New(c.logLevel, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-dispatcher: %v\n", err)
 		return 2
 	}
-	logger := logr.FromSlogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	ctrllog.SetLogger(logger)
 	ctx = logr.NewContext(ctx, logger)
 	if err := serve(ctx, c, tmpl); err != nil {
@@ -169,14 +169,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
-	if c.kubeconfig != "" {
-		if err := os.Setenv("KUBECONFIG", c.kubeconfig); err != nil {
-			return err
-		}
-	}
-	restCfg, err := ctrl.GetConfig()
+	restCfg, err := kube.RestConfig(c.kubeconfig)
 	if err != nil {
-		return fmt.Errorf("finding the cluster: %w", err)
+		return err
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -204,7 +199,7 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	if err != nil {
 		return fmt.Errorf("making the manager: %w", err)
 	}
-	r := kube.New(kube.Options{
+	r := rwkube.New(rwkube.Options{
 		Client: mgr.GetClient(),
 		Jobs: job.Options{
 			DispatcherID: c.id, Template: tmpl,

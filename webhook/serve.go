@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -28,6 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
+	"github.com/runwarden/runwarden/internal/kube"
+	"github.com/runwarden/runwarden/internal/logging"
 	rwadmission "github.com/runwarden/runwarden/webhook/admission"
 	"github.com/runwarden/runwarden/webhook/cert"
 	"github.com/runwarden/runwarden/webhook/metrics"
@@ -119,14 +120,6 @@ func readPlatformConfig(path string) (map[string]any, error) {
 	return cfg, nil
 }
 
-func newLogger(level string, w io.Writer) (logr.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return logr.Logger{}, fmt.Errorf("--log-level %q: %w", level, err)
-	}
-	return logr.FromSlogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
-}
-
 func serve(ctx context.Context, args []string, _, stderr io.Writer) int {
 	c, err := parseServe(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -136,7 +129,7 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "runwarden-webhook: %v\n", err)
 		return 2
 	}
-	logger, err := newLogger(c.logLevel, stderr)
+	logger, err := logging.New(c.logLevel, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "runwarden-webhook: %v\n", err)
 		return 2
@@ -156,14 +149,9 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
-	if c.kubeconfig != "" {
-		if err := os.Setenv("KUBECONFIG", c.kubeconfig); err != nil {
-			return err
-		}
-	}
-	restCfg, err := ctrl.GetConfig()
+	restCfg, err := kube.RestConfig(c.kubeconfig)
 	if err != nil {
-		return fmt.Errorf("finding the cluster: %w", err)
+		return err
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

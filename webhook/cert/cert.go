@@ -252,42 +252,51 @@ func (m *Manager) publish(ctx context.Context) error {
 		return nil
 	}
 	for _, name := range m.opts.MutatingWebhooks {
-		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := m.opts.Client.Get(ctx, client.ObjectKey{Name: name}, cfg); err != nil {
-			return fmt.Errorf("cert: reading MutatingWebhookConfiguration %s: %w", name, err)
-		}
-		patch := client.MergeFrom(cfg.DeepCopy())
-		changed := false
-		for i := range cfg.Webhooks {
-			if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, m.ca) {
-				cfg.Webhooks[i].ClientConfig.CABundle = m.ca
-				changed = true
+		if err := m.patchBundle(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{}, name, func(o client.Object) []*admissionregistrationv1.WebhookClientConfig {
+			cfg := o.(*admissionregistrationv1.MutatingWebhookConfiguration)
+			out := make([]*admissionregistrationv1.WebhookClientConfig, len(cfg.Webhooks))
+			for i := range cfg.Webhooks {
+				out[i] = &cfg.Webhooks[i].ClientConfig
 			}
-		}
-		if changed {
-			if err := m.opts.Client.Patch(ctx, cfg, patch); err != nil {
-				return fmt.Errorf("cert: updating the caBundle of %s: %w", name, err)
-			}
+			return out
+		}); err != nil {
+			return err
 		}
 	}
 	for _, name := range m.opts.ValidatingWebhooks {
-		cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		if err := m.opts.Client.Get(ctx, client.ObjectKey{Name: name}, cfg); err != nil {
-			return fmt.Errorf("cert: reading ValidatingWebhookConfiguration %s: %w", name, err)
-		}
-		patch := client.MergeFrom(cfg.DeepCopy())
-		changed := false
-		for i := range cfg.Webhooks {
-			if !bytes.Equal(cfg.Webhooks[i].ClientConfig.CABundle, m.ca) {
-				cfg.Webhooks[i].ClientConfig.CABundle = m.ca
-				changed = true
+		if err := m.patchBundle(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{}, name, func(o client.Object) []*admissionregistrationv1.WebhookClientConfig {
+			cfg := o.(*admissionregistrationv1.ValidatingWebhookConfiguration)
+			out := make([]*admissionregistrationv1.WebhookClientConfig, len(cfg.Webhooks))
+			for i := range cfg.Webhooks {
+				out[i] = &cfg.Webhooks[i].ClientConfig
 			}
+			return out
+		}); err != nil {
+			return err
 		}
-		if changed {
-			if err := m.opts.Client.Patch(ctx, cfg, patch); err != nil {
-				return fmt.Errorf("cert: updating the caBundle of %s: %w", name, err)
-			}
+	}
+	return nil
+}
+
+// patchBundle sets the caBundle of every client config of one webhook
+// configuration, patching it only where it differs.
+func (m *Manager) patchBundle(ctx context.Context, obj client.Object, name string, configs func(client.Object) []*admissionregistrationv1.WebhookClientConfig) error {
+	if err := m.opts.Client.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
+		return fmt.Errorf("cert: reading %T %s: %w", obj, name, err)
+	}
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	changed := false
+	for _, cc := range configs(obj) {
+		if !bytes.Equal(cc.CABundle, m.ca) {
+			cc.CABundle = m.ca
+			changed = true
 		}
+	}
+	if !changed {
+		return nil
+	}
+	if err := m.opts.Client.Patch(ctx, obj, patch); err != nil {
+		return fmt.Errorf("cert: updating the caBundle of %s: %w", name, err)
 	}
 	return nil
 }
