@@ -123,6 +123,10 @@ kubeconfig: ## Print the local cluster's kubeconfig path.
 demo: ## Start the local cluster, install runwarden through the post-renderer, run tasks, show the result.
 	hack/demo.sh
 
+.PHONY: demo-down
+demo-down: ## Remove the demo: the local cluster and everything it holds.
+	hack/cluster.sh down
+
 .PHONY: clean
 clean: ## Remove build outputs (not the tool cache; see docs/development.md).
 	rm -rf $(BIN_DIR)

@@ -39,6 +39,7 @@ type config struct {
 	template      string
 	maxConcurrent int
 	deadline      time.Duration
+	unschedulable time.Duration
 	ttl           time.Duration
 	envAllow      []string
 	repoAllow     []*regexp.Regexp
@@ -64,6 +65,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.IntVar(&c.maxConcurrent, "max-concurrent", 10, "tasks running at once; more wait")
 	fs.DurationVar(&c.deadline, "default-deadline", time.Hour, "activeDeadlineSeconds of tasks that set none")
 	fs.DurationVar(&c.ttl, "job-ttl", 24*time.Hour, "ttlSecondsAfterFinished of the Jobs")
+	fs.DurationVar(&c.unschedulable, "unschedulable-timeout", 5*time.Minute, "fail a task whose pod stays unschedulable this long")
 	fs.StringVar(&envAllow, "env-allow", "", "comma-separated glob patterns of the env variable names a task may set (default: none)")
 	fs.StringVar(&repoAllow, "repo-allow", "", "comma-separated regular expressions a task's repository URL must match one of (default: any)")
 	fs.StringVar(&c.namespace, "namespace", "", "watch RunnerTasks in this namespace only (default: all)")
@@ -208,7 +210,9 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			EnvAllowList:            c.envAllow,
 			RepoAllowList:           c.repoAllow,
 		},
-		MaxConcurrent: c.maxConcurrent,
+		MaxConcurrent:        c.maxConcurrent,
+		UnschedulableTimeout: c.unschedulable,
+		Events:               mgr.GetAPIReader(),
 	})
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err

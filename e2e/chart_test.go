@@ -118,6 +118,25 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			if envOf(&p)["AWS_ROLE_ARN"] != "arn:aws:iam::111122223333:role/demo-runner" || p.Annotations["karpenter.sh/do-not-disrupt"] != "true" {
 				t.Errorf("runner pod not shaped by the chart's webhook: env %v, annotations %v", envOf(&p), p.Annotations)
 			}
+
+			// A task whose pod the policies refuse fails with the rule in its message.
+			refused := runnerTask(runners, "refused", "true")
+			refused.Spec.Image = "docker.io/library/busybox:1.36"
+			if err := r.Create(ctx, refused); err != nil {
+				t.Fatal(err)
+			}
+			finished := conditions.New(r).ResourceMatch(refused, func(o k8s.Object) bool {
+				return o.(*v1alpha1.RunnerTask).Status.Phase == v1alpha1.PhaseFailed
+			})
+			if err := harness.WaitFor(ctx, "RunnerTask refused to fail", 2*time.Minute, finished); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Get(ctx, refused.Name, runners, refused); err != nil {
+				t.Fatal(err)
+			}
+			if refused.Status.Reason != "AdmissionRejected" || !strings.Contains(refused.Status.Message, "allowed-registries") {
+				t.Errorf("refused task: %+v", refused.Status)
+			}
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

@@ -17,6 +17,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
@@ -103,7 +104,7 @@ func startDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns 
 	d.health = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	d.args = []string{
 		"--dispatcher-id", "e2e-" + ns[len(ns)-6:], "--namespace", ns, "--pod-template", tmplFile,
-		"--env-allow", "GREETING,TF_*", "--max-concurrent", "5",
+		"--env-allow", "GREETING,TF_*", "--max-concurrent", "5", "--unschedulable-timeout", "5s",
 		"--metrics-bind-address", "0", "--health-probe-bind-address", d.health,
 		"--kubeconfig", cfg.KubeconfigFile(),
 	}
@@ -215,6 +216,16 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 				t.Errorf("task exit-3: status %+v", got.Status)
 			}
 
+			huge := runnerTask(ns, "too-big", "true")
+			huge.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}
+			if err := r.Create(ctx, huge); err != nil {
+				t.Fatal(err)
+			}
+			got = waitPhase(ctx, t, cfg, huge, d)
+			if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != "Unschedulable" || !strings.Contains(got.Status.Message, "Insufficient cpu") {
+				t.Errorf("task too-big: status %+v", got.Status)
+			}
+
 			refused := runnerTask(ns, "refused", "true")
 			refused.Spec.Env = append(refused.Spec.Env, corev1.EnvVar{Name: "AWS_SECRET_ACCESS_KEY", Value: "x"})
 			if err := r.Create(ctx, refused); err != nil {
@@ -265,7 +276,7 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, w := range []string{"PHASE", "JOB", "REASON", "EXIT", "Succeeded", "NonZeroExit", "Refused", "Cancelled"} {
+			for _, w := range []string{"PHASE", "JOB", "REASON", "EXIT", "Succeeded", "NonZeroExit", "Unschedulable", "Refused", "Cancelled"} {
 				if !strings.Contains(out, w) {
 					t.Errorf("kubectl get runnertasks lacks %q:\n%s", w, out)
 				}

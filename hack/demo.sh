@@ -61,13 +61,13 @@ kubectl get deployments,pods -n "$ns" -o wide
 echo "Every object carries the overlay's labels, e.g. the dispatcher Deployment:"
 kubectl get deployment -n "$ns" runwarden-dispatcher -o jsonpath='{.metadata.labels}'; echo
 
-step "Submitting three RunnerTasks (hack/demo/tasks.yaml)"
+step "Submitting five RunnerTasks (hack/demo/tasks.yaml)"
 kubectl apply -f hack/demo/tasks.yaml
 deadline=$((SECONDS + 180))
 while :; do
 	phases=$(kubectl get runnertasks -n "$runners" -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}')
 	done_count=$(grep -cE '^(Succeeded|Failed|Cancelled)$' <<<"$phases" || true)
-	[[ $done_count -ge 3 ]] && break
+	[[ $done_count -ge 5 ]] && break
 	if [[ $SECONDS -gt $deadline ]]; then
 		echo "demo: tasks did not finish within 3 minutes" >&2
 		kubectl get runnertasks,jobs,pods -n "$runners" -o wide >&2
@@ -79,17 +79,31 @@ done
 
 step "What happened"
 kubectl get runnertasks -n "$runners"
+for task in tofu-apply failing-step too-slow refused-by-policy cannot-schedule; do
+	echo
+	kubectl get runnertask "$task" -n "$runners" -o jsonpath='{.metadata.name}{": "}{.status.phase}{" ("}{.status.reason}{") exit="}{.status.exitCode}{"\n  job: "}{.status.jobName}{"\n  message: "}{.status.message}{"\n"}' | cut -c1-300
+	job=$(kubectl get runnertask "$task" -n "$runners" -o jsonpath='{.status.jobName}')
+	pod=""
+	if [[ -n $job ]]; then
+		pod=$(kubectl get pods -n "$runners" -l "batch.kubernetes.io/job-name=$job" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true)
+	fi
+	if [[ -n $pod ]]; then
+		kubectl get pod -n "$runners" "$pod" -o jsonpath='{"  pod: "}{.metadata.name}{" on node "}{.spec.nodeName}{"\n  env (credentials, identity, references): "}{range .spec.containers[0].env[*]}{.name}{"="}{.value}{.valueFrom.secretKeyRef.name}{" "}{end}{"\n  projected token audiences: "}{range .spec.volumes[*]}{.projected.sources[*].serviceAccountToken.audience}{" "}{end}{"\n  node selector: "}{.spec.nodeSelector}{"\n  tolerations: "}{range .spec.tolerations[*]}{.key}{"="}{.value}{":"}{.effect}{" "}{end}{"\n  required node affinity: "}{.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[*].matchExpressions}{"\n  annotations: "}{.metadata.annotations}{"\n"}'
+	fi
+done
 job=$(kubectl get runnertask tofu-apply -n "$runners" -o jsonpath='{.status.jobName}')
 echo
 echo "The OpenTofu runner's own output (kubectl logs job/$job):"
 kubectl logs -n "$runners" "job/$job" | sed 's/^/  | /'
-pod=$(kubectl get pods -n "$runners" -l "batch.kubernetes.io/job-name=$job" -o jsonpath='{.items[0].metadata.name}')
 echo
-echo "Its pod, as the webhook's policies shaped it (node, injected env, tolerations, annotations):"
-kubectl get pod -n "$runners" "$pod" -o jsonpath='{"  node: "}{.spec.nodeName}{"\n  env: "}{range .spec.containers[0].env[*]}{.name}{" "}{end}{"\n  tolerations: "}{.spec.tolerations[*].key}{"\n  annotations: "}{.metadata.annotations}{"\n"}'
-echo
-echo "The state OpenTofu kept in the cluster:"
-kubectl get secrets,leases -n "$runners" -l tfstate=true 2>/dev/null || true
-kubectl get secret tfstate-default-demo -n "$runners" -o name
-echo
-echo "Done. The cluster keeps running: export KUBECONFIG=$KUBECONFIG; 'make cluster-down' removes it."
+echo "The state OpenTofu keeps in the cluster:"
+kubectl get secret tfstate-default-demo -n "$runners"
+kubectl get lease lock-tfstate-default-demo -n "$runners"
+cat <<EOF
+
+Done. The cluster keeps running. Look around:
+  export KUBECONFIG=$KUBECONFIG
+  $kubectl_bin get runnertasks,jobs,pods -n $runners
+  $kubectl_bin logs -n $ns deployment/runwarden-webhook
+Run it again with 'make demo'; remove everything with 'make demo-down'.
+EOF

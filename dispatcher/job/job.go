@@ -69,6 +69,8 @@ type Task struct {
 	SecretEnv map[string]string
 	// RepoURL is the task's git repository, if any.
 	RepoURL string
+	// Resources of the runner container. Default: the template's.
+	Resources *corev1.ResourceRequirements
 	// ActiveDeadlineSeconds bounds the run. Default: Options.DefaultDeadline.
 	ActiveDeadlineSeconds *int64
 }
@@ -267,6 +269,9 @@ func mergeTemplate(tmpl corev1.PodTemplateSpec, t Task) (corev1.PodTemplateSpec,
 	}
 	if len(t.Env) > 0 {
 		c["env"] = t.Env
+	}
+	if t.Resources != nil {
+		c["resources"] = t.Resources
 	}
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"containers": []any{c}}})
 	if err != nil {

@@ -43,6 +43,8 @@ const (
 	ReasonCancelled        = "Cancelled"
 	ReasonCapacity         = "WaitingForCapacity"
 	ReasonFailed           = "Failed"
+	ReasonAdmission        = "AdmissionRejected"
+	ReasonUnschedulable    = "Unschedulable"
 )
 
 // Options configure a Reconciler.
@@ -54,9 +56,17 @@ type Options struct {
 	// MaxConcurrent is how many of this dispatcher's Jobs may run at once.
 	// Default: 10.
 	MaxConcurrent int
-	// RequeueAfter is how soon a task waiting for capacity is looked at
-	// again. Default: 5s.
+	// Events reads the Warning events of Jobs and pods; they are not in the
+	// label-filtered cache. Default: Client.
+	Events client.Reader
+	// RequeueAfter is how soon a task waiting for capacity, or running, is
+	// looked at again: the safety net beside the watches. Default: 5s.
 	RequeueAfter time.Duration
+	// UnschedulableTimeout fails a task whose pod stays unschedulable this
+	// long. Default: 5m.
+	UnschedulableTimeout time.Duration
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
 }
 
 func (o *Options) setDefaults() {
@@ -65,6 +75,15 @@ func (o *Options) setDefaults() {
 	}
 	if o.RequeueAfter <= 0 {
 		o.RequeueAfter = 5 * time.Second
+	}
+	if o.UnschedulableTimeout <= 0 {
+		o.UnschedulableTimeout = 5 * time.Minute
+	}
+	if o.Events == nil {
+		o.Events = o.Client
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 }
 
@@ -161,7 +180,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	if phase == "" {
-		return reconcile.Result{}, nil
+		// Still running: look again even if no watched object changes
+		// (admission rejections and scheduling timeouts show in events and
+		// the clock, not in the Job).
+		return reconcile.Result{RequeueAfter: r.opts.RequeueAfter}, nil
 	}
 	if phase == v1alpha1.PhaseFailed && !jobFinished(j) {
 		// Fail fast: the pod cannot start; stop the Job now.
@@ -191,7 +213,7 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 	}
 	t := job.Task{
 		ID: TaskID(rt), Namespace: rt.Namespace, Image: rt.Spec.Image, Command: rt.Spec.Command, Args: rt.Spec.Args,
-		Env: rt.Spec.Env, RepoURL: rt.Spec.RepoURL, ActiveDeadlineSeconds: rt.Spec.ActiveDeadlineSeconds,
+		Env: rt.Spec.Env, RepoURL: rt.Spec.RepoURL, Resources: rt.Spec.Resources, ActiveDeadlineSeconds: rt.Spec.ActiveDeadlineSeconds,
 	}
 	j, secret, err := job.Build(t, r.opts.Jobs)
 	if err != nil {
@@ -306,15 +328,77 @@ func (r *Reconciler) outcome(ctx context.Context, j *batchv1.Job) (v1alpha1.Phas
 			case exit != nil && *exit != 0:
 				reason = ReasonNonZeroExit
 			}
-			msg := strings.TrimSpace(c.Message + " " + podMsg)
+			msg := withEvents(strings.TrimSpace(c.Message+" "+podMsg), r.warnings(ctx, "Pod", j.Namespace, podNames(pods.Items)))
 			return v1alpha1.PhaseFailed, reason, msg, exit, nil
 		}
 	}
 	// Fail fast on pods that cannot start.
 	if podReason == ReasonImagePullError || podReason == ReasonInvalidImage || podReason == ReasonContainerConfig {
-		return v1alpha1.PhaseFailed, podReason, podMsg, nil, nil
+		return v1alpha1.PhaseFailed, podReason, withEvents(podMsg, r.warnings(ctx, "Pod", j.Namespace, podNames(pods.Items))), nil, nil
+	}
+	if len(pods.Items) == 0 {
+		// The Job controller could not create the pod: an admission webhook
+		// or policy refused it.
+		if w := r.warnings(ctx, "Job", j.Namespace, []string{j.Name}); strings.Contains(w, "FailedCreate") {
+			return v1alpha1.PhaseFailed, ReasonAdmission, w, nil, nil
+		}
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&
+				r.opts.Now().Sub(p.CreationTimestamp.Time) > r.opts.UnschedulableTimeout {
+				msg := fmt.Sprintf("unschedulable for more than %s: %s", r.opts.UnschedulableTimeout, c.Message)
+				return v1alpha1.PhaseFailed, ReasonUnschedulable, msg, nil, nil
+			}
+		}
 	}
 	return "", "", "", nil, nil
+}
+
+func podNames(pods []corev1.Pod) []string {
+	names := make([]string, len(pods))
+	for i, p := range pods {
+		names[i] = p.Name
+	}
+	return names
+}
+
+// maxEventText bounds the Warning events quoted in a failure message.
+const maxEventText = 1024
+
+// warnings returns the Warning events of the named objects, as
+// "Reason: message" lines, bounded in length.
+func (r *Reconciler) warnings(ctx context.Context, kind, namespace string, names []string) string {
+	var all []corev1.Event
+	for _, name := range names {
+		var events corev1.EventList
+		if err := r.opts.Events.List(ctx, &events, client.InNamespace(namespace), client.MatchingFields{"involvedObject.name": name}); err != nil {
+			return ""
+		}
+		all = append(all, events.Items...)
+	}
+	var b strings.Builder
+	for _, e := range all {
+		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != kind {
+			continue
+		}
+		line := e.Reason + ": " + e.Message
+		if b.Len()+len(line) > maxEventText {
+			break
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+func withEvents(msg, events string) string {
+	if events == "" {
+		return msg
+	}
+	return strings.TrimSpace(msg + " (events: " + events + ")")
 }
 
 // podState reads the runner container: its exit code, and a reason when it

@@ -51,6 +51,9 @@ type RunnerTaskSpec struct {
 	// runwarden.dev/repo-url.
 	// +optional
 	RepoURL string `json:"repoURL,omitempty"`
+	// Resources of the runner container. Default: the pod template's.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 	// ActiveDeadlineSeconds bounds the run. Default: the dispatcher's.
 	// +kubebuilder:validation:Minimum=1
 	// +optional
