@@ -119,6 +119,11 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 				t.Errorf("runner pod not shaped by the chart's webhook: env %v, annotations %v", envOf(&p), p.Annotations)
 			}
 
+			// helm test: a runner pod created through the webhook checks its own shape.
+			if out, err := h4.run(ctx, "test", release, "-n", ns, "--timeout", "2m"); err != nil || !strings.Contains(out, "Succeeded") {
+				t.Errorf("helm test: %v\n%s", err, out)
+			}
+
 			// A task whose pod the policies refuse fails with the rule in its message.
 			refused := runnerTask(runners, "refused", "true")
 			refused.Spec.Image = "docker.io/library/busybox:1.36"

@@ -337,9 +337,10 @@ func (r *Reconciler) outcome(ctx context.Context, j *batchv1.Job) (v1alpha1.Phas
 		return v1alpha1.PhaseFailed, podReason, withEvents(podMsg, r.warnings(ctx, "Pod", j.Namespace, podNames(pods.Items))), nil, nil
 	}
 	if len(pods.Items) == 0 {
-		// The Job controller could not create the pod: an admission webhook
-		// or policy refused it.
-		if w := r.warnings(ctx, "Job", j.Namespace, []string{j.Name}); strings.Contains(w, "FailedCreate") {
+		// The Job controller could not create the pod because admission
+		// denied it. A webhook that could not be called is not a denial: the
+		// Job controller retries, and so does this check.
+		if w := r.warnings(ctx, "Job", j.Namespace, []string{j.Name}); strings.Contains(w, "FailedCreate") && deniedByAdmission(w) {
 			return v1alpha1.PhaseFailed, ReasonAdmission, w, nil, nil
 		}
 	}
@@ -353,6 +354,12 @@ func (r *Reconciler) outcome(ctx context.Context, j *batchv1.Job) (v1alpha1.Phas
 		}
 	}
 	return "", "", "", nil, nil
+}
+
+// deniedByAdmission tells a denial by an admission webhook or policy from a
+// failure to reach one, in the Job controller's FailedCreate message.
+func deniedByAdmission(msg string) bool {
+	return strings.Contains(msg, "denied the request") || strings.Contains(msg, "is forbidden")
 }
 
 func podNames(pods []corev1.Pod) []string {
