@@ -119,6 +119,26 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 				t.Errorf("runner pod not shaped by the chart's webhook: env %v, annotations %v", envOf(&p), p.Annotations)
 			}
 
+			// The same chart, another release, with Helm v3 and the post-renderer binary.
+			bin, _ := buildPostrender(ctx, t)
+			release3 := release + "-v3"
+			values3 := append(append([]string{}, values...), "--set", "runnerNamespace="+runners+"-v3")
+			t.Cleanup(func() {
+				_, _ = h3.run(context.Background(), "uninstall", release3, "-n", ns, "--wait")
+				_ = cfg.Client().Resources().Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runners + "-v3"}})
+			})
+			args3 := append([]string{"install", release3, chart, "-n", ns, "--wait", "--timeout", "3m",
+				"--post-renderer", bin, "--post-renderer-args", "--kustomize",
+				"--post-renderer-args", filepath.Join(suite.RepoRoot, "kustomize", "labels")}, values3...)
+			if out, err := h3.run(ctx, args3...); err != nil {
+				t.Fatalf("helm v3 install: %v\n%s", err, out)
+			}
+			out, err := suite.Kubectl(ctx, cfg, "get", "deployments", "-n", ns, "-l", "app.kubernetes.io/instance="+release3,
+				"-o", `jsonpath={range .items[*]}{.metadata.name}={.status.readyReplicas}/{.metadata.labels.platform\.example\.com/team} {end}`)
+			if err != nil || strings.Count(out, "=1/platform") != 2 {
+				t.Errorf("helm v3 release deployments (name=ready/overlay label): %q, %v", out, err)
+			}
+
 			// helm test: a runner pod created through the webhook checks its own shape.
 			if out, err := h4.run(ctx, "test", release, "-n", ns, "--timeout", "2m"); err != nil || !strings.Contains(out, "Succeeded") {
 				t.Errorf("helm test: %v\n%s", err, out)
