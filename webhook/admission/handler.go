@@ -6,7 +6,6 @@ package admission
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -182,6 +181,3 @@ func orEmpty(m map[string]string) map[string]string {
 	}
 	return m
 }
-
-// ErrNoPolicySet is returned when no policy set has loaded yet.
-var ErrNoPolicySet = errors.New("no policy set is loaded")
