@@ -28,6 +28,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 	rwkube "github.com/runwarden/runwarden/dispatcher/kube"
+	"github.com/runwarden/runwarden/dispatcher/metrics"
 	"github.com/runwarden/runwarden/internal/kube"
 	"github.com/runwarden/runwarden/internal/logging"
 	"github.com/runwarden/runwarden/internal/version"
@@ -40,6 +41,8 @@ type config struct {
 	maxConcurrent int
 	deadline      time.Duration
 	unschedulable time.Duration
+	keepSucceeded int
+	keepFailed    int
 	ttl           time.Duration
 	envAllow      []string
 	repoAllow     []*regexp.Regexp
@@ -65,6 +68,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.IntVar(&c.maxConcurrent, "max-concurrent", 10, "tasks running at once; more wait")
 	fs.DurationVar(&c.deadline, "default-deadline", time.Hour, "activeDeadlineSeconds of tasks that set none")
 	fs.DurationVar(&c.ttl, "job-ttl", 24*time.Hour, "ttlSecondsAfterFinished of the Jobs")
+	fs.IntVar(&c.keepSucceeded, "succeeded-history", 50, "finished Jobs of succeeded tasks kept per namespace")
+	fs.IntVar(&c.keepFailed, "failed-history", 100, "finished Jobs of failed tasks kept per namespace")
 	fs.DurationVar(&c.unschedulable, "unschedulable-timeout", 5*time.Minute, "fail a task whose pod stays unschedulable this long")
 	fs.StringVar(&envAllow, "env-allow", "", "comma-separated glob patterns of the env variable names a task may set (default: none)")
 	fs.StringVar(&repoAllow, "repo-allow", "", "comma-separated regular expressions a task's repository URL must match one of (default: any)")
@@ -88,6 +93,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	}
 	if errs := validLabel(c.id); errs != "" {
 		return c, fmt.Errorf("--dispatcher-id %q: %s", c.id, errs)
+	}
+	if c.keepSucceeded < 1 || c.keepFailed < 1 {
+		return c, fmt.Errorf("--succeeded-history and --failed-history must be at least 1")
 	}
 	if c.maxConcurrent < 1 {
 		return c, fmt.Errorf("--max-concurrent %d: must be at least 1", c.maxConcurrent)
@@ -213,6 +221,9 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		MaxConcurrent:        c.maxConcurrent,
 		UnschedulableTimeout: c.unschedulable,
 		Events:               mgr.GetAPIReader(),
+		SucceededHistory:     c.keepSucceeded,
+		FailedHistory:        c.keepFailed,
+		Recorder:             metrics.New(nil, c.maxConcurrent),
 	})
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,11 +34,12 @@ import (
 // dispatcherProcess is runwarden-dispatcher running on the host against the
 // suite's cluster, watching one namespace.
 type dispatcherProcess struct {
-	cmd    *exec.Cmd
-	log    *bytes.Buffer
-	bin    string
-	args   []string
-	health string
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+	bin     string
+	args    []string
+	health  string
+	metrics string
 }
 
 func installCRD(ctx context.Context, t *testing.T, cfg *envconf.Config) {
@@ -102,10 +104,12 @@ func startDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns 
 		t.Fatal(err)
 	}
 	d.health = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d.metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	d.args = []string{
 		"--dispatcher-id", "e2e-" + ns[len(ns)-6:], "--namespace", ns, "--pod-template", tmplFile,
 		"--env-allow", "GREETING,TF_*", "--max-concurrent", "5", "--unschedulable-timeout", "5s",
-		"--metrics-bind-address", "0", "--health-probe-bind-address", d.health,
+		"--succeeded-history", "1", "--failed-history", "1",
+		"--metrics-bind-address", d.metrics, "--health-probe-bind-address", d.health,
 		"--kubeconfig", cfg.KubeconfigFile(),
 	}
 	d.start(ctx, t)
@@ -262,6 +266,29 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 				t.Errorf("task cancel-me: status %+v", got.Status)
 			}
 
+			// History: one succeeded Job is kept; a second success removes the first's.
+			ok2 := runnerTask(ns, "ok-2", `echo again`)
+			if err := r.Create(ctx, ok2); err != nil {
+				t.Fatal(err)
+			}
+			if got := waitPhase(ctx, t, cfg, ok2, d); got.Status.Phase != v1alpha1.PhaseSucceeded {
+				t.Errorf("task ok-2: status %+v", got.Status)
+			}
+			pruned := func(ctx context.Context) (bool, error) {
+				complete := 0
+				for _, j := range jobsOf(ctx, t, cfg, ns) {
+					for _, c := range j.Status.Conditions {
+						if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue && j.DeletionTimestamp == nil {
+							complete++
+						}
+					}
+				}
+				return complete == 1, nil
+			}
+			if err := harness.WaitFor(ctx, "one succeeded Job to be kept", 30*time.Second, pruned); err != nil {
+				t.Error(err)
+			}
+
 			// Exactly one Job per task that got one.
 			byTask := map[string]int{}
 			for _, j := range jobsOf(ctx, t, cfg, ns) {
@@ -272,6 +299,19 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 					t.Errorf("task %s has %d Jobs, want 1", id, n)
 				}
 			}
+			resp, err := http.Get("http://" + d.metrics + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			// The second process counts only what it saw: the cancellation and ok-2.
+			for _, w := range []string{`runwarden_dispatcher_tasks_finished_total{phase="Succeeded",reason="Completed"} 1`, `runwarden_dispatcher_tasks_finished_total{phase="Cancelled",reason="Cancelled"} 1`, "runwarden_dispatcher_capacity 5"} {
+				if !strings.Contains(string(body), w) {
+					t.Errorf("metrics lack %q", w)
+				}
+			}
+
 			out, err := suite.Kubectl(ctx, cfg, "get", "runnertasks", "-n", ns)
 			if err != nil {
 				t.Fatal(err)

@@ -65,9 +65,28 @@ type Options struct {
 	// UnschedulableTimeout fails a task whose pod stays unschedulable this
 	// long. Default: 5m.
 	UnschedulableTimeout time.Duration
+	// SucceededHistory and FailedHistory are how many finished Jobs of
+	// each kind are kept per namespace; older ones are deleted (their TTL
+	// removes them anyway). Default: 50 and 100.
+	SucceededHistory, FailedHistory int
+	// Recorder counts what the reconciler does. Default: none.
+	Recorder Recorder
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 }
+
+// Recorder counts Jobs and outcomes; see package metrics.
+type Recorder interface {
+	JobCreated()
+	Finished(phase, reason string)
+	Running(n int)
+}
+
+type noRecorder struct{}
+
+func (noRecorder) JobCreated()             {}
+func (noRecorder) Finished(string, string) {}
+func (noRecorder) Running(int)             {}
 
 func (o *Options) setDefaults() {
 	if o.MaxConcurrent <= 0 {
@@ -84,6 +103,15 @@ func (o *Options) setDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.SucceededHistory <= 0 {
+		o.SucceededHistory = 50
+	}
+	if o.FailedHistory <= 0 {
+		o.FailedHistory = 100
+	}
+	if o.Recorder == nil {
+		o.Recorder = noRecorder{}
 	}
 }
 
@@ -233,6 +261,8 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 			return reconcile.Result{}, fmt.Errorf("creating job %s: %w", j.Name, err)
 		}
 		// Another attempt created it first: adopt it, never duplicate it.
+	} else {
+		r.opts.Recorder.JobCreated()
 	}
 	if secret != nil {
 		if err := r.ownSecret(ctx, j, secret.Name); err != nil {
@@ -274,6 +304,7 @@ func (r *Reconciler) running(ctx context.Context) (int, error) {
 			n++
 		}
 	}
+	r.opts.Recorder.Running(n)
 	return n, nil
 }
 
@@ -290,7 +321,56 @@ func (r *Reconciler) setRunning(ctx context.Context, rt *v1alpha1.RunnerTask, jo
 func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, phase v1alpha1.Phase, reason, msg string, exit *int32) error {
 	rt.Status.Phase, rt.Status.Reason, rt.Status.Message, rt.Status.ExitCode = phase, reason, msg, exit
 	rt.Status.CompletionTime = ptr.To(metav1.Now())
-	return r.opts.Client.Status().Update(ctx, rt)
+	if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
+		return err
+	}
+	r.opts.Recorder.Finished(string(phase), reason)
+	return r.pruneHistory(ctx, rt.Namespace)
+}
+
+// pruneHistory deletes this dispatcher's oldest finished Jobs in a namespace
+// beyond the history limits.
+func (r *Reconciler) pruneHistory(ctx context.Context, namespace string) error {
+	var jobs batchv1.JobList
+	if err := r.opts.Client.List(ctx, &jobs, client.InNamespace(namespace), client.MatchingLabels{job.LabelDispatcher: r.opts.Jobs.DispatcherID}); err != nil {
+		return fmt.Errorf("listing jobs: %w", err)
+	}
+	var succeeded, failed []*batchv1.Job
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if j.DeletionTimestamp != nil || !jobFinished(j) {
+			continue
+		}
+		if jobSucceeded(j) {
+			succeeded = append(succeeded, j)
+		} else {
+			failed = append(failed, j)
+		}
+	}
+	for _, set := range []struct {
+		jobs  []*batchv1.Job
+		limit int
+	}{{succeeded, r.opts.SucceededHistory}, {failed, r.opts.FailedHistory}} {
+		if len(set.jobs) <= set.limit {
+			continue
+		}
+		slices.SortFunc(set.jobs, func(a, b *batchv1.Job) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+		for _, j := range set.jobs[:len(set.jobs)-set.limit] {
+			if err := r.opts.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting old job %s: %w", j.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func jobSucceeded(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobSuccessCriteriaMet) {
+			return true
+		}
+	}
+	return false
 }
 
 func jobFinished(j *batchv1.Job) bool {
