@@ -43,6 +43,8 @@ type config struct {
 	unschedulable time.Duration
 	keepSucceeded int
 	keepFailed    int
+	preflight     bool
+	preflightWait time.Duration
 	ttl           time.Duration
 	envAllow      []string
 	repoAllow     []*regexp.Regexp
@@ -68,6 +70,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.IntVar(&c.maxConcurrent, "max-concurrent", 10, "tasks running at once; more wait")
 	fs.DurationVar(&c.deadline, "default-deadline", time.Hour, "activeDeadlineSeconds of tasks that set none")
 	fs.DurationVar(&c.ttl, "job-ttl", 24*time.Hour, "ttlSecondsAfterFinished of the Jobs")
+	fs.BoolVar(&c.preflight, "preflight", true, "at start, prove with a throwaway Job that a runner pod is admitted in --namespace (RBAC, Pod Security, webhooks, quota); exit naming the cause if not")
+	fs.DurationVar(&c.preflightWait, "preflight-timeout", 2*time.Minute, "how long the preflight Job's pod may take to appear")
 	fs.IntVar(&c.keepSucceeded, "succeeded-history", 50, "finished Jobs of succeeded tasks kept per namespace")
 	fs.IntVar(&c.keepFailed, "failed-history", 100, "finished Jobs of failed tasks kept per namespace")
 	fs.DurationVar(&c.unschedulable, "unschedulable-timeout", 5*time.Minute, "fail a task whose pod stays unschedulable this long")
@@ -199,6 +203,29 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	if c.namespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{c.namespace: {}}
 	}
+	jobOpts := job.Options{
+		DispatcherID: c.id, Template: tmpl,
+		DefaultDeadline:         int64(c.deadline.Seconds()),
+		TTLSecondsAfterFinished: int32(c.ttl.Seconds()),
+		EnvAllowList:            c.envAllow,
+		RepoAllowList:           c.repoAllow,
+	}
+	logger := logr.FromContextOrDiscard(ctx)
+	switch {
+	case !c.preflight:
+	case c.namespace == "":
+		logger.Info("preflight skipped: it needs --namespace, the namespace runner Jobs run in")
+	default:
+		direct, err := client.New(restCfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := rwkube.Preflight(ctx, rwkube.PreflightOptions{Client: direct, Jobs: jobOpts, Namespace: c.namespace, Timeout: c.preflightWait}); err != nil {
+			return err
+		}
+		logger.Info("preflight passed: a runner pod was admitted", "namespace", c.namespace, "took", time.Since(start).Round(time.Millisecond).String())
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  cacheOpts,
@@ -210,14 +237,8 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		return fmt.Errorf("making the manager: %w", err)
 	}
 	r := rwkube.New(rwkube.Options{
-		Client: mgr.GetClient(),
-		Jobs: job.Options{
-			DispatcherID: c.id, Template: tmpl,
-			DefaultDeadline:         int64(c.deadline.Seconds()),
-			TTLSecondsAfterFinished: int32(c.ttl.Seconds()),
-			EnvAllowList:            c.envAllow,
-			RepoAllowList:           c.repoAllow,
-		},
+		Client:               mgr.GetClient(),
+		Jobs:                 jobOpts,
 		MaxConcurrent:        c.maxConcurrent,
 		UnschedulableTimeout: c.unschedulable,
 		Events:               mgr.GetAPIReader(),
@@ -234,6 +255,6 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	logr.FromContextOrDiscard(ctx).Info("dispatching RunnerTasks", "dispatcher", c.id, "maxConcurrent", c.maxConcurrent)
+	logger.Info("dispatching RunnerTasks", "dispatcher", c.id, "maxConcurrent", c.maxConcurrent)
 	return mgr.Start(ctx)
 }

@@ -75,9 +75,10 @@ func installCRD(ctx context.Context, t *testing.T, cfg *envconf.Config) {
 	}
 }
 
-// startDispatcher builds and starts the dispatcher for namespace ns with a
-// pod template that runs on the real node.
-func startDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) *dispatcherProcess {
+// startDispatcherProcess builds the dispatcher for namespace ns with a pod
+// template that runs on the real node, and prepares (but does not start)
+// its process.
+func startDispatcherProcess(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) *dispatcherProcess {
 	t.Helper()
 	dir := t.TempDir()
 	d := &dispatcherProcess{log: &bytes.Buffer{}, bin: filepath.Join(dir, "runwarden-dispatcher")}
@@ -110,8 +111,17 @@ func startDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns 
 		"--env-allow", "GREETING,TF_*", "--max-concurrent", "5", "--unschedulable-timeout", "5s",
 		"--succeeded-history", "1", "--failed-history", "1",
 		"--metrics-bind-address", d.metrics, "--health-probe-bind-address", d.health,
-		"--kubeconfig", cfg.KubeconfigFile(),
+		"--kubeconfig", cfg.KubeconfigFile(), "--preflight-timeout", "30s",
 	}
+	d.cmd = exec.Command(d.bin, d.args...)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	return d
+}
+
+// startDispatcher builds the dispatcher and starts it, waiting until ready.
+func startDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) *dispatcherProcess {
+	t.Helper()
+	d := startDispatcherProcess(ctx, t, cfg, ns)
 	d.start(ctx, t)
 	t.Cleanup(func() { d.stop(os.Interrupt) })
 	return d
@@ -182,6 +192,42 @@ func jobsOf(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) [
 		t.Fatal(err)
 	}
 	return jobs.Items
+}
+
+// TestDispatcherPreflightNamesTheCause starts the dispatcher against a
+// namespace whose Pod Security level refuses its runner pods: it exits
+// non-zero and says why, before taking any task.
+func TestDispatcherPreflightNamesTheCause(t *testing.T) {
+	f := features.New("dispatcher preflight").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			installCRD(ctx, t, cfg)
+			return ctx
+		}).
+		Assess("a restricted namespace fails the preflight", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			r := cfg.Client().Resources()
+			nsObj := &corev1.Namespace{}
+			if err := r.Get(ctx, ns, "", nsObj); err != nil {
+				t.Fatal(err)
+			}
+			nsObj.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
+			if err := r.Update(ctx, nsObj); err != nil {
+				t.Fatal(err)
+			}
+			d := startDispatcherProcess(ctx, t, cfg, ns)
+			err := d.cmd.Run()
+			if err == nil {
+				t.Fatalf("the dispatcher started in a namespace that refuses its pods:\n%s", d.log.String())
+			}
+			for _, w := range []string{"preflight failed", "not admitted", "PodSecurity"} {
+				if !strings.Contains(d.log.String(), w) {
+					t.Errorf("the dispatcher's error does not say %q:\n%s", w, d.log.String())
+				}
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
 }
 
 // TestDispatcherRunsRunnerTasks submits RunnerTasks and checks each runs as

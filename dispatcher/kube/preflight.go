@@ -1,0 +1,128 @@
+package kube
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
+)
+
+// ErrPreflight is wrapped by every preflight failure.
+var ErrPreflight = errors.New("preflight failed")
+
+// PreflightOptions configure Preflight.
+type PreflightOptions struct {
+	// Client creates and watches the throwaway Job. It must not be a cache.
+	Client client.Client
+	// Jobs is how the dispatcher builds Jobs. Required.
+	Jobs job.Options
+	// Namespace is where runner Jobs run. Required.
+	Namespace string
+	// Timeout bounds the whole check. Default: 2m.
+	Timeout time.Duration
+	// Poll is how often the Job is looked at. Default: 500ms.
+	Poll time.Duration
+}
+
+// Preflight creates a throwaway Job shaped like a real runner (the
+// platform's template, a command that exits at once) and waits until its pod
+// exists: that proves the dispatcher may create Jobs (RBAC) and that Pod
+// Security, admission webhooks and quota admit a runner pod. It deletes the
+// Job and returns nil, or an error naming the cause.
+func Preflight(ctx context.Context, o PreflightOptions) error {
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	if o.Poll <= 0 {
+		o.Poll = 500 * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	var lastWarning string
+	for {
+		// A webhook that cannot be called yet (it may be starting beside the
+		// dispatcher) is not a denial; the Job controller would retry it with
+		// a growing backoff, so a new Job is tried instead.
+		admitted, warning, err := preflightOnce(ctx, o)
+		if err != nil || admitted {
+			return err
+		}
+		if warning != "" {
+			lastWarning = warning
+		}
+		select {
+		case <-ctx.Done():
+			cause := "no pod appeared"
+			if lastWarning != "" {
+				cause = "last warning: " + lastWarning
+			}
+			return fmt.Errorf("%w: no runner pod within %s in %s (%s)", ErrPreflight, o.Timeout, o.Namespace, strings.TrimSpace(cause))
+		case <-time.After(o.Poll):
+		}
+	}
+}
+
+// preflightOnce creates one throwaway Job and waits a few seconds for its
+// pod. It returns whether the pod was admitted, the last transient warning,
+// or an error when the pod was refused.
+func preflightOnce(ctx context.Context, o PreflightOptions) (bool, string, error) {
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	t := job.Task{
+		ID:        "preflight/" + o.Jobs.DispatcherID + "/" + hex.EncodeToString(suffix),
+		Namespace: o.Namespace,
+		Command:   []string{"/bin/sh", "-c", "exit 0"},
+	}
+	opts := o.Jobs
+	opts.EnvAllowList = nil
+	j, _, err := job.Build(t, opts)
+	if err != nil {
+		return false, "", fmt.Errorf("%w: the pod template cannot make a Job: %w", ErrPreflight, err)
+	}
+	j.Spec.TTLSecondsAfterFinished = ptr.To[int32](60)
+	if err := o.Client.Create(ctx, j); err != nil {
+		if apierrors.IsForbidden(err) {
+			return false, "", fmt.Errorf("%w: the dispatcher may not create Jobs in %s (RBAC): %w", ErrPreflight, o.Namespace, err)
+		}
+		return false, "", fmt.Errorf("%w: creating a Job in %s: %w", ErrPreflight, o.Namespace, err)
+	}
+	defer func() {
+		_ = o.Client.Delete(context.WithoutCancel(ctx), j, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	}()
+	warning := ""
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		var pods corev1.PodList
+		if err := o.Client.List(ctx, &pods, client.InNamespace(o.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": j.Name}); err == nil && len(pods.Items) > 0 {
+			return true, "", nil
+		}
+		var events corev1.EventList
+		if err := o.Client.List(ctx, &events, client.InNamespace(o.Namespace), client.MatchingFields{"involvedObject.name": j.Name}); err == nil {
+			for _, e := range events.Items {
+				if e.Type != corev1.EventTypeWarning || e.Reason != "FailedCreate" {
+					continue
+				}
+				if deniedByAdmission(e.Message) {
+					return false, "", fmt.Errorf("%w: a runner pod is not admitted in %s (Pod Security, an admission webhook or quota): %s", ErrPreflight, o.Namespace, e.Message)
+				}
+				warning = e.Message
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(o.Poll):
+		}
+	}
+	return false, warning, nil
+}
