@@ -5,7 +5,6 @@ package admission
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -121,12 +120,9 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		resp.Warnings = d.Warnings
 		return resp, "allowed"
 	}
+	before := pod.DeepCopy()
 	Apply(pod, d.Mutations)
-	mutated, err := json.Marshal(pod)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), "error"
-	}
-	resp := admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	resp := admission.Patched("", Patch(before, pod)...)
 	resp.Warnings = d.Warnings
 	if len(resp.Patches) == 0 {
 		return resp, "allowed"
