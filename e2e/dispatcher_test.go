@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"bytes"
+	"math/rand/v2"
+	"slices"
 	"context"
 	"fmt"
 	"io"
@@ -78,7 +80,7 @@ func installCRD(ctx context.Context, t *testing.T, cfg *envconf.Config) {
 // startDispatcherProcess builds the dispatcher for namespace ns with a pod
 // template that runs on the real node, and prepares (but does not start)
 // its process.
-func startDispatcherProcess(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) *dispatcherProcess {
+func startDispatcherProcess(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, extra ...string) *dispatcherProcess {
 	t.Helper()
 	dir := t.TempDir()
 	d := &dispatcherProcess{log: &bytes.Buffer{}, bin: filepath.Join(dir, "runwarden-dispatcher")}
@@ -95,7 +97,14 @@ func startDispatcherProcess(ctx context.Context, t *testing.T, cfg *envconf.Conf
 		TerminationGracePeriodSeconds: ptr.To[int64](1),
 		Containers:                    []corev1.Container{{Name: "main", Image: image, ImagePullPolicy: corev1.PullNever}},
 	}}
-	harness.OnRealNode(&tmpl.Spec)
+	simulated := slices.Contains(extra, "--simulated")
+	if simulated {
+		// Simulated nodes never pull or run the image; kwok completes the pod.
+		tmpl.Spec.Containers[0].Image = "busybox:stable"
+	} else {
+		harness.OnRealNode(&tmpl.Spec)
+	}
+	extra = slices.DeleteFunc(extra, func(a string) bool { return a == "--simulated" })
 	b, err := yaml.Marshal(tmpl)
 	if err != nil {
 		t.Fatal(err)
@@ -113,15 +122,16 @@ func startDispatcherProcess(ctx context.Context, t *testing.T, cfg *envconf.Conf
 		"--metrics-bind-address", d.metrics, "--health-probe-bind-address", d.health,
 		"--kubeconfig", cfg.KubeconfigFile(), "--preflight-timeout", "30s",
 	}
+	d.args = append(d.args, extra...)
 	d.cmd = exec.Command(d.bin, d.args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	return d
 }
 
 // startDispatcher builds the dispatcher and starts it, waiting until ready.
-func startDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) *dispatcherProcess {
+func startDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, extra ...string) *dispatcherProcess {
 	t.Helper()
-	d := startDispatcherProcess(ctx, t, cfg, ns)
+	d := startDispatcherProcess(ctx, t, cfg, ns, extra...)
 	d.start(ctx, t)
 	t.Cleanup(func() { d.stop(os.Interrupt) })
 	return d
@@ -370,4 +380,72 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// TestDispatcherSurvivesSIGKILL runs 200 tasks while the dispatcher is
+// killed with SIGKILL at random moments, ten times: every task ends with
+// exactly one Job and one final status.
+func TestDispatcherSurvivesSIGKILL(t *testing.T) {
+	const tasks, kills = 200, 10
+	f := features.New("dispatcher survives SIGKILL").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			installCRD(ctx, t, cfg)
+			return ctx
+		}).
+		Assess("200 tasks, 10 kills, one Job each", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			r := cfg.Client().Resources(ns)
+			d := startDispatcher(ctx, t, cfg, ns, "--simulated", "--max-concurrent", "40",
+				"--succeeded-history", "1000", "--failed-history", "1000", "--preflight=false")
+			for i := range tasks {
+				if err := r.Create(ctx, runnerTask(ns, fmt.Sprintf("task-%03d", i), "true")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rng := rand.New(rand.NewPCG(7, 11))
+			for range kills {
+				time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
+				d.stop(os.Kill)
+				d.start(ctx, t)
+			}
+			all := func(ctx context.Context) (bool, error) {
+				var list v1alpha1.RunnerTaskList
+				if err := r.List(ctx, &list); err != nil {
+					return false, err
+				}
+				done := 0
+				for _, rt := range list.Items {
+					if terminalPhase(rt.Status.Phase) {
+						done++
+					}
+				}
+				return done == tasks, nil
+			}
+			if err := harness.WaitFor(ctx, "all 200 tasks to finish", 3*time.Minute, all); err != nil {
+				t.Fatalf("%v\n%s", err, d.log.String())
+			}
+			var list v1alpha1.RunnerTaskList
+			if err := r.List(ctx, &list); err != nil {
+				t.Fatal(err)
+			}
+			jobs := map[string]int{}
+			for _, j := range jobsOf(ctx, t, cfg, ns) {
+				jobs[j.Annotations["runwarden.dev/task-id"]]++
+			}
+			for _, rt := range list.Items {
+				id := rt.Namespace + "/" + rt.Name + "/" + string(rt.UID)
+				if jobs[id] != 1 || rt.Status.Phase != v1alpha1.PhaseSucceeded || rt.Status.JobName == "" {
+					t.Errorf("task %s: %d Jobs, status %+v", rt.Name, jobs[id], rt.Status)
+				}
+			}
+			if len(jobs) != tasks {
+				t.Errorf("%d tasks have Jobs, want %d", len(jobs), tasks)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+func terminalPhase(p v1alpha1.Phase) bool {
+	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed || p == v1alpha1.PhaseCancelled
 }
