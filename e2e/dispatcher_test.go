@@ -4,15 +4,15 @@ package e2e
 
 import (
 	"bytes"
-	"math/rand/v2"
-	"slices"
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
