@@ -59,7 +59,13 @@ e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default l
 		hack/check-clean.sh --unless-running; fi
 
 .PHONY: bench
-bench: bench-postrender bench-webhook ## Run every benchmark.
+bench: bench-postrender bench-webhook bench-dispatcher ## Run every benchmark.
+
+.PHONY: bench-dispatcher
+bench-dispatcher: ## Benchmark tasks to Jobs beside a plain client-go loop, on the local cluster (RUNWARDEN_BENCH_TASKS, default 500).
+	hack/tools.sh kubernetes etcd kwok coredns opentofu
+	@mkdir -p $(BIN_DIR)
+	RUNWARDEN_REAL_NODE=false $(GO) test -tags e2e -run '^$$' -bench BenchmarkDispatcherJobs -benchtime 1x -timeout 30m ./e2e/ | tee bin/bench-dispatcher.txt
 
 .PHONY: bench-webhook
 bench-webhook: ## Benchmark the webhook: handler and policy evaluation, and a TLS load test beside opa run --server.

@@ -43,6 +43,8 @@ type config struct {
 	unschedulable time.Duration
 	keepSucceeded int
 	keepFailed    int
+	qps           float64
+	burst         int
 	preflight     bool
 	preflightWait time.Duration
 	ttl           time.Duration
@@ -70,6 +72,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.IntVar(&c.maxConcurrent, "max-concurrent", 10, "tasks running at once; more wait")
 	fs.DurationVar(&c.deadline, "default-deadline", time.Hour, "activeDeadlineSeconds of tasks that set none")
 	fs.DurationVar(&c.ttl, "job-ttl", 24*time.Hour, "ttlSecondsAfterFinished of the Jobs")
+	fs.Float64Var(&c.qps, "kube-api-qps", 50, "requests per second to the API server, sustained")
+	fs.IntVar(&c.burst, "kube-api-burst", 100, "requests to the API server in a burst")
 	fs.BoolVar(&c.preflight, "preflight", true, "at start, prove with a throwaway Job that a runner pod is admitted in --namespace (RBAC, Pod Security, webhooks, quota); exit naming the cause if not")
 	fs.DurationVar(&c.preflightWait, "preflight-timeout", 2*time.Minute, "how long the preflight Job's pod may take to appear")
 	fs.IntVar(&c.keepSucceeded, "succeeded-history", 50, "finished Jobs of succeeded tasks kept per namespace")
@@ -187,6 +191,7 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	if err != nil {
 		return err
 	}
+	restCfg.QPS, restCfg.Burst = float32(c.qps), c.burst
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err

@@ -44,7 +44,7 @@ type dispatcherProcess struct {
 	metrics string
 }
 
-func installCRD(ctx context.Context, t *testing.T, cfg *envconf.Config) {
+func installCRD(ctx context.Context, t testing.TB, cfg *envconf.Config) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(suite.RepoRoot, "dispatcher", "api", "v1alpha1", "crd", "runwarden.dev_runnertasks.yaml"))
 	if err != nil {
@@ -80,7 +80,7 @@ func installCRD(ctx context.Context, t *testing.T, cfg *envconf.Config) {
 // startDispatcherProcess builds the dispatcher for namespace ns with a pod
 // template that runs on the real node, and prepares (but does not start)
 // its process.
-func startDispatcherProcess(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, extra ...string) *dispatcherProcess {
+func startDispatcherProcess(ctx context.Context, t testing.TB, cfg *envconf.Config, ns string, extra ...string) *dispatcherProcess {
 	t.Helper()
 	dir := t.TempDir()
 	d := &dispatcherProcess{log: &bytes.Buffer{}, bin: filepath.Join(dir, "runwarden-dispatcher")}
@@ -129,7 +129,7 @@ func startDispatcherProcess(ctx context.Context, t *testing.T, cfg *envconf.Conf
 }
 
 // startDispatcher builds the dispatcher and starts it, waiting until ready.
-func startDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, extra ...string) *dispatcherProcess {
+func startDispatcher(ctx context.Context, t testing.TB, cfg *envconf.Config, ns string, extra ...string) *dispatcherProcess {
 	t.Helper()
 	d := startDispatcherProcess(ctx, t, cfg, ns, extra...)
 	d.start(ctx, t)
@@ -137,7 +137,7 @@ func startDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns 
 	return d
 }
 
-func (d *dispatcherProcess) start(ctx context.Context, t *testing.T) {
+func (d *dispatcherProcess) start(ctx context.Context, t testing.TB) {
 	t.Helper()
 	d.cmd = exec.Command(d.bin, d.args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -71,6 +73,8 @@ type Options struct {
 	SucceededHistory, FailedHistory int
 	// Recorder counts what the reconciler does. Default: none.
 	Recorder Recorder
+	// Workers is how many tasks are reconciled at once. Default: 4.
+	Workers int
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 }
@@ -113,11 +117,17 @@ func (o *Options) setDefaults() {
 	if o.Recorder == nil {
 		o.Recorder = noRecorder{}
 	}
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
 }
 
 // Reconciler runs RunnerTasks as Jobs.
 type Reconciler struct {
 	opts Options
+	// starting serializes the capacity check and the Job create, so
+	// parallel workers never start more than MaxConcurrent tasks.
+	starting sync.Mutex
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -132,6 +142,7 @@ func New(opts Options) *Reconciler {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("runnertask").
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.Workers}).
 		For(&v1alpha1.RunnerTask{}).
 		Owns(&batchv1.Job{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToTask)).
@@ -225,6 +236,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // start creates the task's Secret and Job, unless capacity is full.
 func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconcile.Result, error) {
+	r.starting.Lock()
+	defer r.starting.Unlock()
 	running, err := r.running(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
