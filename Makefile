@@ -21,7 +21,7 @@ BENCH_COUNT ?= 3
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: tools
 tools: ## Build every pinned tool into the cache folder (only what is missing).
@@ -82,7 +82,7 @@ bench-postrender: ## Benchmark runwarden-postrender beside the kustomize CLI scr
 	$(call tool,benchstat)/benchstat -col /impl bin/bench-postrender.txt
 
 .PHONY: helm-plugin
-helm-plugin: ## Install the Helm v4 post-renderer plugin into $$HELM_PLUGINS (default: helm's own folder).
+helm-plugin: ## Install the Helm v4 post-renderer plugin into HELM_PLUGINS (default: helm's own folder).
 	@mkdir -p $(BIN_DIR)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/runwarden-postrender ./postrender
 	@dir="$${HELM_PLUGINS:-$$($(call tool,helm4)/helm env HELM_PLUGINS)}/runwarden-postrender"; \
@@ -103,7 +103,7 @@ generate: ## Regenerate the RunnerTask deepcopy code and CRD, and the chart's co
 	rm -f charts/runwarden/policies/*.rego && cp policies/*.rego charts/runwarden/policies/
 
 .PHONY: verify
-verify: ## Check formatting, go.mod tidiness and go vet.
+verify: ## Check formatting, go.mod tidiness, Rego format and checks, generated files, go vet.
 	hack/verify.sh
 
 .PHONY: cluster-up
@@ -112,9 +112,9 @@ cluster-up: ## Start the local cluster with its real node (RUNWARDEN_REAL_NODE=f
 	hack/cluster.sh up
 
 .PHONY: images
-images: ## Build the image archives (pause, runner, webhook, postrender) and load them into a running real node.
+images: ## Build the image archives (pause, runner, webhook, postrender, dispatcher); load them into a running real node.
 	hack/images.sh build
-	@sock=$$(hack/node.sh socket); if [ -S "$$sock" ]; then hack/images.sh load pause runner webhook postrender --address "$$sock"; \
+	@sock=$$(hack/node.sh socket); if [ -S "$$sock" ]; then hack/images.sh load pause runner webhook postrender dispatcher --address "$$sock"; \
 	else echo "images: no real node running; archives are in $$(dirname $$(hack/images.sh archive pause))"; fi
 
 .PHONY: cluster-down
