@@ -179,11 +179,7 @@ func waitPhase(ctx context.Context, t *testing.T, cfg *envconf.Config, rt *v1alp
 	t.Helper()
 	r := cfg.Client().Resources(rt.Namespace)
 	done := conditions.New(r).ResourceMatch(rt, func(o k8s.Object) bool {
-		switch o.(*v1alpha1.RunnerTask).Status.Phase {
-		case v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseCancelled:
-			return true
-		}
-		return false
+		return terminalPhase(o.(*v1alpha1.RunnerTask).Status.Phase)
 	})
 	if err := harness.WaitFor(ctx, "RunnerTask "+rt.Name+" to finish", 2*time.Minute, done); err != nil {
 		t.Fatalf("%v\ndispatcher log:\n%s", err, d.log.String())
@@ -216,13 +212,7 @@ func TestDispatcherPreflightNamesTheCause(t *testing.T) {
 		}).
 		Assess("a restricted namespace fails the preflight", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
-			r := cfg.Client().Resources()
-			nsObj := &corev1.Namespace{}
-			if err := r.Get(ctx, ns, "", nsObj); err != nil {
-				t.Fatal(err)
-			}
-			nsObj.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
-			if err := r.Update(ctx, nsObj); err != nil {
+			if err := harness.LabelNamespace(ctx, cfg, "pod-security.kubernetes.io/enforce", "restricted"); err != nil {
 				t.Fatal(err)
 			}
 			d := startDispatcherProcess(ctx, t, cfg, ns)

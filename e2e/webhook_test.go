@@ -216,12 +216,7 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			r := cfg.Client().Resources()
-			nsObj := &corev1.Namespace{}
-			if err := r.Get(ctx, ns, "", nsObj); err != nil {
-				t.Fatal(err)
-			}
-			nsObj.Labels[runnerNamespaceLabel] = "enabled"
-			if err := r.Update(ctx, nsObj); err != nil {
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
 				t.Fatal(err)
 			}
 			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: ns, Annotations: map[string]string{

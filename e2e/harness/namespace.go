@@ -70,3 +70,20 @@ func deleteFeatureNamespace(ctx context.Context, cfg *envconf.Config, t *testing
 	}
 	return ctx, nil
 }
+
+// LabelNamespace sets a label on the feature's namespace.
+func LabelNamespace(ctx context.Context, cfg *envconf.Config, key, value string) error {
+	r := cfg.Client().Resources()
+	ns := &corev1.Namespace{}
+	if err := r.Get(ctx, Namespace(ctx), "", ns); err != nil {
+		return fmt.Errorf("reading namespace %s: %w", Namespace(ctx), err)
+	}
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels[key] = value
+	if err := r.Update(ctx, ns); err != nil {
+		return fmt.Errorf("labelling namespace %s: %w", ns.Name, err)
+	}
+	return nil
+}

@@ -252,26 +252,12 @@ func (m *Manager) publish(ctx context.Context) error {
 		return nil
 	}
 	for _, name := range m.opts.MutatingWebhooks {
-		if err := m.patchBundle(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{}, name, func(o client.Object) []*admissionregistrationv1.WebhookClientConfig {
-			cfg := o.(*admissionregistrationv1.MutatingWebhookConfiguration)
-			out := make([]*admissionregistrationv1.WebhookClientConfig, len(cfg.Webhooks))
-			for i := range cfg.Webhooks {
-				out[i] = &cfg.Webhooks[i].ClientConfig
-			}
-			return out
-		}); err != nil {
+		if err := m.patchBundle(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{}, name); err != nil {
 			return err
 		}
 	}
 	for _, name := range m.opts.ValidatingWebhooks {
-		if err := m.patchBundle(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{}, name, func(o client.Object) []*admissionregistrationv1.WebhookClientConfig {
-			cfg := o.(*admissionregistrationv1.ValidatingWebhookConfiguration)
-			out := make([]*admissionregistrationv1.WebhookClientConfig, len(cfg.Webhooks))
-			for i := range cfg.Webhooks {
-				out[i] = &cfg.Webhooks[i].ClientConfig
-			}
-			return out
-		}); err != nil {
+		if err := m.patchBundle(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{}, name); err != nil {
 			return err
 		}
 	}
@@ -280,13 +266,13 @@ func (m *Manager) publish(ctx context.Context) error {
 
 // patchBundle sets the caBundle of every client config of one webhook
 // configuration, patching it only where it differs.
-func (m *Manager) patchBundle(ctx context.Context, obj client.Object, name string, configs func(client.Object) []*admissionregistrationv1.WebhookClientConfig) error {
+func (m *Manager) patchBundle(ctx context.Context, obj client.Object, name string) error {
 	if err := m.opts.Client.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
 		return fmt.Errorf("cert: reading %T %s: %w", obj, name, err)
 	}
 	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
 	changed := false
-	for _, cc := range configs(obj) {
+	for _, cc := range clientConfigs(obj) {
 		if !bytes.Equal(cc.CABundle, m.ca) {
 			cc.CABundle = m.ca
 			changed = true
@@ -299,4 +285,20 @@ func (m *Manager) patchBundle(ctx context.Context, obj client.Object, name strin
 		return fmt.Errorf("cert: updating the caBundle of %s: %w", name, err)
 	}
 	return nil
+}
+
+// clientConfigs returns the client configs of a webhook configuration.
+func clientConfigs(obj client.Object) []*admissionregistrationv1.WebhookClientConfig {
+	var out []*admissionregistrationv1.WebhookClientConfig
+	switch cfg := obj.(type) {
+	case *admissionregistrationv1.MutatingWebhookConfiguration:
+		for i := range cfg.Webhooks {
+			out = append(out, &cfg.Webhooks[i].ClientConfig)
+		}
+	case *admissionregistrationv1.ValidatingWebhookConfiguration:
+		for i := range cfg.Webhooks {
+			out = append(out, &cfg.Webhooks[i].ClientConfig)
+		}
+	}
+	return out
 }
