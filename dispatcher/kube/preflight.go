@@ -113,7 +113,7 @@ func preflightOnce(ctx context.Context, o PreflightOptions) (bool, string, error
 				if e.Type != corev1.EventTypeWarning || e.Reason != "FailedCreate" {
 					continue
 				}
-				if deniedByAdmission(e.Message) {
+				if job.DeniedByAdmission(e.Message) {
 					return false, "", fmt.Errorf("%w: a runner pod is not admitted in %s (Pod Security, an admission webhook or quota): %s", ErrPreflight, o.Namespace, e.Message)
 				}
 				warning = e.Message

@@ -31,23 +31,8 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/job"
 )
 
-// Failure reasons the reconciler reports; a bounded set.
-const (
-	ReasonCompleted        = "Completed"
-	ReasonNonZeroExit      = "NonZeroExit"
-	ReasonDeadlineExceeded = "DeadlineExceeded"
-	ReasonOOMKilled        = "OOMKilled"
-	ReasonImagePullError   = "ImagePullError"
-	ReasonInvalidImage     = "InvalidImage"
-	ReasonContainerConfig  = "CreateContainerConfigError"
-	ReasonEvicted          = "Evicted"
-	ReasonRefused          = "Refused"
-	ReasonCancelled        = "Cancelled"
-	ReasonCapacity         = "WaitingForCapacity"
-	ReasonFailed           = "Failed"
-	ReasonAdmission        = "AdmissionRejected"
-	ReasonUnschedulable    = "Unschedulable"
-)
+// ReasonCapacity is the reason of a task waiting for a free slot.
+const ReasonCapacity = "WaitingForCapacity"
 
 // Options configure a Reconciler.
 type Options struct {
@@ -124,7 +109,8 @@ func (o *Options) setDefaults() {
 
 // Reconciler runs RunnerTasks as Jobs.
 type Reconciler struct {
-	opts Options
+	opts     Options
+	observer job.Observer
 	// starting serializes the capacity check and the Job create, so
 	// parallel workers never start more than MaxConcurrent tasks.
 	starting sync.Mutex
@@ -135,7 +121,9 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // New returns a Reconciler.
 func New(opts Options) *Reconciler {
 	opts.setDefaults()
-	return &Reconciler{opts: opts}
+	return &Reconciler{opts: opts, observer: job.Observer{
+		Client: opts.Client, Events: opts.Events, UnschedulableTimeout: opts.UnschedulableTimeout, Now: opts.Now,
+	}}
 }
 
 // SetupWithManager watches RunnerTasks, their Jobs, and the Jobs' pods.
@@ -202,7 +190,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				return reconcile.Result{}, fmt.Errorf("stopping job %s: %w", name, err)
 			}
 		}
-		return reconcile.Result{}, r.finish(ctx, rt, v1alpha1.PhaseCancelled, ReasonCancelled, "cancelled by spec.cancel", nil)
+		return reconcile.Result{}, r.finish(ctx, rt, v1alpha1.PhaseCancelled, job.ReasonCancelled, "cancelled by spec.cancel", nil)
 	}
 
 	if j == nil {
@@ -214,24 +202,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	}
-	phase, reason, msg, exit, err := r.outcome(ctx, j)
+	out, err := r.observer.Outcome(ctx, j)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if phase == "" {
+	if out.Phase == "" {
 		// Still running: look again even if no watched object changes
 		// (admission rejections and scheduling timeouts show in events and
 		// the clock, not in the Job).
 		return reconcile.Result{RequeueAfter: r.opts.RequeueAfter}, nil
 	}
-	if phase == v1alpha1.PhaseFailed && !jobFinished(j) {
+	if out.Stop {
 		// Fail fast: the pod cannot start; stop the Job now.
 		if err := r.opts.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	logger.Info("task finished", "job", j.Name, "phase", phase, "reason", reason)
-	return reconcile.Result{}, r.finish(ctx, rt, phase, reason, msg, exit)
+	logger.Info("task finished", "job", j.Name, "phase", out.Phase, "reason", out.Reason)
+	return reconcile.Result{}, r.finish(ctx, rt, v1alpha1.Phase(out.Phase), out.Reason, out.Message, out.ExitCode)
 }
 
 // start creates the task's Secret and Job, unless capacity is full.
@@ -259,7 +247,7 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 	j, secret, err := job.Build(t, r.opts.Jobs)
 	if err != nil {
 		// A task that can never run is finished, not retried.
-		return reconcile.Result{}, r.finish(ctx, rt, v1alpha1.PhaseFailed, ReasonRefused, err.Error(), nil)
+		return reconcile.Result{}, r.finish(ctx, rt, v1alpha1.PhaseFailed, job.ReasonRefused, err.Error(), nil)
 	}
 	if err := controllerutil.SetControllerReference(rt, j, r.opts.Client.Scheme()); err != nil {
 		return reconcile.Result{}, err
@@ -313,7 +301,7 @@ func (r *Reconciler) running(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for i := range jobs.Items {
-		if !jobFinished(&jobs.Items[i]) && jobs.Items[i].DeletionTimestamp == nil {
+		if !job.Finished(&jobs.Items[i]) && jobs.Items[i].DeletionTimestamp == nil {
 			n++
 		}
 	}
@@ -351,10 +339,10 @@ func (r *Reconciler) pruneHistory(ctx context.Context, namespace string) error {
 	var succeeded, failed []*batchv1.Job
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
-		if j.DeletionTimestamp != nil || !jobFinished(j) {
+		if j.DeletionTimestamp != nil || !job.Finished(j) {
 			continue
 		}
-		if jobSucceeded(j) {
+		if job.Succeeded(j) {
 			succeeded = append(succeeded, j)
 		} else {
 			failed = append(failed, j)
@@ -377,159 +365,3 @@ func (r *Reconciler) pruneHistory(ctx context.Context, namespace string) error {
 	return nil
 }
 
-func jobSucceeded(j *batchv1.Job) bool {
-	for _, c := range j.Status.Conditions {
-		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobSuccessCriteriaMet) {
-			return true
-		}
-	}
-	return false
-}
-
-func jobFinished(j *batchv1.Job) bool {
-	for _, c := range j.Status.Conditions {
-		if c.Status == corev1.ConditionTrue && slices.Contains([]batchv1.JobConditionType{
-			batchv1.JobComplete, batchv1.JobFailed, batchv1.JobSuccessCriteriaMet, batchv1.JobFailureTarget,
-		}, c.Type) {
-			return true
-		}
-	}
-	return false
-}
-
-// outcome reads how the Job went; an empty phase means it still runs.
-func (r *Reconciler) outcome(ctx context.Context, j *batchv1.Job) (v1alpha1.Phase, string, string, *int32, error) {
-	var pods corev1.PodList
-	if err := r.opts.Client.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": j.Name}); err != nil {
-		return "", "", "", nil, fmt.Errorf("listing pods of job %s: %w", j.Name, err)
-	}
-	exit, podReason, podMsg := podState(pods.Items)
-	for _, c := range j.Status.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Type {
-		case batchv1.JobComplete, batchv1.JobSuccessCriteriaMet:
-			return v1alpha1.PhaseSucceeded, ReasonCompleted, c.Message, exit, nil
-		case batchv1.JobFailed, batchv1.JobFailureTarget:
-			reason := ReasonFailed
-			switch {
-			case c.Reason == batchv1.JobReasonDeadlineExceeded:
-				reason = ReasonDeadlineExceeded
-			case podReason != "":
-				reason = podReason
-			case exit != nil && *exit != 0:
-				reason = ReasonNonZeroExit
-			}
-			msg := withEvents(strings.TrimSpace(c.Message+" "+podMsg), r.warnings(ctx, "Pod", j.Namespace, podNames(pods.Items)))
-			return v1alpha1.PhaseFailed, reason, msg, exit, nil
-		}
-	}
-	// Fail fast on pods that cannot start.
-	if podReason == ReasonImagePullError || podReason == ReasonInvalidImage || podReason == ReasonContainerConfig {
-		return v1alpha1.PhaseFailed, podReason, withEvents(podMsg, r.warnings(ctx, "Pod", j.Namespace, podNames(pods.Items))), nil, nil
-	}
-	if len(pods.Items) == 0 {
-		// The Job controller could not create the pod because admission
-		// denied it. A webhook that could not be called is not a denial: the
-		// Job controller retries, and so does this check.
-		if w := r.warnings(ctx, "Job", j.Namespace, []string{j.Name}); strings.Contains(w, "FailedCreate") && deniedByAdmission(w) {
-			return v1alpha1.PhaseFailed, ReasonAdmission, w, nil, nil
-		}
-	}
-	for _, p := range pods.Items {
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&
-				r.opts.Now().Sub(p.CreationTimestamp.Time) > r.opts.UnschedulableTimeout {
-				msg := fmt.Sprintf("unschedulable for more than %s: %s", r.opts.UnschedulableTimeout, c.Message)
-				return v1alpha1.PhaseFailed, ReasonUnschedulable, msg, nil, nil
-			}
-		}
-	}
-	return "", "", "", nil, nil
-}
-
-// deniedByAdmission tells a denial by an admission webhook or policy from a
-// failure to reach one, in the Job controller's FailedCreate message.
-func deniedByAdmission(msg string) bool {
-	return strings.Contains(msg, "denied the request") || strings.Contains(msg, "is forbidden")
-}
-
-func podNames(pods []corev1.Pod) []string {
-	names := make([]string, len(pods))
-	for i, p := range pods {
-		names[i] = p.Name
-	}
-	return names
-}
-
-// maxEventText bounds the Warning events quoted in a failure message.
-const maxEventText = 1024
-
-// warnings returns the Warning events of the named objects, as
-// "Reason: message" lines, bounded in length.
-func (r *Reconciler) warnings(ctx context.Context, kind, namespace string, names []string) string {
-	var all []corev1.Event
-	for _, name := range names {
-		var events corev1.EventList
-		if err := r.opts.Events.List(ctx, &events, client.InNamespace(namespace), client.MatchingFields{"involvedObject.name": name}); err != nil {
-			return ""
-		}
-		all = append(all, events.Items...)
-	}
-	var b strings.Builder
-	for _, e := range all {
-		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != kind {
-			continue
-		}
-		line := e.Reason + ": " + e.Message
-		if b.Len()+len(line) > maxEventText {
-			break
-		}
-		if b.Len() > 0 {
-			b.WriteString("; ")
-		}
-		b.WriteString(line)
-	}
-	return b.String()
-}
-
-func withEvents(msg, events string) string {
-	if events == "" {
-		return msg
-	}
-	return strings.TrimSpace(msg + " (events: " + events + ")")
-}
-
-// podState reads the runner container: its exit code, and a reason when it
-// cannot start or was killed.
-func podState(pods []corev1.Pod) (*int32, string, string) {
-	for _, p := range pods {
-		if p.Status.Reason == "Evicted" {
-			return nil, ReasonEvicted, p.Status.Message
-		}
-		for _, s := range p.Status.ContainerStatuses {
-			if s.Name != job.RunnerContainer {
-				continue
-			}
-			if t := s.State.Terminated; t != nil {
-				code := t.ExitCode
-				if t.Reason == "OOMKilled" {
-					return &code, ReasonOOMKilled, t.Message
-				}
-				return &code, "", t.Message
-			}
-			if w := s.State.Waiting; w != nil {
-				switch w.Reason {
-				case "ErrImagePull", "ImagePullBackOff":
-					return nil, ReasonImagePullError, w.Message
-				case "InvalidImageName":
-					return nil, ReasonInvalidImage, w.Message
-				case "CreateContainerConfigError":
-					return nil, ReasonContainerConfig, w.Message
-				}
-			}
-		}
-	}
-	return nil, "", ""
-}

@@ -1,4 +1,4 @@
-package kube
+package job
 
 import "testing"
 
@@ -18,8 +18,8 @@ func TestDeniedByAdmission(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := deniedByAdmission(tt.msg); got != tt.want {
-				t.Errorf("deniedByAdmission(%q) = %v, want %v", tt.msg, got, tt.want)
+			if got := DeniedByAdmission(tt.msg); got != tt.want {
+				t.Errorf("DeniedByAdmission(%q) = %v, want %v", tt.msg, got, tt.want)
 			}
 		})
 	}

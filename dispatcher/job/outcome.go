@@ -1,0 +1,271 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Reasons of a task's outcome; a bounded set, used as metric labels and in
+// reports.
+const (
+	ReasonCompleted        = "Completed"
+	ReasonNonZeroExit      = "NonZeroExit"
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	ReasonOOMKilled        = "OOMKilled"
+	ReasonImagePullError   = "ImagePullError"
+	ReasonInvalidImage     = "InvalidImage"
+	ReasonContainerConfig  = "CreateContainerConfigError"
+	ReasonFailedMount      = "FailedMount"
+	ReasonEvicted          = "Evicted"
+	ReasonRefused          = "Refused"
+	ReasonCancelled        = "Cancelled"
+	ReasonFailed           = "Failed"
+	ReasonAdmission        = "AdmissionRejected"
+	ReasonUnschedulable    = "Unschedulable"
+)
+
+// Phases of a finished task.
+const (
+	PhaseSucceeded = "Succeeded"
+	PhaseFailed    = "Failed"
+	PhaseCancelled = "Cancelled"
+)
+
+// Outcome is how a task's Job went so far.
+type Outcome struct {
+	// Phase is PhaseSucceeded or PhaseFailed once the task is over, else
+	// empty.
+	Phase string
+	// Reason is one of the Reason constants when Phase is set.
+	Reason  string
+	Message string
+	// ExitCode is the runner container's, once it terminated.
+	ExitCode *int32
+	// Running is true once the runner container has started.
+	Running bool
+	// Stop is true when the task failed while the Job still runs (its pod
+	// cannot start or be scheduled): the caller stops the Job.
+	Stop bool
+}
+
+// Observer reads a Job's outcome from the Job, its pods and their Warning
+// events.
+type Observer struct {
+	// Client reads Jobs' pods (a label-filtered cache is enough).
+	Client client.Reader
+	// Events reads Warning events; they are not in a label-filtered cache.
+	Events client.Reader
+	// UnschedulableTimeout fails a task whose pod stays unschedulable this
+	// long. Default: 5m.
+	UnschedulableTimeout time.Duration
+	// FailedMountTimeout fails a task whose pod cannot mount its volumes
+	// this long after it was created. Default: 1m.
+	FailedMountTimeout time.Duration
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+func (o Observer) now() time.Time {
+	if o.Now == nil {
+		return time.Now()
+	}
+	return o.Now()
+}
+
+// Succeeded tells whether a Job succeeded.
+func Succeeded(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobSuccessCriteriaMet) {
+			return true
+		}
+	}
+	return false
+}
+
+// Finished tells whether a Job is over, by its final or its interim
+// (FailureTarget, SuccessCriteriaMet) conditions.
+func Finished(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && slices.Contains([]batchv1.JobConditionType{
+			batchv1.JobComplete, batchv1.JobFailed, batchv1.JobSuccessCriteriaMet, batchv1.JobFailureTarget,
+		}, c.Type) {
+			return true
+		}
+	}
+	return false
+}
+
+// Outcome reads how the Job went.
+func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) {
+	unschedulable := o.UnschedulableTimeout
+	if unschedulable <= 0 {
+		unschedulable = 5 * time.Minute
+	}
+	mountTimeout := o.FailedMountTimeout
+	if mountTimeout <= 0 {
+		mountTimeout = time.Minute
+	}
+	var pods corev1.PodList
+	if err := o.Client.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": j.Name}); err != nil {
+		return Outcome{}, fmt.Errorf("listing pods of job %s: %w", j.Name, err)
+	}
+	st := podState(pods.Items)
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete, batchv1.JobSuccessCriteriaMet:
+			return Outcome{Phase: PhaseSucceeded, Reason: ReasonCompleted, Message: c.Message, ExitCode: st.exit, Running: true}, nil
+		case batchv1.JobFailed, batchv1.JobFailureTarget:
+			reason := ReasonFailed
+			switch {
+			case c.Reason == batchv1.JobReasonDeadlineExceeded:
+				reason = ReasonDeadlineExceeded
+			case st.reason != "":
+				reason = st.reason
+			case st.exit != nil && *st.exit != 0:
+				reason = ReasonNonZeroExit
+			}
+			msg := withEvents(strings.TrimSpace(c.Message+" "+st.message), o.warnings(ctx, "Pod", j.Namespace, podNames(pods.Items)))
+			return Outcome{Phase: PhaseFailed, Reason: reason, Message: msg, ExitCode: st.exit, Running: st.running}, nil
+		}
+	}
+	// Fail fast on pods that cannot start.
+	if st.reason == ReasonImagePullError || st.reason == ReasonInvalidImage || st.reason == ReasonContainerConfig {
+		return Outcome{Phase: PhaseFailed, Reason: st.reason, Message: withEvents(st.message, o.warnings(ctx, "Pod", j.Namespace, podNames(pods.Items))), Stop: true}, nil
+	}
+	if len(pods.Items) == 0 {
+		// The Job controller could not create the pod because admission
+		// denied it. A webhook that could not be called is not a denial: the
+		// Job controller retries, and so does this check.
+		if w := o.warnings(ctx, "Job", j.Namespace, []string{j.Name}); strings.Contains(w, "FailedCreate") && DeniedByAdmission(w) {
+			return Outcome{Phase: PhaseFailed, Reason: ReasonAdmission, Message: w, Stop: true}, nil
+		}
+	}
+	now := o.now()
+	for _, p := range pods.Items {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&
+				now.Sub(p.CreationTimestamp.Time) > unschedulable {
+				msg := fmt.Sprintf("unschedulable for more than %s: %s", unschedulable, c.Message)
+				return Outcome{Phase: PhaseFailed, Reason: ReasonUnschedulable, Message: msg, Stop: true}, nil
+			}
+		}
+		// A pod still creating its containers past the mount timeout with
+		// FailedMount warnings will not start: a Secret or ConfigMap it
+		// mounts is missing, or a volume cannot attach.
+		if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodPending && !st.running && now.Sub(p.CreationTimestamp.Time) > mountTimeout {
+			if w := o.warnings(ctx, "Pod", j.Namespace, []string{p.Name}); strings.Contains(w, "FailedMount") {
+				return Outcome{Phase: PhaseFailed, Reason: ReasonFailedMount, Message: w, Stop: true}, nil
+			}
+		}
+	}
+	return Outcome{Running: st.running}, nil
+}
+
+// DeniedByAdmission tells a denial by an admission webhook or policy from a
+// failure to reach one, in the Job controller's FailedCreate message.
+func DeniedByAdmission(msg string) bool {
+	return strings.Contains(msg, "denied the request") || strings.Contains(msg, "is forbidden")
+}
+
+func podNames(pods []corev1.Pod) []string {
+	names := make([]string, len(pods))
+	for i, p := range pods {
+		names[i] = p.Name
+	}
+	return names
+}
+
+// maxEventText bounds the Warning events quoted in a failure message.
+const maxEventText = 1024
+
+// warnings returns the Warning events of the named objects, as
+// "Reason: message" lines, bounded in length.
+func (o Observer) warnings(ctx context.Context, kind, namespace string, names []string) string {
+	events := o.Events
+	if events == nil {
+		events = o.Client
+	}
+	var all []corev1.Event
+	for _, name := range names {
+		var list corev1.EventList
+		if err := events.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{"involvedObject.name": name}); err != nil {
+			return ""
+		}
+		all = append(all, list.Items...)
+	}
+	var b strings.Builder
+	for _, e := range all {
+		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != kind {
+			continue
+		}
+		line := e.Reason + ": " + e.Message
+		if b.Len()+len(line) > maxEventText {
+			break
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+func withEvents(msg, events string) string {
+	if events == "" {
+		return msg
+	}
+	return strings.TrimSpace(msg + " (events: " + events + ")")
+}
+
+type runnerState struct {
+	exit            *int32
+	reason, message string
+	running         bool
+}
+
+// podState reads the runner container: whether it started, its exit code,
+// and a reason when it cannot start or was killed.
+func podState(pods []corev1.Pod) runnerState {
+	var st runnerState
+	for _, p := range pods {
+		if p.Status.Reason == "Evicted" {
+			return runnerState{reason: ReasonEvicted, message: p.Status.Message}
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Name != RunnerContainer {
+				continue
+			}
+			if s.State.Running != nil {
+				st.running = true
+			}
+			if t := s.State.Terminated; t != nil {
+				code := t.ExitCode
+				if t.Reason == "OOMKilled" {
+					return runnerState{exit: &code, reason: ReasonOOMKilled, message: t.Message, running: true}
+				}
+				return runnerState{exit: &code, message: t.Message, running: true}
+			}
+			if w := s.State.Waiting; w != nil {
+				switch w.Reason {
+				case "ErrImagePull", "ImagePullBackOff":
+					return runnerState{reason: ReasonImagePullError, message: w.Message}
+				case "InvalidImageName":
+					return runnerState{reason: ReasonInvalidImage, message: w.Message}
+				case "CreateContainerConfigError":
+					return runnerState{reason: ReasonContainerConfig, message: w.Message}
+				}
+			}
+		}
+	}
+	return st
+}
