@@ -1,0 +1,182 @@
+// Package orchestratortest is an in-memory orchestrator for tests: an HTTPS
+// server on 127.0.0.1 that speaks the protocol of package orchestrator,
+// records everything a dispatcher reports, and injects faults (an
+// unreachable server, 503 answers, dropped responses, leases delivered
+// twice, event requests held unanswered) on demand.
+//
+// A test adds tasks with Add, starts the server, points a dispatcher at URL
+// (trusting the certificate CAFile writes, or using Client in-process), and
+// asserts on Task, Tasks, Polls and Stats. Every method is safe for
+// concurrent use.
+package orchestratortest
+
+import (
+	"crypto/ed25519"
+	"encoding/pem"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/runwarden/runwarden/dispatcher/orchestrator"
+)
+
+// Options configures a Server. At most one of PublicKey, Token and
+// ServiceAccountToken may be set; with none, requests need no
+// authentication.
+type Options struct {
+	// LeaseSeconds is the lifetime of a lease and of each renewal; default 60.
+	LeaseSeconds int
+	// MaxWait caps how long a poll is held: a poll waits
+	// min(waitSeconds, MaxWait) for a task; default 30s.
+	MaxWait time.Duration
+
+	// PublicKey, when set, requires `Authorization: Bearer <JWT>` signed
+	// with the matching Ed25519 private key: header alg EdDSA, claims exp
+	// in the future and at most 5 minutes after iat, iat present, aud the
+	// server's URL (as URL returns it) and sub not empty.
+	PublicKey ed25519.PublicKey
+	// Token, when set, is the one bearer token accepted.
+	Token string
+	// ServiceAccountToken, when set, enables token exchange: a TokenRequest
+	// carrying it at orchestrator.PathToken is answered with a new random
+	// access token, a valid bearer token for ExchangeTTL.
+	ServiceAccountToken string
+	// ExchangeTTL is the lifetime of an exchanged token; default 1h. The
+	// response's expires_in is ExchangeTTL rounded up to whole seconds, at
+	// least 1.
+	ExchangeTTL time.Duration
+
+	// Seed seeds the random source that decides which requests the fault
+	// rates hit, so that a sequence of requests meets the same faults.
+	Seed uint64
+	// Faults are the faults in effect from the start; see SetFaults.
+	Faults Faults
+	// Logf, when set, is told about every request and every injected
+	// fault (t.Logf fits).
+	Logf func(format string, args ...any)
+}
+
+// Server is the fake orchestrator. Make one with New.
+type Server struct {
+	opts Options
+	ts   *httptest.Server
+
+	closeOnce sync.Once
+	closed    chan struct{}
+
+	mu     sync.Mutex
+	rng    *rand.Rand
+	faults Faults
+	stats  Stats
+
+	tasks   map[string]*task
+	order   []*task              // in Add order
+	queue   []*task              // tasks waiting for a lease, FIFO
+	byLease map[string]*task     // every lease ID ever issued
+	dups    map[string][]dup     // duplicates owed to a dispatcher's next poll
+	issued  map[string]time.Time // exchanged tokens and their expiry
+	polls   []PollRecord
+	// wake is closed, and replaced, whenever a task becomes available.
+	wake chan struct{}
+	// release is closed, and replaced, by Release.
+	release chan struct{}
+}
+
+// New returns a Server, not started yet, configured by opts. It panics if
+// more than one authentication option is set.
+func New(opts Options) *Server {
+	auths := 0
+	for _, set := range []bool{len(opts.PublicKey) > 0, opts.Token != "", opts.ServiceAccountToken != ""} {
+		if set {
+			auths++
+		}
+	}
+	if auths > 1 {
+		panic("orchestratortest: set at most one of PublicKey, Token and ServiceAccountToken")
+	}
+	if opts.PublicKey != nil && len(opts.PublicKey) != ed25519.PublicKeySize {
+		panic("orchestratortest: PublicKey is not an Ed25519 public key")
+	}
+	if opts.LeaseSeconds <= 0 {
+		opts.LeaseSeconds = 60
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = 30 * time.Second
+	}
+	if opts.ExchangeTTL <= 0 {
+		opts.ExchangeTTL = time.Hour
+	}
+	opts.Faults.Endpoints = slices.Clone(opts.Faults.Endpoints)
+	opts.Faults.Hold = slices.Clone(opts.Faults.Hold)
+	s := &Server{
+		opts:    opts,
+		closed:  make(chan struct{}),
+		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
+		faults:  opts.Faults,
+		tasks:   map[string]*task{},
+		byLease: map[string]*task{},
+		dups:    map[string][]dup{},
+		issued:  map[string]time.Time{},
+		wake:    make(chan struct{}),
+		release: make(chan struct{}),
+		stats:   Stats{Requests: map[Endpoint]int{}, Statuses: map[int]int{}},
+	}
+	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// Start starts serving HTTPS on a port of 127.0.0.1.
+func (s *Server) Start() { s.ts.StartTLS() }
+
+// URL is the server's base URL, https://127.0.0.1:<port>, valid once
+// started. It is also the audience a JWT must name.
+func (s *Server) URL() string { return s.ts.URL }
+
+// Client returns an HTTP client that trusts the server's certificate.
+func (s *Server) Client() *http.Client { return s.ts.Client() }
+
+// CAFile writes the server's certificate, which is its own CA, as PEM to
+// orchestrator-ca.pem in dir and returns the file's path, for a dispatcher
+// running as another process to trust. The server must be started.
+func (s *Server) CAFile(dir string) (string, error) {
+	cert := s.ts.Certificate()
+	if cert == nil {
+		return "", fmt.Errorf("orchestratortest: server not started")
+	}
+	path := filepath.Join(dir, "orchestrator-ca.pem")
+	data := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// Close ends held polls, then shuts the server down and waits for the
+// requests in flight.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closed) })
+	s.ts.Close()
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.opts.Logf != nil {
+		s.opts.Logf("orchestratortest: "+format, args...)
+	}
+}
+
+// leaseDuration is the lifetime of a lease or a renewal.
+func (s *Server) leaseDuration() time.Duration {
+	return time.Duration(s.opts.LeaseSeconds) * time.Second
+}
+
+// supported is the answer to a request without a supported version.
+var supported = orchestrator.ErrorBody{
+	Code:    orchestrator.CodeVersion,
+	Message: "supported protocol versions: " + orchestrator.Version,
+}

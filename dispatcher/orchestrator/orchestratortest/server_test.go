@@ -1,0 +1,801 @@
+package orchestratortest
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v3/jwa"
+	"github.com/lestrrat-go/jwx/v3/jwk"
+	"github.com/lestrrat-go/jwx/v3/jwt"
+
+	"github.com/runwarden/runwarden/dispatcher/orchestrator"
+)
+
+func start(t *testing.T, opts Options) *Server {
+	t.Helper()
+	s := New(opts)
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// errorCode is the code of an ErrorBody reply, "" if there is none.
+func (r reply) errorCode() string {
+	var e orchestrator.ErrorBody
+	if json.Unmarshal(r.body, &e) != nil {
+		return ""
+	}
+	return e.Code
+}
+
+// send posts body to path with the protocol header and, if not empty, a
+// bearer token; it returns the transport error rather than failing.
+func send(ctx context.Context, s *Server, path string, body any, bearer string) (reply, error) {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return reply{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+path, bytes.NewReader(data))
+	if err != nil {
+		return reply{}, err
+	}
+	req.Header.Set(orchestrator.HeaderProtocol, orchestrator.Version)
+	req.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := s.Client().Do(req)
+	if err != nil {
+		return reply{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}, err
+}
+
+func post(t *testing.T, s *Server, path string, body any) reply {
+	t.Helper()
+	r, err := send(t.Context(), s, path, body, "")
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	return r
+}
+
+func expect(t *testing.T, r reply, status int, code string) {
+	t.Helper()
+	if r.status != status || (code != "" && r.errorCode() != code) {
+		t.Fatalf("got %d %s, want %d %s", r.status, r.body, status, code)
+	}
+}
+
+func poll(t *testing.T, s *Server, req orchestrator.PollRequest) []orchestrator.Lease {
+	t.Helper()
+	r := post(t, s, orchestrator.PathPoll, req)
+	if r.status == http.StatusNoContent {
+		return nil
+	}
+	expect(t, r, http.StatusOK, "")
+	var resp orchestrator.PollResponse
+	if err := json.Unmarshal(r.body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Leases
+}
+
+func event(id string, epoch int64, typ orchestrator.EventType) orchestrator.Event {
+	key := id + "/" + string(typ)
+	if typ.Final() {
+		key = id + "/final"
+	}
+	return orchestrator.Event{IdempotencyKey: key, Epoch: epoch, Type: typ, Time: time.Now()}
+}
+
+func tasks(ids ...string) []orchestrator.Task {
+	out := make([]orchestrator.Task, len(ids))
+	for i, id := range ids {
+		out[i] = orchestrator.Task{ID: id, Image: "runner:1", Args: []string{"apply"}}
+	}
+	return out
+}
+
+func leaseTasks(leases []orchestrator.Lease) []string {
+	var ids []string
+	for _, l := range leases {
+		ids = append(ids, l.Task.ID)
+	}
+	return ids
+}
+
+func TestPollHandsOutAtMostFreeInOrder(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{})
+	s.Add(tasks("t-1", "t-2", "t-3", "t-4", "t-5")...)
+
+	got := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 3, Max: 3}})
+	if ids := leaseTasks(got); !slices.Equal(ids, []string{"t-1", "t-2", "t-3"}) {
+		t.Fatalf("leased %v, want t-1..t-3", ids)
+	}
+	for _, l := range got {
+		if l.Epoch != 1 || l.LeaseSeconds != 60 || l.LeaseID == "" || time.Until(l.ExpiresAt) < 59*time.Second {
+			t.Errorf("lease %+v", l)
+		}
+	}
+	if got := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Max: 3}}); len(got) != 0 {
+		t.Errorf("poll with no free capacity got %d leases", len(got))
+	}
+	if got := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-2", Capacity: orchestrator.Capacity{Free: 8, Max: 8}}); len(got) != 2 {
+		t.Errorf("got %d leases, want the 2 left", len(got))
+	}
+	polls := s.Polls()
+	if len(polls) != 3 || polls[0].New != 3 || polls[1].New != 0 || polls[1].Capacity.Free != 0 || polls[2].New != 2 {
+		t.Errorf("polls %+v", polls)
+	}
+	if rec := s.Task("t-1"); len(rec.Leases) != 1 || !rec.Leased || rec.Holder != "d-1" || rec.Queued {
+		t.Errorf("t-1 %+v", rec)
+	}
+	if st := s.Stats(); st.CapacityViolations != 0 || st.LeasesIssued != 5 || st.Requests[EndpointPoll] != 3 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestConcurrentPollersNeverExceedCapacity(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{})
+	var ids []string
+	for i := range 40 {
+		ids = append(ids, fmt.Sprintf("t-%d", i))
+	}
+	s.Add(tasks(ids...)...)
+	var wg sync.WaitGroup
+	for d := range 4 {
+		wg.Go(func() {
+			for range 6 {
+				leases := poll(t, s, orchestrator.PollRequest{
+					DispatcherID: fmt.Sprintf("d-%d", d), Capacity: orchestrator.Capacity{Free: 2, Max: 2},
+				})
+				if len(leases) > 2 {
+					t.Errorf("poll got %d leases", len(leases))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, rec := range s.Tasks() {
+		if len(rec.Leases) != 1 {
+			t.Errorf("task %s leased %d times", rec.Task.ID, len(rec.Leases))
+		}
+	}
+	if st := s.Stats(); st.LeasesIssued != 40 || st.CapacityViolations != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestPollIsHeldUntilATaskArrives(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{MaxWait: 200 * time.Millisecond})
+
+	began := time.Now()
+	if got := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}, WaitSeconds: 30}); got != nil {
+		t.Fatalf("got %v from an empty queue", got)
+	}
+	if held := time.Since(began); held < 200*time.Millisecond || held > 2*time.Second {
+		t.Errorf("held %v, want MaxWait", held)
+	}
+
+	time.AfterFunc(50*time.Millisecond, func() { s.Add(tasks("t-1")...) })
+	got := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}, WaitSeconds: 1})
+	if len(got) != 1 {
+		t.Fatalf("held poll got %d leases", len(got))
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := send(ctx, s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1", WaitSeconds: 1}, ""); err == nil {
+		t.Error("cancelled poll did not fail")
+	}
+}
+
+func TestCloseEndsHeldPolls(t *testing.T) {
+	t.Parallel()
+	s := New(Options{})
+	s.Start()
+	done := make(chan reply, 1)
+	go func() {
+		r, _ := send(context.Background(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1", WaitSeconds: 30}, "")
+		done <- r
+	}()
+	for s.Stats().Requests[EndpointPoll] == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	began := time.Now()
+	s.Close()
+	if d := time.Since(began); d > 2*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	<-done
+}
+
+func TestExpiredLeaseIsRequeuedAndReissued(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{LeaseSeconds: 1})
+	s.Add(tasks("t-1", "t-2")...)
+	first := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 2, Max: 2}})
+	if len(first) != 2 {
+		t.Fatalf("got %d leases", len(first))
+	}
+
+	// A poll with no free capacity is held until the leases expire, then
+	// gets back t-1, which it runs, but not t-2.
+	began := time.Now()
+	again := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Max: 2}, Running: []string{"t-1"}, WaitSeconds: 5})
+	if held := time.Since(began); held > 3*time.Second {
+		t.Errorf("held %v after the leases expired", held)
+	}
+	if len(again) != 1 || again[0].Task.ID != "t-1" || again[0].Epoch != 2 || again[0].LeaseID == first[0].LeaseID {
+		t.Fatalf("re-issued %+v, want t-1 at epoch 2 with a new lease ID", again)
+	}
+	rec := s.Task("t-1")
+	if len(rec.Leases) != 2 || !rec.Leases[1].Reissued || rec.Requeues != 1 || rec.Epoch != 2 {
+		t.Errorf("t-1 %+v", rec)
+	}
+
+	// t-2 went back to the queue and goes to whoever has room, at epoch 2.
+	if rec := s.Task("t-2"); !rec.Queued || rec.Leased {
+		t.Errorf("t-2 %+v", rec)
+	}
+	other := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-2", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})
+	if len(other) != 1 || other[0].Task.ID != "t-2" || other[0].Epoch != 2 {
+		t.Fatalf("d-2 got %+v", other)
+	}
+
+	// The old holder's lease is gone and its epoch stale.
+	expect(t, post(t, s, orchestrator.PathRenew(first[1].LeaseID), orchestrator.RenewRequest{DispatcherID: "d-1", Epoch: 1}), http.StatusGone, orchestrator.CodeGone)
+	expect(t, post(t, s, orchestrator.PathEvents("t-2"), event("t-2", 1, orchestrator.EventRunning)), http.StatusConflict, orchestrator.CodeStaleLease)
+	expect(t, post(t, s, orchestrator.PathLogs("t-2"), orchestrator.LogChunk{Epoch: 1, Data: []byte("x")}), http.StatusConflict, orchestrator.CodeStaleLease)
+	expect(t, post(t, s, orchestrator.PathEvents("t-2"), event("t-2", 2, orchestrator.EventRunning)), http.StatusOK, "")
+	if rec := s.Task("t-2"); rec.Stale != 2 || len(rec.Events) != 1 || len(rec.Log) != 0 {
+		t.Errorf("t-2 %+v", rec)
+	}
+	if st := s.Stats(); st.Requeues != 2 || st.Reissued != 1 || st.LeasesIssued != 4 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestFinalEventOnExpiredLeaseIsAccepted(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{LeaseSeconds: 1})
+	s.Add(tasks("t-1")...)
+	l := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})[0]
+	time.Sleep(1100 * time.Millisecond)
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventSucceeded)), http.StatusOK, "")
+	if rec := s.Task("t-1"); rec.Queued || rec.Leased || !rec.Done() || rec.Requeues != 1 {
+		t.Errorf("t-1 %+v", rec)
+	}
+	if got := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}, Running: []string{"t-1"}}); got != nil {
+		t.Errorf("finished task handed out again: %+v", got)
+	}
+}
+
+func TestRenew(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{LeaseSeconds: 30})
+	s.Add(tasks("t-1")...)
+	l := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})[0]
+
+	r := post(t, s, orchestrator.PathRenew(l.LeaseID), orchestrator.RenewRequest{DispatcherID: "d-1", Epoch: l.Epoch})
+	expect(t, r, http.StatusOK, "")
+	var resp orchestrator.RenewResponse
+	if err := json.Unmarshal(r.body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Cancel || resp.ExpiresAt.Before(l.ExpiresAt) {
+		t.Errorf("renewal %+v of %+v", resp, l)
+	}
+
+	s.Cancel("t-1", "cancelled by alice")
+	r = post(t, s, orchestrator.PathRenew(l.LeaseID), orchestrator.RenewRequest{DispatcherID: "d-1", Epoch: l.Epoch})
+	expect(t, r, http.StatusOK, "")
+	if err := json.Unmarshal(r.body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Cancel || resp.CancelReason != "cancelled by alice" {
+		t.Errorf("renewal %+v, want cancel", resp)
+	}
+
+	expect(t, post(t, s, orchestrator.PathRenew(l.LeaseID), orchestrator.RenewRequest{DispatcherID: "d-1", Epoch: 7}), http.StatusConflict, orchestrator.CodeStaleLease)
+	expect(t, post(t, s, orchestrator.PathRenew("l-nope"), orchestrator.RenewRequest{DispatcherID: "d-1", Epoch: 1}), http.StatusGone, orchestrator.CodeGone)
+
+	// The final event ends the lease.
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventCancelled)), http.StatusOK, "")
+	expect(t, post(t, s, orchestrator.PathRenew(l.LeaseID), orchestrator.RenewRequest{DispatcherID: "d-1", Epoch: l.Epoch}), http.StatusGone, orchestrator.CodeGone)
+	if rec := s.Task("t-1"); rec.Renewals != 2 || !rec.Cancelled || rec.Leased || rec.Final == nil || rec.Final.Type != orchestrator.EventCancelled {
+		t.Errorf("t-1 %+v", rec)
+	}
+}
+
+func TestCancelBeforeLease(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{})
+	s.Add(tasks("t-1", "t-2")...)
+	s.Cancel("t-1", "not needed")
+	got := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 2, Max: 2}})
+	if ids := leaseTasks(got); !slices.Equal(ids, []string{"t-2"}) {
+		t.Errorf("leased %v, want t-2 only", ids)
+	}
+	if rec := s.Task("t-1"); !rec.Cancelled || rec.Queued || len(rec.Leases) != 0 {
+		t.Errorf("t-1 %+v", rec)
+	}
+}
+
+func TestEventsAreStoredOnce(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{})
+	s.Add(tasks("t-1")...)
+	l := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})[0]
+
+	created := event("t-1", 1, orchestrator.EventJobCreated)
+	created.JobName = "rw-t-1"
+	for range 3 {
+		expect(t, post(t, s, orchestrator.PathEvents("t-1"), created), http.StatusOK, "")
+	}
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 1, orchestrator.EventRunning)), http.StatusOK, "")
+	code := int32(2)
+	failed := event("t-1", 1, orchestrator.EventFailed)
+	failed.Reason, failed.ExitCode = "NonZeroExit", &code
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), failed), http.StatusOK, "")
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), failed), http.StatusOK, "")
+	// Another outcome under the same key is answered the same and not
+	// stored.
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 1, orchestrator.EventSucceeded)), http.StatusOK, "")
+	// A final event under another key is stored, and shows in FinalStored.
+	wrongKey := event("t-1", 1, orchestrator.EventSucceeded)
+	wrongKey.IdempotencyKey = "t-1/1/succeeded"
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), wrongKey), http.StatusOK, "")
+
+	rec := s.Task("t-1")
+	types := make([]orchestrator.EventType, len(rec.Events))
+	for i, e := range rec.Events {
+		types[i] = e.Type
+	}
+	want := []orchestrator.EventType{orchestrator.EventJobCreated, orchestrator.EventRunning, orchestrator.EventFailed, orchestrator.EventSucceeded}
+	if !slices.Equal(types, want) {
+		t.Errorf("stored %v, want %v", types, want)
+	}
+	if rec.Repeats != 4 || rec.RepeatConflicts != 1 || rec.FinalStored != 2 || rec.FinalPosts != 4 || rec.EventPosts != 8 || rec.BadKeys != 1 {
+		t.Errorf("t-1 %+v", rec)
+	}
+	if rec.Final == nil || rec.Final.Type != orchestrator.EventFailed || *rec.Final.ExitCode != 2 || rec.Events[0].JobName != "rw-t-1" {
+		t.Errorf("final %+v", rec.Final)
+	}
+	if s.Done() != 1 {
+		t.Errorf("Done %d", s.Done())
+	}
+	expect(t, post(t, s, orchestrator.PathRenew(l.LeaseID), orchestrator.RenewRequest{DispatcherID: "d-1", Epoch: 1}), http.StatusGone, orchestrator.CodeGone)
+}
+
+func TestBadRequests(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{})
+	s.Add(tasks("t-1")...)
+	poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL()+orchestrator.PathPoll, bytes.NewReader([]byte("{not json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(orchestrator.HeaderProtocol, orchestrator.Version)
+	resp, err := s.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("malformed JSON: %d", resp.StatusCode)
+	}
+
+	expect(t, post(t, s, orchestrator.PathEvents("t-9"), event("t-9", 1, orchestrator.EventRunning)), http.StatusNotFound, "")
+	expect(t, post(t, s, orchestrator.PathLogs("t-9"), orchestrator.LogChunk{Epoch: 1}), http.StatusNotFound, "")
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 1, "accepted")), http.StatusBadRequest, orchestrator.CodeBadRequest)
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 2, orchestrator.EventRunning)), http.StatusBadRequest, orchestrator.CodeBadRequest)
+	expect(t, post(t, s, orchestrator.PathPoll, orchestrator.PollRequest{}), http.StatusBadRequest, orchestrator.CodeBadRequest)
+	expect(t, post(t, s, "/v1/nothing", struct{}{}), http.StatusNotFound, "")
+	if st := s.Stats(); st.Requests[EndpointOther] != 1 || st.Statuses[http.StatusBadRequest] != 4 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestLogsAreStoredByByteRange(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{})
+	s.Add(tasks("t-1")...)
+	poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})
+	chunk := func(offset int64, data string, final bool) orchestrator.LogChunk {
+		return orchestrator.LogChunk{IdempotencyKey: fmt.Sprintf("t-1/log/%d", offset), Epoch: 1, Offset: offset, Data: []byte(data), Final: final}
+	}
+	path := orchestrator.PathLogs("t-1")
+	expect(t, post(t, s, path, chunk(0, "hello ", false)), http.StatusOK, "")
+	expect(t, post(t, s, path, chunk(0, "hello ", false)), http.StatusOK, "")   // sent again
+	expect(t, post(t, s, path, chunk(3, "lo world", false)), http.StatusOK, "") // overlapping
+	expect(t, post(t, s, path, chunk(20, "later", false)), http.StatusConflict, orchestrator.CodeLogGap)
+	expect(t, post(t, s, path, chunk(11, "", false)), http.StatusOK, "")       // empty, at the end
+	expect(t, post(t, s, path, chunk(6, "world!\n", true)), http.StatusOK, "") // overlapping, final
+	big := orchestrator.LogChunk{Epoch: 1, Offset: 0, Data: make([]byte, orchestrator.MaxLogChunk+1)}
+	expect(t, post(t, s, path, big), http.StatusBadRequest, orchestrator.CodeBadRequest)
+
+	rec := s.Task("t-1")
+	if string(rec.Log) != "hello world!\n" || !rec.LogFinal || rec.LogPosts != 7 || rec.LogGaps != 1 {
+		t.Errorf("log %q final %v posts %d gaps %d", rec.Log, rec.LogFinal, rec.LogPosts, rec.LogGaps)
+	}
+}
+
+func TestVersionIsRequired(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{})
+	for _, version := range []string{"", "2"} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL()+orchestrator.PathPoll, bytes.NewReader([]byte(`{}`)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if version != "" {
+			req.Header.Set(orchestrator.HeaderProtocol, version)
+		}
+		resp, err := s.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body orchestrator.ErrorBody
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusUpgradeRequired || body.Code != orchestrator.CodeVersion || body.Message != "supported protocol versions: 1" {
+			t.Errorf("version %q: %d %+v %v", version, resp.StatusCode, body, err)
+		}
+	}
+	if st := s.Stats(); st.UnsupportedVersion != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func signJWT(t *testing.T, key ed25519.PrivateKey, alg jwa.SignatureAlgorithm, aud string, iat, exp time.Time, sub string) string {
+	t.Helper()
+	b := jwt.NewBuilder().Issuer(sub).Subject(sub).Audience([]string{aud}).Expiration(exp).JwtID(rand.Text())
+	if !iat.IsZero() {
+		b = b.IssuedAt(iat)
+	}
+	tok, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jk, err := jwk.Import(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := jk.Set(jwk.KeyIDKey, "runner-1"); err != nil {
+		t.Fatal(err)
+	}
+	signed, err := jwt.Sign(tok, jwt.WithKey(alg, jk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(signed)
+}
+
+func TestJWTAuthentication(t *testing.T) {
+	t.Parallel()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, Options{PublicKey: pub})
+	now := time.Now()
+	tests := []struct {
+		name  string
+		token string
+		ok    bool
+	}{
+		{"valid", signJWT(t, priv, jwa.EdDSA(), s.URL(), now, now.Add(time.Minute), "d-1"), true},
+		{"none", "", false},
+		{"not a JWT", "abc", false},
+		{"expired", signJWT(t, priv, jwa.EdDSA(), s.URL(), now.Add(-2*time.Minute), now.Add(-time.Minute), "d-1"), false},
+		{"too long-lived", signJWT(t, priv, jwa.EdDSA(), s.URL(), now, now.Add(10*time.Minute), "d-1"), false},
+		{"no iat", signJWT(t, priv, jwa.EdDSA(), s.URL(), time.Time{}, now.Add(time.Minute), "d-1"), false},
+		{"wrong key", signJWT(t, otherKey, jwa.EdDSA(), s.URL(), now, now.Add(time.Minute), "d-1"), false},
+		{"wrong aud", signJWT(t, priv, jwa.EdDSA(), "https://elsewhere.example", now, now.Add(time.Minute), "d-1"), false},
+		{"no sub", signJWT(t, priv, jwa.EdDSA(), s.URL(), now, now.Add(time.Minute), ""), false},
+		{"alg Ed25519", signJWT(t, priv, jwa.EdDSAEd25519(), s.URL(), now, now.Add(time.Minute), "d-1"), false},
+	}
+	for _, tt := range tests {
+		r, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}, tt.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tt.ok {
+			if r.status != http.StatusNoContent {
+				t.Errorf("%s: %d %s", tt.name, r.status, r.body)
+			}
+		} else if r.status != http.StatusUnauthorized || r.errorCode() != orchestrator.CodeUnauthorized {
+			t.Errorf("%s: %d %s, want 401", tt.name, r.status, r.body)
+		}
+	}
+}
+
+func TestStaticToken(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{Token: "s3cret"})
+	for token, status := range map[string]int{"s3cret": http.StatusNoContent, "": http.StatusUnauthorized, "wrong": http.StatusUnauthorized} {
+		r, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != status {
+			t.Errorf("token %q: %d %s, want %d", token, r.status, r.body, status)
+		}
+	}
+}
+
+func TestTokenExchange(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{ServiceAccountToken: "sa-token", ExchangeTTL: 300 * time.Millisecond})
+
+	expect(t, post(t, s, orchestrator.PathToken, orchestrator.TokenRequest{Token: "other"}), http.StatusUnauthorized, orchestrator.CodeUnauthorized)
+	r := post(t, s, orchestrator.PathToken, orchestrator.TokenRequest{Token: "sa-token"})
+	expect(t, r, http.StatusOK, "")
+	var tok orchestrator.TokenResponse
+	if err := json.Unmarshal(r.body, &tok); err != nil {
+		t.Fatal(err)
+	}
+	if tok.AccessToken == "" || tok.TokenType != "Bearer" || tok.ExpiresIn != 1 {
+		t.Fatalf("token %+v", tok)
+	}
+	check := func(token string, status int) {
+		t.Helper()
+		r, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != status {
+			t.Errorf("token %q: %d %s, want %d", token, r.status, r.body, status)
+		}
+	}
+	check(tok.AccessToken, http.StatusNoContent)
+	check("sa-token", http.StatusUnauthorized)
+	check("", http.StatusUnauthorized)
+	time.Sleep(350 * time.Millisecond)
+	check(tok.AccessToken, http.StatusUnauthorized)
+}
+
+func TestCAFile(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{})
+	path, err := s.CAFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "CERTIFICATE" {
+		t.Fatalf("no certificate in %s", path)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cert.VerifyHostname("127.0.0.1"); err != nil {
+		t.Error(err)
+	}
+
+	// A client trusting only that file reaches the server.
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		t.Fatal("no certificate added")
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL()+orchestrator.PathPoll,
+		bytes.NewReader([]byte(`{"dispatcherId": "d-1", "capacity": {"free": 0, "max": 1}}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(orchestrator.HeaderProtocol, orchestrator.Version)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("status %d", resp.StatusCode)
+	}
+}
+
+func TestFaultUnreachable(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{Faults: Faults{Unreachable: true}})
+	if _, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}, ""); err == nil {
+		t.Error("unreachable server answered")
+	}
+	s.SetFaults(Faults{UnreachableUntil: time.Now().Add(100 * time.Millisecond)})
+	if _, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}, ""); err == nil {
+		t.Error("unreachable server answered")
+	}
+	time.Sleep(150 * time.Millisecond)
+	expect(t, post(t, s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}), http.StatusNoContent, "")
+	if st := s.Stats(); st.Unreachable != 2 || st.Requests[EndpointPoll] != 3 || st.Statuses[http.StatusNoContent] != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestFaultErrors(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{Faults: Faults{ErrorBurst: 2, RetryAfter: time.Second}})
+	s.Add(tasks("t-1")...)
+	pollReq := orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}}
+	for range 2 {
+		r := post(t, s, orchestrator.PathPoll, pollReq)
+		expect(t, r, http.StatusServiceUnavailable, "")
+		if got := r.header.Get("Retry-After"); got != "1" {
+			t.Errorf("Retry-After %q", got)
+		}
+	}
+	if f := s.Faults(); f.ErrorBurst != 0 {
+		t.Errorf("burst left %d", f.ErrorBurst)
+	}
+	if got := poll(t, s, pollReq); len(got) != 1 {
+		t.Fatalf("after the burst got %d leases", len(got))
+	}
+
+	// Errors limited to events, without Retry-After; 503s change nothing.
+	s.SetFaults(Faults{ErrorRate: 1, Endpoints: []Endpoint{EndpointEvents}})
+	r := post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 1, orchestrator.EventRunning))
+	expect(t, r, http.StatusServiceUnavailable, "")
+	if r.header.Get("Retry-After") != "" {
+		t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+	expect(t, post(t, s, orchestrator.PathLogs("t-1"), orchestrator.LogChunk{Epoch: 1, Data: []byte("x")}), http.StatusOK, "")
+	if rec := s.Task("t-1"); len(rec.Events) != 0 || rec.EventPosts != 0 {
+		t.Errorf("t-1 %+v", rec)
+	}
+	if st := s.Stats(); st.InjectedErrors != 3 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestFaultDroppedResponse(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{})
+	s.Add(tasks("t-1")...)
+	poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})
+
+	s.SetFaults(Faults{DropResponseRate: 1, Endpoints: []Endpoint{EndpointEvents}})
+	final := event("t-1", 1, orchestrator.EventSucceeded)
+	if _, err := send(t.Context(), s, orchestrator.PathEvents("t-1"), final, ""); err == nil {
+		t.Fatal("dropped response arrived")
+	}
+	if rec := s.Task("t-1"); rec.Final == nil {
+		t.Fatal("the request whose response was dropped was not processed")
+	}
+	s.SetFaults(Faults{})
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), final), http.StatusOK, "")
+	if rec := s.Task("t-1"); rec.FinalStored != 1 || rec.FinalPosts != 2 || rec.Repeats != 1 {
+		t.Errorf("t-1 %+v", rec)
+	}
+
+	// A dropped poll response loses the lease; the task comes back when it
+	// expires.
+	s.Add(tasks("t-2")...)
+	s.SetFaults(Faults{DropResponseRate: 1})
+	if _, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}}, ""); err == nil {
+		t.Fatal("dropped response arrived")
+	}
+	if rec := s.Task("t-2"); !rec.Leased || len(rec.Leases) != 1 {
+		t.Errorf("t-2 %+v", rec)
+	}
+	if st := s.Stats(); st.DroppedResponses != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestFaultDuplicateLeases(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{Faults: Faults{DuplicateLeaseRate: 1}})
+	s.Add(tasks("t-1", "t-2", "t-3")...)
+	got := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 3}})
+	if len(got) != 2 || !leaseEqual(got[0], got[1]) {
+		t.Fatalf("got %+v, want one lease twice", got)
+	}
+
+	s.SetFaults(Faults{DuplicateLeaseRate: 1, DuplicateNextPoll: true})
+	got = poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 3}})
+	if len(got) != 1 || got[0].Task.ID != "t-2" {
+		t.Fatalf("got %+v, want t-2 once", got)
+	}
+	first := got[0]
+	s.SetFaults(Faults{})
+	got = poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Max: 3}})
+	if len(got) != 1 || !leaseEqual(got[0], first) {
+		t.Fatalf("got %+v, want t-2's lease again", got)
+	}
+	if rec := s.Task("t-2"); len(rec.Leases) != 1 {
+		t.Errorf("t-2 %+v", rec)
+	}
+	if st := s.Stats(); st.DuplicateLeases != 2 || st.LeasesIssued != 2 || st.CapacityViolations != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	if polls := s.Polls(); polls[2].Duplicates != 1 || polls[2].New != 0 {
+		t.Errorf("polls %+v", polls)
+	}
+}
+
+func leaseEqual(a, b orchestrator.Lease) bool {
+	return a.LeaseID == b.LeaseID && a.Epoch == b.Epoch && a.ExpiresAt.Equal(b.ExpiresAt) && a.Task.ID == b.Task.ID
+}
+
+func TestFaultHold(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{Faults: Faults{Hold: []orchestrator.EventType{orchestrator.EventJobCreated}}})
+	s.Add(tasks("t-1")...)
+	poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})
+
+	created := event("t-1", 1, orchestrator.EventJobCreated)
+	errs := make(chan error, 1)
+	go func() {
+		_, err := send(context.Background(), s, orchestrator.PathEvents("t-1"), created, "")
+		errs <- err
+	}()
+	for s.Stats().Held == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// Other types pass.
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 1, orchestrator.EventRunning)), http.StatusOK, "")
+	select {
+	case err := <-errs:
+		t.Fatalf("held request ended before Release: %v", err)
+	default:
+	}
+	s.Release()
+	if err := <-errs; err == nil {
+		t.Error("released request was answered")
+	}
+	if rec := s.Task("t-1"); len(rec.Events) != 1 || rec.EventPosts != 1 {
+		t.Errorf("the held event was processed: %+v", rec)
+	}
+
+	// A client that gives up ends its held request.
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := send(ctx, s, orchestrator.PathEvents("t-1"), created, ""); err == nil {
+		t.Error("held request was answered")
+	}
+
+	s.SetFaults(Faults{})
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), created), http.StatusOK, "")
+	if st := s.Stats(); st.Held != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}

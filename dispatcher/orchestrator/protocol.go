@@ -1,0 +1,187 @@
+// Package orchestrator is the dispatcher's `orchestrator` task source: it
+// long-polls a remote orchestrator over HTTPS for task leases, runs each
+// task as the one Job package job builds, renews the lease while the task
+// runs, and reports events and logs back with idempotency keys. The Job is
+// the durable record: the lease, and whether the final status was
+// acknowledged, live in its annotations, so a restarted dispatcher carries
+// on where the last one stopped. The protocol is docs/protocol.md.
+package orchestrator
+
+import "time"
+
+// Version is the protocol version this package speaks, sent in the
+// Runwarden-Protocol header of every request.
+const Version = "1"
+
+// HeaderProtocol is the header carrying the protocol version.
+const HeaderProtocol = "Runwarden-Protocol"
+
+// Paths of the protocol's endpoints, relative to the orchestrator's base URL.
+const (
+	PathPoll  = "/v1/leases:poll"
+	PathToken = "/v1/auth/token"
+)
+
+// PathRenew is the renewal endpoint of a lease.
+func PathRenew(leaseID string) string { return "/v1/leases/" + leaseID + ":renew" }
+
+// PathEvents is the event endpoint of a task.
+func PathEvents(taskID string) string { return "/v1/tasks/" + taskID + "/events" }
+
+// PathLogs is the log endpoint of a task.
+func PathLogs(taskID string) string { return "/v1/tasks/" + taskID + "/logs" }
+
+// Capacity is what a dispatcher can still take.
+type Capacity struct {
+	Free int `json:"free"`
+	Max  int `json:"max"`
+}
+
+// PollRequest asks for at most Capacity.Free leases.
+type PollRequest struct {
+	DispatcherID string   `json:"dispatcherId"`
+	Capacity     Capacity `json:"capacity"`
+	// Running lists the tasks the dispatcher holds a Job for whose final
+	// status is not acknowledged yet. An orchestrator re-issues an expired
+	// lease of one of them to this dispatcher (new epoch) rather than
+	// handing the task to another; re-issued leases do not count against
+	// Capacity.Free.
+	Running     []string `json:"running"`
+	WaitSeconds int      `json:"waitSeconds"`
+}
+
+// PollResponse carries the leases handed out (200). No task within
+// WaitSeconds is 204 with no body.
+type PollResponse struct {
+	Leases []Lease `json:"leases"`
+}
+
+// Lease is a task handed to one dispatcher until ExpiresAt, renewable.
+type Lease struct {
+	LeaseID string `json:"leaseId"`
+	// Epoch grows each time the task is handed out again; events with an
+	// older epoch are refused (409 stale-lease).
+	Epoch        int64     `json:"epoch"`
+	LeaseSeconds int       `json:"leaseSeconds"`
+	ExpiresAt    time.Time `json:"expiresAt"`
+	Task         Task      `json:"task"`
+}
+
+// Task is one unit of work as the orchestrator describes it.
+type Task struct {
+	ID string `json:"id"`
+	// Namespace of the Job; default: the dispatcher's namespace.
+	Namespace string   `json:"namespace,omitempty"`
+	Image     string   `json:"image,omitempty"`
+	Command   []string `json:"command,omitempty"`
+	Args      []string `json:"args,omitempty"`
+	Env       []EnvVar `json:"env,omitempty"`
+	// SecretEnv values never appear in the Job: they go into a per-task
+	// Secret the Job owns.
+	SecretEnv             map[string]string `json:"secretEnv,omitempty"`
+	RepoURL               string            `json:"repoURL,omitempty"`
+	ActiveDeadlineSeconds *int64            `json:"activeDeadlineSeconds,omitempty"`
+}
+
+// EnvVar is a plain variable; its value may be a secret reference such as
+// ${vault:secret/db.password@team-a}, passed through untouched.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// RenewRequest extends a lease.
+type RenewRequest struct {
+	DispatcherID string `json:"dispatcherId"`
+	Epoch        int64  `json:"epoch"`
+}
+
+// RenewResponse is the new expiry, and a cancellation when asked for.
+type RenewResponse struct {
+	ExpiresAt    time.Time `json:"expiresAt"`
+	Cancel       bool      `json:"cancel"`
+	CancelReason string    `json:"cancelReason,omitempty"`
+}
+
+// EventType is what happened to a task.
+type EventType string
+
+// The event types. Succeeded, Failed and Cancelled are final: a task has
+// exactly one, and it ends the lease.
+const (
+	EventJobCreated EventType = "job-created"
+	EventRunning    EventType = "running"
+	EventSucceeded  EventType = "succeeded"
+	EventFailed     EventType = "failed"
+	EventCancelled  EventType = "cancelled"
+)
+
+// Final tells whether an event type ends the task.
+func (t EventType) Final() bool {
+	return t == EventSucceeded || t == EventFailed || t == EventCancelled
+}
+
+// Event is a status report. The orchestrator stores the first report with
+// a given IdempotencyKey and answers the same for repeats.
+type Event struct {
+	// IdempotencyKey is "<task ID>/<type>" for job-created and running, and
+	// "<task ID>/final" for the final event, whatever the epoch: a task
+	// re-leased after a restart does not report its outcome twice.
+	IdempotencyKey string    `json:"idempotencyKey"`
+	Epoch          int64     `json:"epoch"`
+	Type           EventType `json:"type"`
+	JobName        string    `json:"jobName,omitempty"`
+	// Reason is a bounded word (Completed, NonZeroExit, DeadlineExceeded,
+	// Unschedulable, ...); Message has the detail and the pod's Warning
+	// events.
+	Reason   string    `json:"reason,omitempty"`
+	Message  string    `json:"message,omitempty"`
+	ExitCode *int32    `json:"exitCode,omitempty"`
+	Time     time.Time `json:"time"`
+}
+
+// LogChunk is a piece of the runner container's log. Offset is its byte
+// position in the log; the orchestrator keeps the log as one byte string
+// and stores only the bytes past its end, so a chunk sent again (with the
+// same or different boundaries) is stored once. A chunk starting past the
+// end is refused (409 log-gap).
+type LogChunk struct {
+	IdempotencyKey string `json:"idempotencyKey"`
+	Epoch          int64  `json:"epoch"`
+	Offset         int64  `json:"offset"`
+	// Data is at most MaxLogChunk bytes (base64 in JSON).
+	Data  []byte `json:"data"`
+	Final bool   `json:"final"`
+}
+
+// MaxLogChunk is the largest LogChunk.Data.
+const MaxLogChunk = 64 << 10
+
+// TokenRequest exchanges a projected service-account token for an
+// orchestrator token.
+type TokenRequest struct {
+	Token string `json:"token"`
+}
+
+// TokenResponse is an orchestrator token and its lifetime.
+type TokenResponse struct {
+	AccessToken string `json:"access_token"`
+	TokenType   string `json:"token_type"`
+	ExpiresIn   int    `json:"expires_in"`
+}
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error codes.
+const (
+	CodeStaleLease   = "stale-lease"
+	CodeGone         = "lease-gone"
+	CodeLogGap       = "log-gap"
+	CodeBadRequest   = "bad-request"
+	CodeUnauthorized = "unauthorized"
+	CodeVersion      = "unsupported-version"
+)
