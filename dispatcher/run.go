@@ -16,7 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +31,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/job"
 	rwkube "github.com/runwarden/runwarden/dispatcher/kube"
 	"github.com/runwarden/runwarden/dispatcher/metrics"
+	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 	"github.com/runwarden/runwarden/internal/kube"
 	"github.com/runwarden/runwarden/internal/logging"
 	"github.com/runwarden/runwarden/internal/version"
@@ -56,6 +59,23 @@ type config struct {
 	kubeconfig    string
 	logLevel      string
 	version       bool
+
+	source string
+	orch   orchestratorFlags
+}
+
+// orchestratorFlags configure the orchestrator task source.
+type orchestratorFlags struct {
+	url          string
+	keyFile      string
+	keyID        string
+	tokenFile    string
+	exchangeFile string
+	caFile       string
+	proxy        string
+	pollWait     time.Duration
+	retryMax     time.Duration
+	streamLogs   bool
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -87,6 +107,17 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
+	fs.StringVar(&c.source, "source", "kube", "where tasks come from: kube (RunnerTask objects) or orchestrator (a remote orchestrator over HTTPS)")
+	fs.StringVar(&c.orch.url, "orchestrator-url", "", "the orchestrator's base URL (https), for --source=orchestrator")
+	fs.StringVar(&c.orch.keyFile, "orchestrator-key", "", "Ed25519 private key (PKCS #8 PEM) that signs this dispatcher's short-lived JWTs")
+	fs.StringVar(&c.orch.keyID, "orchestrator-key-id", "", "kid of the JWTs (default: the dispatcher ID)")
+	fs.StringVar(&c.orch.tokenFile, "orchestrator-token-file", "", "file holding a static bearer token, read again when it changes")
+	fs.StringVar(&c.orch.exchangeFile, "orchestrator-exchange-token-file", "", "projected service account token exchanged at the orchestrator for its own token")
+	fs.StringVar(&c.orch.caFile, "orchestrator-ca", "", "PEM bundle of CAs trusted for the orchestrator, besides the system's")
+	fs.StringVar(&c.orch.proxy, "orchestrator-proxy", "", "HTTPS proxy URL for the orchestrator (default: $HTTPS_PROXY and $NO_PROXY)")
+	fs.DurationVar(&c.orch.pollWait, "poll-wait", 30*time.Second, "how long the orchestrator may hold a poll")
+	fs.DurationVar(&c.orch.retryMax, "retry-max-delay", time.Minute, "longest wait between retries when the orchestrator is unreachable (exponential from 1s, full jitter)")
+	fs.BoolVar(&c.orch.streamLogs, "stream-logs", true, "send the runner container's log to the orchestrator")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -108,6 +139,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	if c.maxConcurrent < 1 {
 		return c, fmt.Errorf("--max-concurrent %d: must be at least 1", c.maxConcurrent)
 	}
+	if err := c.orch.check(c.source, c.namespace); err != nil {
+		return c, err
+	}
 	c.envAllow = splitList(envAllow)
 	for _, p := range splitList(repoAllow) {
 		re, err := regexp.Compile(p)
@@ -117,6 +151,40 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 		c.repoAllow = append(c.repoAllow, re)
 	}
 	return c, nil
+}
+
+func (o orchestratorFlags) check(source, namespace string) error {
+	auth := 0
+	for _, f := range []string{o.keyFile, o.tokenFile, o.exchangeFile} {
+		if f != "" {
+			auth++
+		}
+	}
+	switch source {
+	case "kube":
+		if o.url != "" || auth > 0 {
+			return errors.New("--orchestrator-* flags need --source=orchestrator")
+		}
+		return nil
+	case "orchestrator":
+	default:
+		return fmt.Errorf("--source %q: must be kube or orchestrator", source)
+	}
+	switch {
+	case o.url == "":
+		return errors.New("--source=orchestrator needs --orchestrator-url")
+	case namespace == "":
+		return errors.New("--source=orchestrator needs --namespace, where its Jobs run")
+	case auth == 0:
+		return errors.New("--source=orchestrator needs one of --orchestrator-key, --orchestrator-token-file and --orchestrator-exchange-token-file")
+	case auth > 1:
+		return errors.New("--orchestrator-key, --orchestrator-token-file and --orchestrator-exchange-token-file: give only one")
+	case o.pollWait < time.Second:
+		return fmt.Errorf("--poll-wait %s: must be at least 1s", o.pollWait)
+	case o.retryMax < time.Second:
+		return fmt.Errorf("--retry-max-delay %s: must be at least 1s", o.retryMax)
+	}
+	return nil
 }
 
 func validLabel(v string) string {
@@ -241,18 +309,25 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	if err != nil {
 		return fmt.Errorf("making the manager: %w", err)
 	}
-	r := rwkube.New(rwkube.Options{
-		Client:               mgr.GetClient(),
-		Jobs:                 jobOpts,
-		MaxConcurrent:        c.maxConcurrent,
-		UnschedulableTimeout: c.unschedulable,
-		Events:               mgr.GetAPIReader(),
-		SucceededHistory:     c.keepSucceeded,
-		FailedHistory:        c.keepFailed,
-		Recorder:             metrics.New(nil, c.maxConcurrent),
-	})
-	if err := r.SetupWithManager(mgr); err != nil {
-		return err
+	recorder := metrics.New(nil, c.maxConcurrent)
+	if c.source == "orchestrator" {
+		if err := setupOrchestrator(mgr, restCfg, c, jobOpts, recorder); err != nil {
+			return err
+		}
+	} else {
+		r := rwkube.New(rwkube.Options{
+			Client:               mgr.GetClient(),
+			Jobs:                 jobOpts,
+			MaxConcurrent:        c.maxConcurrent,
+			UnschedulableTimeout: c.unschedulable,
+			Events:               mgr.GetAPIReader(),
+			SucceededHistory:     c.keepSucceeded,
+			FailedHistory:        c.keepFailed,
+			Recorder:             recorder,
+		})
+		if err := r.SetupWithManager(mgr); err != nil {
+			return err
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
@@ -260,6 +335,52 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	logger.Info("dispatching RunnerTasks", "dispatcher", c.id, "maxConcurrent", c.maxConcurrent)
+	logger.Info("dispatching tasks", "source", c.source, "dispatcher", c.id, "maxConcurrent", c.maxConcurrent)
 	return mgr.Start(ctx)
+}
+
+// setupOrchestrator adds the orchestrator task source to the manager.
+func setupOrchestrator(mgr ctrl.Manager, restCfg *rest.Config, c config, jobOpts job.Options, recorder *metrics.Recorder) error {
+	var auth orchestrator.Authenticator
+	switch {
+	case c.orch.keyFile != "":
+		key, err := orchestrator.LoadEd25519Key(c.orch.keyFile)
+		if err != nil {
+			return err
+		}
+		kid := c.orch.keyID
+		if kid == "" {
+			kid = c.id
+		}
+		auth = &orchestrator.JWT{Key: key, KeyID: kid, Subject: c.id, Audience: c.orch.url}
+	case c.orch.tokenFile != "":
+		auth = &orchestrator.TokenFile{Path: c.orch.tokenFile}
+	default:
+		auth = &orchestrator.Exchange{Path: c.orch.exchangeFile}
+	}
+	oc, err := orchestrator.NewClient(orchestrator.ClientOptions{
+		URL: c.orch.url, DispatcherID: c.id, Auth: auth, CAFile: c.orch.caFile, Proxy: c.orch.proxy,
+	})
+	if err != nil {
+		return err
+	}
+	var logs orchestrator.LogOpener
+	if c.orch.streamLogs {
+		cs, err := kubernetes.NewForConfig(restCfg)
+		if err != nil {
+			return err
+		}
+		logs = orchestrator.KubeLogs{Client: cs}
+	}
+	src := orchestrator.New(orchestrator.Options{
+		Client: oc, Kube: mgr.GetClient(), Reader: mgr.GetAPIReader(), Jobs: jobOpts, Namespace: c.namespace,
+		Observer: job.Observer{
+			Client: mgr.GetClient(), Events: mgr.GetAPIReader(), UnschedulableTimeout: c.unschedulable,
+		},
+		MaxConcurrent: c.maxConcurrent, PollWait: c.orch.pollWait,
+		Backoff:          orchestrator.Backoff{Base: time.Second, Max: c.orch.retryMax},
+		SucceededHistory: c.keepSucceeded, FailedHistory: c.keepFailed,
+		Logs: logs, Recorder: recorder,
+	})
+	return src.SetupWithManager(mgr)
 }

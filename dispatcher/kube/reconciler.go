@@ -8,7 +8,6 @@ package kube
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -332,36 +331,8 @@ func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, phase 
 // pruneHistory deletes this dispatcher's oldest finished Jobs in a namespace
 // beyond the history limits.
 func (r *Reconciler) pruneHistory(ctx context.Context, namespace string) error {
-	var jobs batchv1.JobList
-	if err := r.opts.Client.List(ctx, &jobs, client.InNamespace(namespace), client.MatchingLabels{job.LabelDispatcher: r.opts.Jobs.DispatcherID}); err != nil {
-		return fmt.Errorf("listing jobs: %w", err)
-	}
-	var succeeded, failed []*batchv1.Job
-	for i := range jobs.Items {
-		j := &jobs.Items[i]
-		if j.DeletionTimestamp != nil || !job.Finished(j) {
-			continue
-		}
-		if job.Succeeded(j) {
-			succeeded = append(succeeded, j)
-		} else {
-			failed = append(failed, j)
-		}
-	}
-	for _, set := range []struct {
-		jobs  []*batchv1.Job
-		limit int
-	}{{succeeded, r.opts.SucceededHistory}, {failed, r.opts.FailedHistory}} {
-		if len(set.jobs) <= set.limit {
-			continue
-		}
-		slices.SortFunc(set.jobs, func(a, b *batchv1.Job) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
-		for _, j := range set.jobs[:len(set.jobs)-set.limit] {
-			if err := r.opts.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("deleting old job %s: %w", j.Name, err)
-			}
-		}
-	}
-	return nil
+	return job.PruneHistory(ctx, r.opts.Client, job.History{
+		Namespace: namespace, DispatcherID: r.opts.Jobs.DispatcherID,
+		Succeeded: r.opts.SucceededHistory, Failed: r.opts.FailedHistory,
+	})
 }
-

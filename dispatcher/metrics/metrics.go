@@ -14,6 +14,9 @@ type Recorder struct {
 	finished *prometheus.CounterVec
 	running  prometheus.Gauge
 	capacity prometheus.Gauge
+	leased   prometheus.Counter
+	renewals prometheus.Counter
+	errors   *prometheus.CounterVec
 }
 
 // New makes the metrics and registers them with reg (controller-runtime's
@@ -40,8 +43,20 @@ func New(reg prometheus.Registerer, capacity int) *Recorder {
 			Help: "How many tasks may run at once.",
 		}),
 	}
+	r.leased = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "runwarden_dispatcher_tasks_leased_total",
+		Help: "Task leases taken from the orchestrator (a duplicate delivery is not counted).",
+	})
+	r.renewals = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "runwarden_dispatcher_lease_renew_failures_total",
+		Help: "Lease renewals that failed (network, server error, or the lease was gone).",
+	})
+	r.errors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "runwarden_dispatcher_source_errors_total",
+		Help: "Failed requests to the task source, by operation (poll, renew, report, log).",
+	}, []string{"op"})
 	r.capacity.Set(float64(capacity))
-	reg.MustRegister(r.created, r.finished, r.running, r.capacity)
+	reg.MustRegister(r.created, r.finished, r.running, r.capacity, r.leased, r.renewals, r.errors)
 	return r
 }
 
@@ -53,3 +68,13 @@ func (r *Recorder) Finished(phase, reason string) { r.finished.WithLabelValues(p
 
 // Running sets the number of running tasks.
 func (r *Recorder) Running(n int) { r.running.Set(float64(n)) }
+
+// Leased counts leases taken.
+func (r *Recorder) Leased(n int) { r.leased.Add(float64(n)) }
+
+// RenewFailed counts a failed lease renewal.
+func (r *Recorder) RenewFailed() { r.renewals.Inc() }
+
+// SourceError counts a failed request to the task source; op is one of
+// poll, renew, report and log.
+func (r *Recorder) SourceError(op string) { r.errors.WithLabelValues(op).Inc() }

@@ -1,0 +1,58 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// History says how many finished Jobs of one dispatcher to keep in a
+// namespace.
+type History struct {
+	Namespace    string
+	DispatcherID string
+	// Succeeded and Failed are the limits per kind of outcome.
+	Succeeded, Failed int
+	// Done tells whether a finished Job may go (its outcome is recorded at
+	// the source). Default: every finished Job may.
+	Done func(*batchv1.Job) bool
+}
+
+// PruneHistory deletes the oldest finished Jobs beyond the history limits.
+func PruneHistory(ctx context.Context, c client.Client, h History) error {
+	var jobs batchv1.JobList
+	if err := c.List(ctx, &jobs, client.InNamespace(h.Namespace), client.MatchingLabels{LabelDispatcher: h.DispatcherID}); err != nil {
+		return fmt.Errorf("listing jobs: %w", err)
+	}
+	var succeeded, failed []*batchv1.Job
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if j.DeletionTimestamp != nil || !Finished(j) || (h.Done != nil && !h.Done(j)) {
+			continue
+		}
+		if Succeeded(j) {
+			succeeded = append(succeeded, j)
+		} else {
+			failed = append(failed, j)
+		}
+	}
+	for _, set := range []struct {
+		jobs  []*batchv1.Job
+		limit int
+	}{{succeeded, h.Succeeded}, {failed, h.Failed}} {
+		if len(set.jobs) <= set.limit {
+			continue
+		}
+		slices.SortFunc(set.jobs, func(a, b *batchv1.Job) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+		for _, j := range set.jobs[:len(set.jobs)-set.limit] {
+			if err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting old job %s: %w", j.Name, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v3/jwa"
+	"github.com/lestrrat-go/jwx/v3/jws"
+	"github.com/lestrrat-go/jwx/v3/jwt"
+)
+
+// Authenticator gives the bearer token for the next request.
+type Authenticator interface {
+	// Token returns the token to send; empty sends none.
+	Token(ctx context.Context) (string, error)
+	// Invalidate drops a cached token the orchestrator refused.
+	Invalidate()
+}
+
+type noAuth struct{}
+
+func (noAuth) Token(context.Context) (string, error) { return "", nil }
+func (noAuth) Invalidate()                           {}
+
+// JWT signs short-lived tokens with the dispatcher's Ed25519 private key:
+// header {"alg": "EdDSA", "typ": "JWT", "kid": KeyID}, claims iss and sub
+// (the dispatcher ID), aud (the orchestrator URL), iat, exp and jti.
+type JWT struct {
+	Key      ed25519.PrivateKey
+	KeyID    string
+	Subject  string
+	Audience string
+	// TTL is each token's lifetime. Default: 5m.
+	TTL time.Duration
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	token   string
+	expires time.Time
+}
+
+// LoadEd25519Key reads an Ed25519 private key in PKCS #8 PEM, as
+// `openssl genpkey -algorithm ed25519` writes it.
+func LoadEd25519Key(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the private key: %w", err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, fmt.Errorf("private key %s: no PEM block", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("private key %s: %w", path, err)
+	}
+	ek, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("private key %s: a %T, not Ed25519 (make one with: openssl genpkey -algorithm ed25519)", path, k)
+	}
+	return ek, nil
+}
+
+// Token returns a cached token, or signs a new one when the cached one has
+// less than a fifth of its life left.
+func (j *JWT) Token(context.Context) (string, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	now := time.Now
+	if j.Now != nil {
+		now = j.Now
+	}
+	ttl := j.TTL
+	if ttl <= 0 {
+		ttl = 5 * time.Minute
+	}
+	t := now()
+	if j.token != "" && j.expires.Sub(t) > ttl/5 {
+		return j.token, nil
+	}
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return "", err
+	}
+	tok, err := jwt.NewBuilder().
+		Issuer(j.Subject).Subject(j.Subject).Audience([]string{j.Audience}).
+		IssuedAt(t).Expiration(t.Add(ttl)).JwtID(hex.EncodeToString(id[:])).Build()
+	if err != nil {
+		return "", err
+	}
+	hdr := jws.NewHeaders()
+	if j.KeyID != "" {
+		if err := hdr.Set(jws.KeyIDKey, j.KeyID); err != nil {
+			return "", err
+		}
+	}
+	signed, err := jwt.Sign(tok, jwt.WithKey(jwa.EdDSA(), j.Key, jws.WithProtectedHeaders(hdr)))
+	if err != nil {
+		return "", fmt.Errorf("signing the token: %w", err)
+	}
+	j.token, j.expires = string(signed), t.Add(ttl)
+	return j.token, nil
+}
+
+// Invalidate implements Authenticator.
+func (j *JWT) Invalidate() {
+	j.mu.Lock()
+	j.token = ""
+	j.mu.Unlock()
+}
+
+// TokenFile is a static bearer token read from a file (a mounted Secret),
+// read again when the file changes.
+type TokenFile struct {
+	Path string
+
+	mu    sync.Mutex
+	token string
+	mtime time.Time
+	size  int64
+}
+
+// Token implements Authenticator.
+func (f *TokenFile) Token(context.Context) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, err := os.Stat(f.Path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	if f.token != "" && st.ModTime().Equal(f.mtime) && st.Size() == f.size {
+		return f.token, nil
+	}
+	b, err := os.ReadFile(f.Path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("token file %s is empty", f.Path)
+	}
+	f.token, f.mtime, f.size = t, st.ModTime(), st.Size()
+	return t, nil
+}
+
+// Invalidate implements Authenticator.
+func (f *TokenFile) Invalidate() {
+	f.mu.Lock()
+	f.token = ""
+	f.mu.Unlock()
+}
+
+// Exchange trades the projected service-account token in a file for an
+// orchestrator token at POST /v1/auth/token, and trades again when that
+// token is close to expiry. The file is read at each exchange, so the
+// kubelet's rotation of it is picked up.
+type Exchange struct {
+	// Path of the projected service-account token.
+	Path string
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+
+	client  *Client
+	mu      sync.Mutex
+	token   string
+	expires time.Time
+}
+
+// Token implements Authenticator.
+func (x *Exchange) Token(ctx context.Context) (string, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	now := time.Now
+	if x.Now != nil {
+		now = x.Now
+	}
+	if x.token != "" && x.expires.Sub(now()) > 30*time.Second {
+		return x.token, nil
+	}
+	if x.client == nil {
+		return "", errors.New("token exchange: not attached to a client")
+	}
+	b, err := os.ReadFile(x.Path)
+	if err != nil {
+		return "", fmt.Errorf("service account token: %w", err)
+	}
+	var resp TokenResponse
+	if err := x.client.post(ctx, PathToken, "", TokenRequest{Token: strings.TrimSpace(string(b))}, &resp, 30*time.Second); err != nil {
+		return "", fmt.Errorf("token exchange: %w", err)
+	}
+	if resp.AccessToken == "" || resp.ExpiresIn <= 0 {
+		return "", errors.New("token exchange: the response has no access_token or expires_in")
+	}
+	x.token, x.expires = resp.AccessToken, now().Add(time.Duration(resp.ExpiresIn)*time.Second)
+	return x.token, nil
+}
+
+// Invalidate implements Authenticator.
+func (x *Exchange) Invalidate() {
+	x.mu.Lock()
+	x.token = ""
+	x.mu.Unlock()
+}

@@ -1,0 +1,273 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
+)
+
+// LogOpener opens a container's log, following it until the container
+// ends.
+type LogOpener interface {
+	Open(ctx context.Context, namespace, pod, container string) (io.ReadCloser, error)
+}
+
+// KubeLogs opens logs through the API server (pods/log).
+type KubeLogs struct {
+	Client kubernetes.Interface
+}
+
+// Open implements LogOpener.
+func (k KubeLogs) Open(ctx context.Context, namespace, pod, container string) (io.ReadCloser, error) {
+	return k.Client.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: container, Follow: true}).Stream(ctx)
+}
+
+// Log streaming bounds: a chunk is sent when it is full or has waited
+// flushEvery; the final report waits up to logGrace for the log's end.
+const (
+	flushEvery = time.Second
+	logGrace   = 10 * time.Second
+	// openAttempts is how often a log that cannot be opened is tried
+	// before it is given up (nodes that serve no logs).
+	openAttempts = 5
+)
+
+// logStream sends one runner container's log to the orchestrator, in
+// order, in chunks of at most MaxLogChunk bytes: memory per stream is
+// bounded by two chunks.
+type logStream struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	opened  bool
+	finalAt time.Time
+}
+
+func (l *logStream) stop() { l.cancel() }
+
+// streamLogs starts streaming the task's log once, if log streaming is on.
+func (s *Source) streamLogs(t *task, j *batchv1.Job) {
+	if s.opts.Logs == nil {
+		return
+	}
+	root := s.rootCtx()
+	s.mu.Lock()
+	if t.logs != nil {
+		s.mu.Unlock()
+		return
+	}
+	sctx, cancel := context.WithCancel(root)
+	l := &logStream{cancel: cancel, done: make(chan struct{})}
+	t.logs = l
+	s.mu.Unlock()
+	go func() {
+		defer close(l.done)
+		defer cancel()
+		s.runLogs(sctx, t, l, j.Namespace, j.Name)
+	}()
+}
+
+// logsPending tells whether the final report should wait for the log: the
+// stream is open and has not ended, within a grace period.
+func (s *Source) logsPending(t *task) bool {
+	s.mu.Lock()
+	l := t.logs
+	s.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	select {
+	case <-l.done:
+		return false
+	default:
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.opened {
+		return false
+	}
+	if l.finalAt.IsZero() {
+		l.finalAt = s.opts.Now()
+	}
+	return s.opts.Now().Sub(l.finalAt) < logGrace
+}
+
+func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, namespace, jobName string) {
+	var offset int64
+	failures := 0
+	for ctx.Err() == nil && failures < openAttempts {
+		pod := s.runnerPod(ctx, namespace, jobName)
+		if pod == "" {
+			failures++
+			sleep(ctx, s.opts.Backoff.Delay(failures, nil))
+			continue
+		}
+		rc, err := s.opts.Logs.Open(ctx, namespace, pod, job.RunnerContainer)
+		if err != nil {
+			failures++
+			sleep(ctx, s.opts.Backoff.Delay(failures, nil))
+			continue
+		}
+		l.mu.Lock()
+		l.opened = true
+		l.mu.Unlock()
+		failures = 0
+		n, err := s.copyLog(ctx, t, rc, offset)
+		_ = rc.Close()
+		offset = n
+		if err != nil {
+			// The orchestrator refused the log (a gap or a bad chunk):
+			// stop sending it; the task itself goes on.
+			s.log.Error(err, "streaming the runner log stopped", "task", t.id)
+			return
+		}
+		if s.containerDone(ctx, namespace, pod) {
+			if err := s.sendChunk(ctx, t, LogChunk{Offset: offset, Final: true}); err != nil && ctx.Err() == nil {
+				s.log.Error(err, "sending the end of the runner log", "task", t.id)
+			}
+			return
+		}
+		// The stream broke while the container runs: open it again and
+		// skip what was sent.
+		sleep(ctx, time.Second)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func (s *Source) runnerPod(ctx context.Context, namespace, jobName string) string {
+	var pods corev1.PodList
+	if err := s.opts.Kube.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": jobName}); err != nil {
+		return ""
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+func (s *Source) containerDone(ctx context.Context, namespace, pod string) bool {
+	p := &corev1.Pod{}
+	if err := s.opts.Kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: pod}, p); err != nil {
+		return true // gone
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == job.RunnerContainer {
+			return c.State.Terminated != nil
+		}
+	}
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// copyLog reads the log, skipping the first skip bytes (sent before the
+// stream broke), and sends the rest in chunks. It returns the offset
+// reached.
+func (s *Source) copyLog(ctx context.Context, t *task, r io.Reader, skip int64) (int64, error) {
+	if skip > 0 {
+		n, err := io.CopyN(io.Discard, r, skip)
+		if err != nil {
+			return n, nil
+		}
+	}
+	offset := skip
+	reads := make(chan []byte)
+	readErr := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				b := make([]byte, n)
+				copy(b, buf[:n])
+				select {
+				case reads <- b:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err != nil {
+				readErr <- err
+				return
+			}
+		}
+	}()
+	pending := make([]byte, 0, MaxLogChunk)
+	flush := func() error {
+		for len(pending) > 0 {
+			n := min(len(pending), MaxLogChunk)
+			if err := s.sendChunk(ctx, t, LogChunk{Offset: offset, Data: pending[:n]}); err != nil {
+				return err
+			}
+			offset += int64(n)
+			pending = pending[n:]
+		}
+		pending = make([]byte, 0, MaxLogChunk)
+		return nil
+	}
+	tick := time.NewTicker(flushEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return offset, nil
+		case b := <-reads:
+			pending = append(pending, b...)
+			if len(pending) >= MaxLogChunk {
+				if err := flush(); err != nil {
+					return offset, err
+				}
+			}
+		case <-tick.C:
+			if err := flush(); err != nil {
+				return offset, err
+			}
+		case rerr := <-readErr:
+			// The reader hands over every byte before its error.
+			if !errors.Is(rerr, io.EOF) {
+				s.log.V(1).Info("runner log stream broke; opening it again", "task", t.id, "error", rerr.Error())
+			}
+			return offset, flush()
+		}
+	}
+}
+
+// sendChunk sends one chunk, retrying while the orchestrator is
+// unreachable; a refusal is returned.
+func (s *Source) sendChunk(ctx context.Context, t *task, c LogChunk) error {
+	for attempt := 0; ; attempt++ {
+		s.mu.Lock()
+		c.Epoch = t.epoch
+		s.mu.Unlock()
+		c.IdempotencyKey = t.id + "/log/" + strconv.FormatInt(c.Offset, 10)
+		err := s.opts.Client.Log(ctx, t.id, c)
+		if err == nil {
+			return nil
+		}
+		s.opts.Recorder.SourceError("log")
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !IsRetryable(err) {
+			return err
+		}
+		sleep(ctx, s.opts.Backoff.Delay(attempt, err))
+	}
+}

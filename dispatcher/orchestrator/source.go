@@ -1,0 +1,827 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
+)
+
+// Annotations the orchestrator source keeps on its Jobs: the Job is the
+// durable record of the lease and of whether the outcome was reported.
+const (
+	AnnotationLeaseID      = "runwarden.dev/lease-id"
+	AnnotationLeaseEpoch   = "runwarden.dev/lease-epoch"
+	AnnotationLeaseSeconds = "runwarden.dev/lease-seconds"
+	// AnnotationOutcome holds an outcome the dispatcher decided (a pod that
+	// cannot start, a cancellation) before it stops the Job's pod, so the
+	// outcome survives a restart.
+	AnnotationOutcome = "runwarden.dev/outcome"
+	// AnnotationReported is "true" once the orchestrator acknowledged the
+	// final event, or "lost" when the lease went to another holder.
+	AnnotationReported = "runwarden.dev/reported"
+)
+
+// Recorder counts what the source does; see package metrics.
+type Recorder interface {
+	JobCreated()
+	Finished(phase, reason string)
+	Running(n int)
+	Leased(n int)
+	RenewFailed()
+	SourceError(op string)
+}
+
+type noRecorder struct{}
+
+func (noRecorder) JobCreated()             {}
+func (noRecorder) Finished(string, string) {}
+func (noRecorder) Running(int)             {}
+func (noRecorder) Leased(int)              {}
+func (noRecorder) RenewFailed()            {}
+func (noRecorder) SourceError(string)      {}
+
+// Options configure a Source.
+type Options struct {
+	// Client talks to the orchestrator. Required.
+	Client *Client
+	// Kube reads (from the manager's label-filtered cache) and writes the
+	// cluster. Required.
+	Kube client.Client
+	// Reader reads the API server directly, to tell a Job that is gone from
+	// one the cache has not seen yet. Default: Kube.
+	Reader client.Reader
+	// Jobs says how Jobs are built. Required.
+	Jobs job.Options
+	// Observer reads Jobs' outcomes. Its Client defaults to Kube.
+	Observer job.Observer
+	// Namespace is where tasks run; a task naming another is refused.
+	// Required.
+	Namespace string
+	// MaxConcurrent is how many tasks run at once. Default: 10.
+	MaxConcurrent int
+	// PollWait is how long the orchestrator may hold a poll. Default: 30s.
+	PollWait time.Duration
+	// Backoff paces retries of polls and reports. Default: 1s doubling to 1m.
+	Backoff Backoff
+	// RequeueAfter is how soon a running task is looked at again besides
+	// the watches. Default: 5s.
+	RequeueAfter time.Duration
+	// SucceededHistory and FailedHistory are the finished Jobs kept per
+	// namespace. Default: 50 and 100.
+	SucceededHistory, FailedHistory int
+	// Logs streams runner logs to the orchestrator. Default: none.
+	Logs LogOpener
+	// Recorder counts. Default: none.
+	Recorder Recorder
+	// Workers is how many Jobs are created, and tasks reconciled, at once.
+	// Default: 8.
+	Workers int
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = 10
+	}
+	if o.PollWait <= 0 {
+		o.PollWait = 30 * time.Second
+	}
+	if o.RequeueAfter <= 0 {
+		o.RequeueAfter = 5 * time.Second
+	}
+	if o.SucceededHistory <= 0 {
+		o.SucceededHistory = 50
+	}
+	if o.FailedHistory <= 0 {
+		o.FailedHistory = 100
+	}
+	if o.Recorder == nil {
+		o.Recorder = noRecorder{}
+	}
+	if o.Workers <= 0 {
+		o.Workers = 8
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Reader == nil {
+		o.Reader = o.Kube
+	}
+	if o.Observer.Client == nil {
+		o.Observer.Client = o.Kube
+	}
+	if o.Observer.Now == nil {
+		o.Observer.Now = o.Now
+	}
+}
+
+// task is what the source holds for one leased task.
+type task struct {
+	id      string
+	key     types.NamespacedName
+	leaseID string
+	epoch   int64
+	// leaseSeconds is the lease's duration; it is renewed at a third.
+	leaseSeconds int
+	renewAt      time.Time
+	// lost is set when the lease is gone (410) and not handed back.
+	lost bool
+	// creating is set from the lease until the Job exists (or the task is
+	// refused without one).
+	creating bool
+	// finished is set once the Job's pod no longer runs.
+	finished     bool
+	cancel       bool
+	cancelReason string
+	// sent holds the events acknowledged by this process.
+	sent map[EventType]bool
+	logs *logStream
+}
+
+// Source runs orchestrator tasks as Jobs.
+type Source struct {
+	opts    Options
+	log     logr.Logger
+	mu      sync.Mutex
+	tasks   map[string]*task // by task ID
+	byJob   map[types.NamespacedName]string
+	wake    chan struct{}
+	trigger chan event.GenericEvent
+	slots   chan struct{}
+	root    context.Context
+}
+
+// New returns a Source.
+func New(opts Options) *Source {
+	opts.setDefaults()
+	return &Source{
+		opts:    opts,
+		tasks:   map[string]*task{},
+		byJob:   map[types.NamespacedName]string{},
+		wake:    make(chan struct{}, 1),
+		trigger: make(chan event.GenericEvent, 1024),
+		slots:   make(chan struct{}, opts.Workers),
+	}
+}
+
+// SetupWithManager registers the Job controller and the poll and renewal
+// loops with the manager.
+func (s *Source) SetupWithManager(mgr ctrl.Manager) error {
+	s.log = mgr.GetLogger().WithName("orchestrator")
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("orchestrator-task").
+		WithOptions(controller.Options{MaxConcurrentReconciles: s.opts.Workers}).
+		For(&batchv1.Job{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToJob)).
+		WatchesRawSource(source.Channel(s.trigger, &handler.EnqueueRequestForObject{})).
+		Complete(s)
+	if err != nil {
+		return err
+	}
+	return mgr.Add(s)
+}
+
+func podToJob(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()["batch.kubernetes.io/job-name"]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// Start implements manager.Runnable: it rebuilds the in-flight set from the
+// dispatcher's Jobs, then polls and renews until ctx ends. Jobs are left
+// running when it returns.
+func (s *Source) Start(ctx context.Context) error {
+	s.mu.Lock()
+	s.root = ctx
+	s.mu.Unlock()
+	if err := s.restore(ctx); err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { s.renewLoop(ctx) }()
+	go func() { errc <- s.pollLoop(ctx) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// restore tracks every Job of this dispatcher whose outcome is not
+// reported yet, with the lease in its annotations, renewing at once.
+func (s *Source) restore(ctx context.Context) error {
+	var jobs batchv1.JobList
+	if err := s.opts.Kube.List(ctx, &jobs, client.InNamespace(s.opts.Namespace), client.MatchingLabels{job.LabelDispatcher: s.opts.Jobs.DispatcherID}); err != nil {
+		return fmt.Errorf("listing this dispatcher's jobs: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if j.Annotations[AnnotationReported] != "" || j.DeletionTimestamp != nil {
+			continue
+		}
+		t := s.adoptLocked(j)
+		if t != nil {
+			n++
+		}
+	}
+	s.log.Info("restored in-flight tasks from their Jobs", "tasks", n)
+	return nil
+}
+
+// adoptLocked tracks a Job's task from its annotations. s.mu is held.
+func (s *Source) adoptLocked(j *batchv1.Job) *task {
+	id := j.Annotations[job.AnnotationTaskID]
+	if id == "" {
+		return nil
+	}
+	if t := s.tasks[id]; t != nil {
+		return t
+	}
+	epoch, _ := strconv.ParseInt(j.Annotations[AnnotationLeaseEpoch], 10, 64)
+	secs, _ := strconv.Atoi(j.Annotations[AnnotationLeaseSeconds])
+	t := &task{
+		id: id, key: client.ObjectKeyFromObject(j), leaseID: j.Annotations[AnnotationLeaseID], epoch: epoch,
+		leaseSeconds: secs, renewAt: s.opts.Now(), finished: job.Finished(j), sent: map[EventType]bool{},
+	}
+	s.tasks[id] = t
+	s.byJob[t.key] = id
+	return t
+}
+
+// inFlightLocked counts tasks that hold a slot. s.mu is held.
+func (s *Source) inFlightLocked() (n int, lost bool) {
+	for _, t := range s.tasks {
+		if t.creating || !t.finished {
+			n++
+		}
+		lost = lost || t.lost
+	}
+	return n, lost
+}
+
+func (s *Source) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Source) enqueue(key types.NamespacedName) {
+	s.trigger <- event.GenericEvent{Object: &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}
+}
+
+// pollLoop long-polls for leases while there is free capacity, backing off
+// on errors. Only a fatal error (refused credentials, another protocol
+// version) ends it.
+func (s *Source) pollLoop(ctx context.Context) error {
+	failures := 0
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		inFlight, lost := s.inFlightLocked()
+		running := make([]string, 0, len(s.tasks))
+		for id, t := range s.tasks {
+			if !t.creating {
+				running = append(running, id)
+			}
+		}
+		s.mu.Unlock()
+		s.opts.Recorder.Running(inFlight)
+		free := max(s.opts.MaxConcurrent-inFlight, 0)
+		if free == 0 && !lost {
+			// Full: wait for a task to finish; look again now and then.
+			select {
+			case <-ctx.Done():
+			case <-s.wake:
+			case <-time.After(s.opts.RequeueAfter):
+			}
+			continue
+		}
+		leases, err := s.opts.Client.Poll(ctx, free, s.opts.MaxConcurrent, running, s.opts.PollWait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if IsFatal(err) {
+				return fmt.Errorf("the orchestrator refused this dispatcher: %w", err)
+			}
+			s.opts.Recorder.SourceError("poll")
+			d := s.opts.Backoff.Delay(failures, err)
+			failures++
+			s.log.Error(err, "polling the orchestrator failed; retrying", "in", d.Round(time.Millisecond).String(), "failures", failures)
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+			continue
+		}
+		failures = 0
+		s.take(ctx, leases)
+	}
+	return nil
+}
+
+// take starts the tasks of new leases and updates re-issued ones.
+func (s *Source) take(ctx context.Context, leases []Lease) {
+	now := s.opts.Now()
+	var fresh []*task
+	var leasesOf []Lease
+	s.mu.Lock()
+	for _, l := range leases {
+		t := s.tasks[l.Task.ID]
+		switch {
+		case t != nil && t.leaseID == l.LeaseID:
+			// A duplicate delivery of a lease already held.
+			continue
+		case t != nil:
+			// Handed back (a new epoch) after the lease expired: carry on
+			// with the Job there is.
+			t.leaseID, t.epoch, t.leaseSeconds, t.lost = l.LeaseID, l.Epoch, l.LeaseSeconds, false
+			t.renewAt = now.Add(renewInterval(l.LeaseSeconds))
+			if !t.creating {
+				go s.recordLease(ctx, t.key, l)
+			}
+			continue
+		}
+		t = &task{
+			id: l.Task.ID, leaseID: l.LeaseID, epoch: l.Epoch, leaseSeconds: l.LeaseSeconds,
+			renewAt: now.Add(renewInterval(l.LeaseSeconds)), creating: true, sent: map[EventType]bool{},
+		}
+		s.tasks[t.id] = t
+		fresh = append(fresh, t)
+		leasesOf = append(leasesOf, l)
+	}
+	s.mu.Unlock()
+	s.opts.Recorder.Leased(len(fresh))
+	for i, t := range fresh {
+		select {
+		case s.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		go func() {
+			defer func() { <-s.slots }()
+			s.start(ctx, t, leasesOf[i])
+		}()
+	}
+}
+
+func renewInterval(leaseSeconds int) time.Duration {
+	if leaseSeconds <= 0 {
+		leaseSeconds = 60
+	}
+	return time.Duration(leaseSeconds) * time.Second / 3
+}
+
+// recordLease writes a re-issued lease into the Job's annotations.
+func (s *Source) recordLease(ctx context.Context, key types.NamespacedName, l Lease) {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": leaseAnnotations(l)}})
+	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	if err := s.opts.Kube.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		s.log.Error(err, "recording the re-issued lease on the Job", "job", key.Name)
+	}
+	s.enqueue(key)
+}
+
+func leaseAnnotations(l Lease) map[string]string {
+	return map[string]string{
+		AnnotationLeaseID:      l.LeaseID,
+		AnnotationLeaseEpoch:   strconv.FormatInt(l.Epoch, 10),
+		AnnotationLeaseSeconds: strconv.Itoa(l.LeaseSeconds),
+	}
+}
+
+// start creates the Job of a newly leased task, or reports it refused.
+func (s *Source) start(ctx context.Context, t *task, l Lease) {
+	jt := job.Task{
+		ID: l.Task.ID, Namespace: l.Task.Namespace, Image: l.Task.Image, Command: l.Task.Command, Args: l.Task.Args,
+		SecretEnv: l.Task.SecretEnv, RepoURL: l.Task.RepoURL, ActiveDeadlineSeconds: l.Task.ActiveDeadlineSeconds,
+	}
+	for _, e := range l.Task.Env {
+		jt.Env = append(jt.Env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	if jt.Namespace == "" {
+		jt.Namespace = s.opts.Namespace
+	}
+	var j *batchv1.Job
+	var secret *corev1.Secret
+	err := error(nil)
+	if jt.Namespace != s.opts.Namespace {
+		err = fmt.Errorf("%w: namespace %q: this dispatcher runs tasks in %q only", job.ErrInvalidTask, jt.Namespace, s.opts.Namespace)
+	} else {
+		j, secret, err = job.Build(jt, s.opts.Jobs)
+	}
+	if err != nil {
+		s.refuse(ctx, t, err)
+		return
+	}
+	for k, v := range leaseAnnotations(l) {
+		j.Annotations[k] = v
+	}
+	key := client.ObjectKeyFromObject(j)
+	s.mu.Lock()
+	t.key = key
+	s.byJob[key] = t.id
+	s.mu.Unlock()
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		err := s.create(ctx, j, secret)
+		if err == nil {
+			break
+		}
+		d := s.opts.Backoff.Delay(attempt, nil)
+		s.log.Error(err, "creating the task's Job failed; retrying", "task", t.id, "in", d.Round(time.Millisecond).String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+	s.mu.Lock()
+	t.creating = false
+	s.mu.Unlock()
+	s.enqueue(key)
+}
+
+// create makes the task's Secret and Job; a Job that already exists (this
+// task was leased before a restart, or handed out twice) is adopted.
+func (s *Source) create(ctx context.Context, j *batchv1.Job, secret *corev1.Secret) error {
+	if secret != nil {
+		if err := s.opts.Kube.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating secret %s: %w", secret.Name, err)
+		}
+	}
+	created := j.DeepCopy()
+	if err := s.opts.Kube.Create(ctx, created); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating job %s: %w", j.Name, err)
+		}
+		// Adopt it, with this lease.
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+			AnnotationLeaseID: j.Annotations[AnnotationLeaseID], AnnotationLeaseEpoch: j.Annotations[AnnotationLeaseEpoch],
+			AnnotationLeaseSeconds: j.Annotations[AnnotationLeaseSeconds],
+		}}})
+		existing := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
+		if err := s.opts.Kube.Patch(ctx, existing, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return fmt.Errorf("adopting job %s: %w", j.Name, err)
+		}
+		created = existing
+	} else {
+		s.opts.Recorder.JobCreated()
+	}
+	if secret == nil {
+		return nil
+	}
+	// The Job owns the Secret, so they go together.
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{{
+		APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID, Controller: ptr.To(true),
+	}}}})
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name}}
+	if err := s.opts.Kube.Patch(ctx, sec, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("making job %s own its secret: %w", j.Name, err)
+	}
+	return nil
+}
+
+// refuse reports a task that can never run as failed, without a Job.
+func (s *Source) refuse(ctx context.Context, t *task, cause error) {
+	s.log.Info("task refused", "task", t.id, "reason", cause.Error())
+	e := Event{Type: EventFailed, Reason: job.ReasonRefused, Message: cause.Error()}
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		err := s.report(ctx, t, e)
+		if err == nil || IsConflict(err) {
+			break
+		}
+		d := s.opts.Backoff.Delay(attempt, err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+	s.opts.Recorder.Finished(job.PhaseFailed, job.ReasonRefused)
+	s.mu.Lock()
+	delete(s.tasks, t.id)
+	s.mu.Unlock()
+	s.notify()
+}
+
+// report sends an event with the task's idempotency key and current epoch.
+func (s *Source) report(ctx context.Context, t *task, e Event) error {
+	s.mu.Lock()
+	e.Epoch = t.epoch
+	s.mu.Unlock()
+	e.IdempotencyKey = t.id + "/" + string(e.Type)
+	if e.Type.Final() {
+		e.IdempotencyKey = t.id + "/final"
+	}
+	if e.Time.IsZero() {
+		e.Time = s.opts.Now().UTC()
+	}
+	err := s.opts.Client.Report(ctx, t.id, e)
+	if err != nil {
+		s.opts.Recorder.SourceError("report")
+	}
+	return err
+}
+
+// renewLoop renews each lease at a third of its duration and delivers
+// cancellations.
+func (s *Source) renewLoop(ctx context.Context) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := s.opts.Now()
+		var due []*task
+		s.mu.Lock()
+		for _, t := range s.tasks {
+			if !t.lost && t.leaseID != "" && !now.Before(t.renewAt) {
+				t.renewAt = now.Add(renewInterval(t.leaseSeconds))
+				due = append(due, t)
+			}
+		}
+		s.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, t := range due {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.renew(ctx, t)
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+func (s *Source) renew(ctx context.Context, t *task) {
+	s.mu.Lock()
+	leaseID, epoch, key, creating := t.leaseID, t.epoch, t.key, t.creating
+	s.mu.Unlock()
+	resp, err := s.opts.Client.Renew(ctx, leaseID, epoch)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		s.opts.Recorder.RenewFailed()
+		s.opts.Recorder.SourceError("renew")
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if t.leaseID != leaseID {
+			return // re-issued meanwhile
+		}
+		if IsGone(err) {
+			// Expired: the orchestrator hands it back to this dispatcher
+			// (the task is in every poll's running list) with a new epoch.
+			t.lost = true
+			s.log.Info("lease gone; waiting for the orchestrator to hand the task back", "task", t.id)
+			s.notify()
+			return
+		}
+		// Try again soon: the lease has two thirds of its life left.
+		t.renewAt = s.opts.Now().Add(time.Second)
+		return
+	}
+	if resp.Cancel {
+		s.mu.Lock()
+		first := !t.cancel
+		t.cancel, t.cancelReason = true, resp.CancelReason
+		s.mu.Unlock()
+		if first && !creating {
+			s.enqueue(key)
+		}
+	}
+}
+
+// Reconcile implements reconcile.Reconciler for one of the dispatcher's
+// Jobs: it reports the task's progress and outcome.
+func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	j := &batchv1.Job{}
+	err := s.opts.Kube.Get(ctx, req.NamespacedName, j)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	s.mu.Lock()
+	id, tracked := s.byJob[req.NamespacedName]
+	t := s.tasks[id]
+	if apierrors.IsNotFound(err) {
+		s.mu.Unlock()
+		if !tracked || t == nil || t.creating {
+			return reconcile.Result{}, nil
+		}
+		if err := s.opts.Reader.Get(ctx, req.NamespacedName, j); err == nil {
+			// Created, not in the cache yet: its events will come.
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		} else if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
+		}
+		// Someone deleted the Job before its outcome was reported.
+		return s.finish(ctx, t, nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonFailed, Message: "the Job was deleted before it finished"})
+	}
+	if j.Annotations[AnnotationReported] != "" {
+		if t != nil && !t.creating {
+			s.forgetLocked(t)
+		}
+		s.mu.Unlock()
+		return reconcile.Result{}, nil
+	}
+	if t == nil || t.id != j.Annotations[job.AnnotationTaskID] {
+		t = s.adoptLocked(j)
+	}
+	if t == nil || t.creating {
+		s.mu.Unlock()
+		return reconcile.Result{}, nil
+	}
+	lost, cancel, reason := t.lost, t.cancel, t.cancelReason
+	s.mu.Unlock()
+
+	out, err := s.outcome(ctx, j)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if lost {
+		if out.Phase != "" {
+			// Another holder has the task; this one only stops tracking it.
+			s.mu.Lock()
+			t.finished = true
+			s.mu.Unlock()
+		}
+		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
+	}
+	if !s.sent(t, EventJobCreated) {
+		if err := s.send(ctx, t, Event{Type: EventJobCreated, JobName: j.Name}); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if out.Phase == "" && cancel {
+		msg := "cancelled by the orchestrator"
+		if reason != "" {
+			msg += ": " + reason
+		}
+		out = job.Outcome{Phase: job.PhaseCancelled, Reason: job.ReasonCancelled, Message: msg, Stop: true}
+	}
+	if out.Running || out.Phase != "" {
+		s.streamLogs(t, j)
+	}
+	if out.Phase == "" {
+		if out.Running && !s.sent(t, EventRunning) {
+			if err := s.send(ctx, t, Event{Type: EventRunning, JobName: j.Name}); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
+	}
+	return s.finish(ctx, t, j, out)
+}
+
+func (s *Source) sent(t *task, e EventType) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return t.sent[e]
+}
+
+// send reports a non-final event once per process; the orchestrator
+// de-duplicates across processes by idempotency key.
+func (s *Source) send(ctx context.Context, t *task, e Event) error {
+	err := s.report(ctx, t, e)
+	if err != nil && !IsConflict(err) {
+		return err
+	}
+	s.mu.Lock()
+	t.sent[e.Type] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// outcome is the outcome recorded on the Job, else the observed one.
+func (s *Source) outcome(ctx context.Context, j *batchv1.Job) (job.Outcome, error) {
+	if raw := j.Annotations[AnnotationOutcome]; raw != "" {
+		var out job.Outcome
+		if err := json.Unmarshal([]byte(raw), &out); err == nil {
+			out.Stop = true
+			return out, nil
+		}
+	}
+	return s.opts.Observer.Outcome(ctx, j)
+}
+
+// finish stops the Job's pod when the outcome came before the Job's end
+// (recording the outcome on the Job first), reports the outcome, marks the
+// Job reported, and frees the slot.
+func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Outcome) (reconcile.Result, error) {
+	s.mu.Lock()
+	t.finished = true
+	s.mu.Unlock()
+	s.notify()
+	if j != nil && out.Stop && j.Annotations[AnnotationOutcome] == "" {
+		// Record the outcome, then suspend the Job: its pod stops, the Job
+		// stays as the record until the report is acknowledged.
+		rec, _ := json.Marshal(job.Outcome{Phase: out.Phase, Reason: out.Reason, Message: out.Message, ExitCode: out.ExitCode})
+		patch, _ := json.Marshal(map[string]any{
+			"metadata": map[string]any{"annotations": map[string]string{AnnotationOutcome: string(rec)}},
+			"spec":     map[string]any{"suspend": true},
+		})
+		if err := s.opts.Kube.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return reconcile.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	if wait := s.logsPending(t); wait {
+		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
+	}
+	e := Event{Type: EventSucceeded, Reason: out.Reason, Message: out.Message, ExitCode: out.ExitCode}
+	switch out.Phase {
+	case job.PhaseFailed:
+		e.Type = EventFailed
+	case job.PhaseCancelled:
+		e.Type = EventCancelled
+	}
+	if j != nil {
+		e.JobName = j.Name
+	}
+	err := s.report(ctx, t, e)
+	if err != nil && !IsConflict(err) {
+		return reconcile.Result{}, err
+	}
+	value := "true"
+	if err != nil {
+		// Stale: the task went to another holder meanwhile.
+		value = "lost"
+	}
+	if j != nil {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationReported: value}}})
+		if err := s.opts.Kube.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, err
+		}
+		if out.Stop {
+			// A suspended Job never finishes, so its TTL would not remove it.
+			if err := s.opts.Kube.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return reconcile.Result{}, err
+			}
+		}
+	}
+	s.opts.Recorder.Finished(out.Phase, out.Reason)
+	s.log.Info("task finished", "task", t.id, "phase", out.Phase, "reason", out.Reason)
+	s.mu.Lock()
+	s.forgetLocked(t)
+	s.mu.Unlock()
+	s.notify()
+	if j == nil {
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{}, job.PruneHistory(ctx, s.opts.Kube, job.History{
+		Namespace: j.Namespace, DispatcherID: s.opts.Jobs.DispatcherID,
+		Succeeded: s.opts.SucceededHistory, Failed: s.opts.FailedHistory,
+		Done: func(j *batchv1.Job) bool { return j.Annotations[AnnotationReported] != "" },
+	})
+}
+
+// forgetLocked stops tracking a task. s.mu is held.
+func (s *Source) forgetLocked(t *task) {
+	if t.logs != nil {
+		t.logs.stop()
+	}
+	if s.tasks[t.id] == t {
+		delete(s.tasks, t.id)
+	}
+	if s.byJob[t.key] == t.id {
+		delete(s.byJob, t.key)
+	}
+}
+
+func (s *Source) rootCtx() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.root == nil {
+		return context.Background()
+	}
+	return s.root
+}

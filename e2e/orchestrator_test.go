@@ -1,0 +1,283 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/ed25519"
+	crand "crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/runwarden/runwarden/dispatcher/orchestrator"
+	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
+	"github.com/runwarden/runwarden/e2e/harness"
+)
+
+// fakeOrchestrator is the fault-injecting orchestrator on loopback, with
+// the files a dispatcher needs to reach it: its CA and an Ed25519 key whose
+// public half the orchestrator trusts.
+type fakeOrchestrator struct {
+	srv     *orchestratortest.Server
+	caFile  string
+	keyFile string
+}
+
+func newOrchestrator(t testing.TB, opts orchestratortest.Options) *fakeOrchestrator {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(dir, "runner.key")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts.PublicKey = pub
+	srv := orchestratortest.New(opts)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	caFile, err := srv.CAFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeOrchestrator{srv: srv, caFile: caFile, keyFile: keyFile}
+}
+
+// startOrchestratorDispatcher starts the dispatcher with the orchestrator
+// source pointed at o.
+func startOrchestratorDispatcher(ctx context.Context, t testing.TB, cfg *envconf.Config, ns string, o *fakeOrchestrator, extra ...string) *dispatcherProcess {
+	t.Helper()
+	args := append([]string{
+		"--source=orchestrator", "--orchestrator-url", o.srv.URL(), "--orchestrator-ca", o.caFile,
+		"--orchestrator-key", o.keyFile, "--poll-wait", "5s", "--retry-max-delay", "2s",
+	}, extra...)
+	return startDispatcher(ctx, t, cfg, ns, args...)
+}
+
+// orchestratorTasks adds n tasks that succeed at once on simulated nodes.
+func orchestratorTasks(srv *orchestratortest.Server, prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("%s-%03d", prefix, i)
+		srv.Add(orchestrator.Task{ID: ids[i], Command: []string{"true"}, Env: []orchestrator.EnvVar{{Name: "GREETING", Value: "hi"}}})
+	}
+	return ids
+}
+
+// checkExactlyOnce asserts every task ended succeeded with exactly one
+// stored final event and exactly one Job.
+func checkExactlyOnce(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, srv *orchestratortest.Server, ids []string) {
+	t.Helper()
+	jobs := map[string]int{}
+	for _, j := range jobsOf(ctx, t, cfg, ns) {
+		jobs[j.Annotations["runwarden.dev/task-id"]]++
+	}
+	bad := 0
+	for _, id := range ids {
+		rec := srv.Task(id)
+		if rec.FinalStored != 1 || rec.Final == nil || rec.Final.Type != orchestrator.EventSucceeded || jobs[id] != 1 || rec.BadKeys != 0 {
+			bad++
+			if bad <= 10 {
+				t.Errorf("task %s: %d final events stored (final %+v), %d Jobs, %d leases", id, rec.FinalStored, rec.Final, jobs[id], len(rec.Leases))
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d tasks broke exactly-once", bad, len(ids))
+	}
+	if st := srv.Stats(); st.CapacityViolations != 0 {
+		t.Errorf("the orchestrator handed out more than the free capacity %d times", st.CapacityViolations)
+	}
+	for _, p := range srv.Polls() {
+		if p.Capacity.Free < 0 || p.Capacity.Free > p.Capacity.Max || p.New > p.Capacity.Free {
+			t.Errorf("poll asked for %+v and got %d new leases", p.Capacity, p.New)
+			break
+		}
+	}
+}
+
+func waitAllDone(ctx context.Context, t *testing.T, srv *orchestratortest.Server, n int, timeout time.Duration, d *dispatcherProcess) {
+	t.Helper()
+	done := func(context.Context) (bool, error) { return srv.Done() == n, nil }
+	if err := harness.WaitFor(ctx, fmt.Sprintf("all %d tasks to be reported", n), timeout, done); err != nil {
+		t.Fatalf("%v (%d done)\n%s", err, srv.Done(), tail(d.log.String(), 4000))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "..." + s[len(s)-n:]
+}
+
+// TestOrchestratorSecretsAndAuth runs a task with secret values on the real
+// node: they reach the runner through a Secret the Job owns, never as
+// literals in the Job.
+func TestOrchestratorSecretsAndAuth(t *testing.T) {
+	f := features.New("orchestrator source: secrets").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			return ctx
+		}).
+		Assess("secretEnv goes into a Secret owned by the Job", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
+			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--preflight=false")
+			o.srv.Add(orchestrator.Task{
+				ID: "with-secret", Command: []string{"/bin/sh", "-c", `echo "token has ${#TF_VAR_token} characters"`},
+				SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t-value"},
+			})
+			waitAllDone(ctx, t, o.srv, 1, 2*time.Minute, d)
+			rec := o.srv.Task("with-secret")
+			if rec.Final.Type != orchestrator.EventSucceeded || string(rec.Log) != "token has 12 characters\n" {
+				t.Errorf("final %+v, log %q", rec.Final, rec.Log)
+			}
+			jobs := jobsFor(ctx, t, cfg, ns, "with-secret")
+			if len(jobs) != 1 {
+				t.Fatalf("%d Jobs", len(jobs))
+			}
+			j := jobs[0]
+			out, err := suite.Kubectl(ctx, cfg, "get", "job", "-n", ns, j.Name, "-o", "yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(out, "s3cr3t-value") {
+				t.Error("the secret value is in the Job")
+			}
+			var secret corev1.Secret
+			if err := cfg.Client().Resources(ns).Get(ctx, j.Name, ns, &secret); err != nil {
+				t.Fatalf("the task's Secret: %v", err)
+			}
+			if len(secret.OwnerReferences) != 1 || secret.OwnerReferences[0].UID != j.UID {
+				t.Errorf("Secret owners %+v, want the Job %s", secret.OwnerReferences, j.UID)
+			}
+			if string(secret.Data["TF_VAR_token"]) != "s3cr3t-value" {
+				t.Errorf("Secret data %v", secret.Data)
+			}
+			if j.Annotations["runwarden.dev/reported"] != "true" {
+				t.Errorf("Job annotations %v: not marked reported", j.Annotations)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestOrchestratorSurvivesSIGKILLAndFaults runs 200 tasks while the
+// orchestrator delivers leases twice, drops responses and fails requests,
+// and the dispatcher is killed with SIGKILL ten times at random moments and
+// then in each narrow window: after a lease it never saw, between the Job's
+// creation and its acknowledgement, and after the Job finished but before
+// the report was acknowledged. Every task ends with exactly one Job and
+// exactly one final status.
+func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
+	const tasks, kills = 200, 10
+	f := features.New("orchestrator source survives SIGKILL and faults").
+		Assess("200 tasks, one Job and one final status each", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 4, MaxWait: 2 * time.Second, Seed: 3})
+			o.srv.SetFaults(orchestratortest.Faults{DuplicateLeaseRate: 0.2, DropResponseRate: 0.05, ErrorRate: 0.05})
+			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--max-concurrent", "40",
+				"--succeeded-history", "1000", "--failed-history", "1000", "--preflight=false", "--stream-logs=false")
+			ids := orchestratorTasks(o.srv, "task", tasks)
+			rng := rand.New(rand.NewPCG(5, 9))
+			for range kills {
+				time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
+				d.stop(os.Kill)
+				d.start(ctx, t)
+			}
+			o.srv.SetFaults(orchestratortest.Faults{})
+
+			// Narrow windows, each with its own tasks.
+			windows := []struct {
+				name  string
+				fault orchestratortest.Faults
+				held  func(orchestratortest.Stats) bool
+			}{
+				{"lease never seen", orchestratortest.Faults{DropResponseRate: 1, Endpoints: []orchestratortest.Endpoint{orchestratortest.EndpointPoll}},
+					func(s orchestratortest.Stats) bool { return s.DroppedResponses > 0 }},
+				{"created, not acknowledged", orchestratortest.Faults{Hold: []orchestrator.EventType{orchestrator.EventJobCreated}},
+					func(s orchestratortest.Stats) bool { return s.Held > 0 }},
+				{"finished, not reported", orchestratortest.Faults{Hold: []orchestrator.EventType{orchestrator.EventSucceeded}},
+					func(s orchestratortest.Stats) bool { return s.Held > 0 }},
+			}
+			for i, w := range windows {
+				before := o.srv.Stats()
+				o.srv.SetFaults(w.fault)
+				ids = append(ids, orchestratorTasks(o.srv, fmt.Sprintf("window-%d", i), 5)...)
+				inWindow := func(context.Context) (bool, error) {
+					s := o.srv.Stats()
+					s.DroppedResponses -= before.DroppedResponses
+					s.Held -= before.Held
+					return w.held(s), nil
+				}
+				if err := harness.WaitFor(ctx, "the dispatcher to be in window "+w.name, time.Minute, inWindow); err != nil {
+					t.Fatalf("%v\n%s", err, tail(d.log.String(), 4000))
+				}
+				d.stop(os.Kill)
+				o.srv.SetFaults(orchestratortest.Faults{})
+				o.srv.Release()
+				d.start(ctx, t)
+			}
+			waitAllDone(ctx, t, o.srv, len(ids), 4*time.Minute, d)
+			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
+			st := o.srv.Stats()
+			t.Logf("faults: %d duplicate leases, %d dropped responses, %d injected errors, %d requeues, %d re-issued", st.DuplicateLeases, st.DroppedResponses, st.InjectedErrors, st.Requeues, st.Reissued)
+			if st.DuplicateLeases == 0 || st.DroppedResponses == 0 || st.InjectedErrors == 0 {
+				t.Errorf("not every fault was met: %+v", st)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestOrchestratorUnreachableForAMinute cuts the orchestrator off for a
+// minute while tasks run: their leases expire meanwhile, and once it is
+// back every task is handed back, reported once, and none runs twice.
+func TestOrchestratorUnreachableForAMinute(t *testing.T) {
+	f := features.New("orchestrator unreachable for a minute").
+		Assess("nothing lost, nothing run twice", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 15, MaxWait: 2 * time.Second})
+			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--max-concurrent", "20",
+				"--preflight=false", "--stream-logs=false", "--retry-max-delay", "5s", "--succeeded-history", "100")
+			ids := orchestratorTasks(o.srv, "before", 20)
+			waitAllDone(ctx, t, o.srv, 20, time.Minute, d)
+			// Leased, then cut off before the Jobs are reported.
+			o.srv.SetFaults(orchestratortest.Faults{Hold: []orchestrator.EventType{orchestrator.EventJobCreated}})
+			ids = append(ids, orchestratorTasks(o.srv, "during", 20)...)
+			held := func(context.Context) (bool, error) { return o.srv.Stats().Held > 0, nil }
+			if err := harness.WaitFor(ctx, "the new tasks to be leased", time.Minute, held); err != nil {
+				t.Fatal(err)
+			}
+			until := time.Now().Add(time.Minute)
+			o.srv.SetFaults(orchestratortest.Faults{UnreachableUntil: until})
+			o.srv.Release()
+			time.Sleep(time.Until(until))
+			waitAllDone(ctx, t, o.srv, len(ids), 2*time.Minute, d)
+			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
+			st := o.srv.Stats()
+			if st.Unreachable == 0 || st.Requeues == 0 {
+				t.Errorf("the outage was not felt: %d requests cut off, %d leases expired", st.Unreachable, st.Requeues)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
