@@ -12,6 +12,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
@@ -28,12 +29,13 @@ import (
 
 // contractCase is one task of the contract and how it must end.
 type contractCase struct {
-	name     string
-	script   string
-	env      []corev1.EnvVar
-	deadline *int64
-	cancel   bool
-	want     contractOutcome
+	name      string
+	script    string
+	env       []corev1.EnvVar
+	deadline  *int64
+	resources *corev1.ResourceRequirements
+	cancel    bool
+	want      contractOutcome
 }
 
 // contractOutcome is a task's final status, whatever the source.
@@ -69,6 +71,11 @@ var contractCases = []contractCase{
 	{
 		name: "refused", script: "true", env: []corev1.EnvVar{{Name: "AWS_SECRET_ACCESS_KEY", Value: "x"}},
 		want: contractOutcome{phase: "Failed", reason: "Refused", message: "AWS_SECRET_ACCESS_KEY"},
+	},
+	{
+		name: "too-big", script: "true",
+		resources: &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}},
+		want:      contractOutcome{phase: "Failed", reason: "Unschedulable", message: "Insufficient cpu"},
 	},
 	{
 		name: "deadline", script: "sleep 60", deadline: ptr.To[int64](3),
@@ -121,9 +128,9 @@ func runContract(ctx context.Context, t *testing.T, cfg *envconf.Config, ns stri
 		if c.want.reason == "Refused" {
 			wantJobs = 0
 		}
-		if c.cancel {
-			// A cancelled task's Job is removed with its pod, or kept
-			// stopped; never more than one.
+		if c.cancel || c.want.reason == "Unschedulable" {
+			// A task stopped before its Job ended has its Job removed with
+			// its pod; never more than one.
 			wantJobs = len(jobs)
 		}
 		if len(jobs) != wantJobs || len(jobs) > 1 {
@@ -194,6 +201,7 @@ func (k kubeDriver) submit(ctx context.Context, t *testing.T, c contractCase) st
 	rt := runnerTask(k.ns, c.name, c.script)
 	rt.Spec.Env = c.env
 	rt.Spec.ActiveDeadlineSeconds = c.deadline
+	rt.Spec.Resources = c.resources
 	if err := k.cfg.Client().Resources(k.ns).Create(ctx, rt); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +236,7 @@ type orchestratorDriver struct {
 }
 
 func (o orchestratorDriver) submit(_ context.Context, _ *testing.T, c contractCase) string {
-	task := orchestrator.Task{ID: c.name, Command: []string{"/bin/sh", "-c", c.script}, ActiveDeadlineSeconds: c.deadline}
+	task := orchestrator.Task{ID: c.name, Command: []string{"/bin/sh", "-c", c.script}, ActiveDeadlineSeconds: c.deadline, Resources: c.resources}
 	for _, e := range c.env {
 		task.Env = append(task.Env, orchestrator.EnvVar{Name: e.Name, Value: e.Value})
 	}

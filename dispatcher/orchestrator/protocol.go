@@ -7,7 +7,11 @@
 // on where the last one stopped. The protocol is docs/protocol.md.
 package orchestrator
 
-import "time"
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // Version is the protocol version this package speaks, sent in the
 // Runwarden-Protocol header of every request.
@@ -81,6 +85,9 @@ type Task struct {
 	SecretEnv             map[string]string `json:"secretEnv,omitempty"`
 	RepoURL               string            `json:"repoURL,omitempty"`
 	ActiveDeadlineSeconds *int64            `json:"activeDeadlineSeconds,omitempty"`
+	// Resources of the runner container, as in a Kubernetes container
+	// spec; default: the pod template's.
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // EnvVar is a plain variable; its value may be a secret reference such as

@@ -422,6 +422,7 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 	jt := job.Task{
 		ID: l.Task.ID, Namespace: l.Task.Namespace, Image: l.Task.Image, Command: l.Task.Command, Args: l.Task.Args,
 		SecretEnv: l.Task.SecretEnv, RepoURL: l.Task.RepoURL, ActiveDeadlineSeconds: l.Task.ActiveDeadlineSeconds,
+		Resources: l.Task.Resources,
 	}
 	for _, e := range l.Task.Env {
 		jt.Env = append(jt.Env, corev1.EnvVar{Name: e.Name, Value: e.Value})
