@@ -62,6 +62,11 @@ func TestGolden(t *testing.T) {
 		"dev-mode":     {"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods"},
 		"cert-manager": {"--set", "webhook.certificates.mode=certManager", "--set", "webhook.certificates.certManagerIssuer.name=ca"},
 		"state-volume": {"--set", "runner.stateVolume.enabled=true", "--set", "runner.stateVolume.storageClassName=retained", "--set", "webhook.auditMode=true"},
+		"orchestrator-jwt": {"--set", "dispatcher.taskSource=orchestrator", "--set", "dispatcher.orchestrator.url=https://orchestrator.example.com",
+			"--set", "dispatcher.orchestrator.existingSecret=runner-key", "--set", "dispatcher.orchestrator.proxy=http://proxy.internal:3128",
+			"--set", "dispatcher.orchestrator.caConfigMap=corporate-ca"},
+		"orchestrator-exchange": {"--set", "dispatcher.taskSource=orchestrator", "--set", "dispatcher.orchestrator.url=https://orchestrator.example.com",
+			"--set", "dispatcher.orchestrator.auth=exchange", "--set", "dispatcher.orchestrator.exchangeAudience=orchestrator"},
 	}
 	for name, args := range sets {
 		t.Run(name, func(t *testing.T) {
@@ -100,7 +105,11 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "deadline", args: []string{"--set", "dispatcher.defaultDeadline=soon"}, want: "/dispatcher/defaultDeadline"},
 		{name: "pull policy", args: []string{"--set", "images.pullPolicy=Sometimes"}, want: "/images/pullPolicy"},
 		{name: "certificate mode", args: []string{"--set", "webhook.certificates.mode=vault"}, want: "/webhook/certificates/mode"},
-		{name: "orchestrator source not yet", args: []string{"--set", "dispatcher.taskSource=orchestrator"}, want: "/dispatcher/taskSource"},
+		{name: "unknown task source", args: []string{"--set", "dispatcher.taskSource=queue"}, want: "/dispatcher/taskSource"},
+		{name: "orchestrator without url", args: []string{"--set", "dispatcher.taskSource=orchestrator"}, want: "needs dispatcher.orchestrator.url"},
+		{name: "orchestrator over http", args: []string{"--set", "dispatcher.orchestrator.url=http://orch.example"}, want: "/dispatcher/orchestrator/url"},
+		{name: "orchestrator jwt without secret", args: []string{"--set", "dispatcher.taskSource=orchestrator", "--set", "dispatcher.orchestrator.url=https://o.example"}, want: "needs dispatcher.orchestrator.existingSecret: the Secret holding the Ed25519 private key"},
+		{name: "orchestrator auth", args: []string{"--set", "dispatcher.orchestrator.auth=password"}, want: "/dispatcher/orchestrator/auth"},
 		{name: "runner namespace is the release's", args: []string{"--set", "runnerNamespace=runwarden"}, want: "runnerNamespace must differ from the release namespace"},
 		{name: "dev mode without url", args: []string{"--set", "webhook.devMode.enabled=true"}, want: "webhook.devMode.url"},
 		{name: "policy override name", args: []string{"--set", "webhook.policyOverrides.evil=x"}, want: "'evil' does not match pattern"},
