@@ -56,6 +56,7 @@ type config struct {
 	namespace     string
 	metricsAddr   string
 	healthAddr    string
+	pprofAddr     string
 	kubeconfig    string
 	logLevel      string
 	version       bool
@@ -104,6 +105,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.StringVar(&c.namespace, "namespace", "", "watch RunnerTasks in this namespace only (default: all)")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "", `address of Go's /debug/pprof profiles (default "": off)`)
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster, then $KUBECONFIG)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
@@ -304,6 +306,7 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		Cache:                  cacheOpts,
 		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
 		HealthProbeBindAddress: c.healthAddr,
+		PprofBindAddress:       c.pprofAddr,
 		BaseContext:            func() context.Context { return ctx },
 	})
 	if err != nil {

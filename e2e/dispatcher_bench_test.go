@@ -5,12 +5,16 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -20,6 +24,8 @@ import (
 	"sigs.k8s.io/e2e-framework/klient"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/dispatcher/orchestrator"
+	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
 )
 
 // BenchmarkDispatcherJobs measures, on the suite's cluster, how fast tasks
@@ -62,30 +68,38 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 		return name
 	}
 
-	b.Run(fmt.Sprintf("tasks=%d/impl=client-go", n), func(b *testing.B) {
-		for b.Loop() {
-			ns := newNamespace(b, "raw")
-			r := fast.Resources(ns)
-			start := time.Now()
-			for i := range n {
-				j := &batchv1.Job{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("raw-%05d", i), Namespace: ns},
-					Spec: batchv1.JobSpec{
-						BackoffLimit: ptr.To[int32](0),
-						Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-							RestartPolicy: corev1.RestartPolicyNever,
-							NodeSelector:  map[string]string{"runwarden.dev/bench": "nowhere"},
-							Containers:    []corev1.Container{{Name: "main", Image: "busybox:stable"}},
-						}},
-					},
+	rawJob := func(ns string, i int) *batchv1.Job {
+		return &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("raw-%05d", i), Namespace: ns},
+			Spec: batchv1.JobSpec{
+				BackoffLimit: ptr.To[int32](0),
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					NodeSelector:  map[string]string{"runwarden.dev/bench": "nowhere"},
+					Containers:    []corev1.Container{{Name: "main", Image: "busybox:stable"}},
+				}},
+			},
+		}
+	}
+	// One loop, then eight in parallel (as many as the dispatcher's workers).
+	for _, workers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("tasks=%d/impl=client-go-%dw", n, workers), func(b *testing.B) {
+			for b.Loop() {
+				ns := newNamespace(b, "raw")
+				r := fast.Resources(ns)
+				start := time.Now()
+				var g errgroup.Group
+				g.SetLimit(workers)
+				for i := range n {
+					g.Go(func() error { return r.Create(ctx, rawJob(ns, i)) })
 				}
-				if err := r.Create(ctx, j); err != nil {
+				if err := g.Wait(); err != nil {
 					b.Fatal(err)
 				}
+				b.ReportMetric(float64(n)/time.Since(start).Seconds(), "jobs/s")
 			}
-			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "jobs/s")
-		}
-	})
+		})
+	}
 
 	b.Run(fmt.Sprintf("tasks=%d/impl=dispatcher", n), func(b *testing.B) {
 		for b.Loop() {
@@ -104,7 +118,7 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 			}
 			d := startDispatcher(ctx, b, cfg, ns, "--simulated", "--max-concurrent", strconv.Itoa(n),
 				"--succeeded-history", "100000", "--failed-history", "100000", "--preflight=false",
-				"--kube-api-qps", "1000", "--kube-api-burst", "2000")
+				"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h")
 			start := time.Now()
 			for {
 				var jobs batchv1.JobList
@@ -125,6 +139,135 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 			d.stop(os.Interrupt)
 		}
 	})
+
+	b.Run(fmt.Sprintf("tasks=%d/impl=dispatcher-orchestrator", n), func(b *testing.B) {
+		for b.Loop() {
+			orchestratorBench(ctx, b, n, 100, newNamespace)
+		}
+	})
+
+	if v := os.Getenv("RUNWARDEN_BENCH_DRAIN"); v != "" {
+		drain, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("tasks=%d/drain/impl=dispatcher-orchestrator", drain), func(b *testing.B) {
+			for b.Loop() {
+				drainBench(ctx, b, drain, newNamespace)
+			}
+		})
+	}
+}
+
+// orchestratorBench runs the orchestrator source against the fake
+// orchestrator: n unschedulable tasks (so all stay in flight) become Jobs;
+// then, one at a time, lat tasks measure lease-to-Job latency (the lease
+// handed out to the dispatcher's job-created event, both stamped on this
+// machine's clock).
+func orchestratorBench(ctx context.Context, b *testing.B, n, lat int, newNamespace func(*testing.B, string) string) {
+	cfg := testenv.EnvConf()
+	ns := newNamespace(b, "orch")
+	o := newOrchestrator(b, orchestratortest.Options{LeaseSeconds: 120, MaxWait: 5 * time.Second})
+	d := startOrchestratorDispatcher(ctx, b, cfg, ns, o, "--simulated", "--max-concurrent", strconv.Itoa(n+lat),
+		"--succeeded-history", "100000", "--failed-history", "100000", "--preflight=false", "--stream-logs=false",
+		"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h")
+	big := &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")}}
+	start := time.Now()
+	for i := range n {
+		o.srv.Add(orchestrator.Task{ID: fmt.Sprintf("task-%05d", i), Command: []string{"true"}, Resources: big})
+	}
+	if out := os.Getenv("RUNWARDEN_BENCH_CPUPROFILE"); out != "" && d.pprof != "" {
+		go saveProfile(d.pprof, out)
+	}
+	created := func(id string) bool {
+		for _, e := range o.srv.Task(id).Events {
+			if e.Type == orchestrator.EventJobCreated {
+				return true
+			}
+		}
+		return false
+	}
+	for countCreated(o.srv) < n {
+		if time.Since(start) > 5*time.Minute {
+			b.Fatalf("only %d of %d Jobs after 5 minutes\n%s", countCreated(o.srv), n, tail(d.log.String(), 4000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "jobs/s")
+	b.ReportMetric(float64(rssKiB(d.cmd.Process.Pid))/1024, "rss-MiB")
+	var lats []time.Duration
+	for i := range lat {
+		id := fmt.Sprintf("lat-%05d", i)
+		o.srv.Add(orchestrator.Task{ID: id, Command: []string{"true"}, Resources: big})
+		for !created(id) {
+			time.Sleep(time.Millisecond)
+		}
+		rec := o.srv.Task(id)
+		lats = append(lats, rec.Events[0].Time.Sub(rec.Leases[0].IssuedAt))
+	}
+	if len(lats) > 0 {
+		slices.Sort(lats)
+		b.ReportMetric(float64(lats[len(lats)/2].Microseconds())/1000, "lease-to-job-p50-ms")
+		b.ReportMetric(float64(lats[len(lats)*99/100].Microseconds())/1000, "lease-to-job-p99-ms")
+	}
+	d.stop(os.Interrupt)
+}
+
+// saveProfile saves two seconds of the dispatcher's CPU profile.
+func saveProfile(addr, path string) {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=2")
+	if err != nil {
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	_ = os.WriteFile(path, b, 0o644)
+}
+
+func countCreated(srv *orchestratortest.Server) int {
+	n := 0
+	for _, t := range srv.Tasks() {
+		if len(t.Events) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// drainBench runs n tasks that succeed at once through the orchestrator
+// source, at most 200 at a time, and checks none is lost or run twice.
+func drainBench(ctx context.Context, b *testing.B, n int, newNamespace func(*testing.B, string) string) {
+	cfg := testenv.EnvConf()
+	ns := newNamespace(b, "drain")
+	o := newOrchestrator(b, orchestratortest.Options{LeaseSeconds: 120, MaxWait: 5 * time.Second})
+	d := startOrchestratorDispatcher(ctx, b, cfg, ns, o, "--simulated", "--max-concurrent", "200",
+		"--succeeded-history", "50", "--preflight=false", "--stream-logs=false",
+		"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h")
+	start := time.Now()
+	ids := orchestratorTasks(o.srv, "drain", n)
+	for o.srv.Done() < n {
+		if time.Since(start) > 30*time.Minute {
+			b.Fatalf("only %d of %d tasks done after 30 minutes", o.srv.Done(), n)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "tasks/s")
+	lost, twice := 0, 0
+	for _, id := range ids {
+		rec := o.srv.Task(id)
+		switch {
+		case rec.Final == nil || rec.Final.Type != orchestrator.EventSucceeded:
+			lost++
+		case rec.FinalStored != 1 || len(rec.Leases) != 1:
+			twice++
+		}
+	}
+	b.ReportMetric(float64(lost), "lost")
+	b.ReportMetric(float64(twice), "twice")
+	if lost > 0 || twice > 0 {
+		b.Errorf("%d tasks lost, %d leased or reported more than once", lost, twice)
+	}
+	d.stop(os.Interrupt)
 }
 
 // rssKiB reads a process's resident memory.

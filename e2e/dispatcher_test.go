@@ -42,6 +42,7 @@ type dispatcherProcess struct {
 	args    []string
 	health  string
 	metrics string
+	pprof   string
 }
 
 func installCRD(ctx context.Context, t testing.TB, cfg *envconf.Config) {
@@ -121,6 +122,10 @@ func startDispatcherProcess(ctx context.Context, t testing.TB, cfg *envconf.Conf
 		"--succeeded-history", "1", "--failed-history", "1",
 		"--metrics-bind-address", d.metrics, "--health-probe-bind-address", d.health,
 		"--kubeconfig", cfg.KubeconfigFile(), "--preflight-timeout", "30s",
+	}
+	if os.Getenv("RUNWARDEN_BENCH_CPUPROFILE") != "" {
+		d.pprof = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		d.args = append(d.args, "--pprof-bind-address", d.pprof)
 	}
 	d.args = append(d.args, extra...)
 	d.cmd = exec.Command(d.bin, d.args...)

@@ -13,10 +13,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
@@ -276,6 +278,54 @@ func TestOrchestratorUnreachableForAMinute(t *testing.T) {
 			st := o.srv.Stats()
 			if st.Unreachable == 0 || st.Requeues == 0 {
 				t.Errorf("the outage was not felt: %d requests cut off, %d leases expired", st.Unreachable, st.Requeues)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestOrchestratorSIGTERMStopsLeasing sends SIGTERM while a task runs: the
+// dispatcher exits at once with status 0, takes no new lease, and leaves
+// the running Job alone; the next dispatcher carries on with it.
+func TestOrchestratorSIGTERMStopsLeasing(t *testing.T) {
+	f := features.New("orchestrator source: SIGTERM").
+		Assess("stop leasing, leave Jobs running, exit", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30, MaxWait: 2 * time.Second})
+			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false", "--stream-logs=false", "--unschedulable-timeout", "1h")
+			// Unschedulable, so it stays running until cancelled.
+			o.srv.Add(orchestrator.Task{ID: "long", Command: []string{"true"}, Resources: &corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")},
+			}})
+			created := func(context.Context) (bool, error) { return len(o.srv.Task("long").Events) > 0, nil }
+			if err := harness.WaitFor(ctx, "the long task's Job", time.Minute, created); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			_ = d.cmd.Process.Signal(syscall.SIGTERM)
+			state, err := d.cmd.Process.Wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); state.ExitCode() != 0 || took > 10*time.Second {
+				t.Errorf("after SIGTERM: exit %d after %s, want 0 at once\n%s", state.ExitCode(), took, tail(d.log.String(), 2000))
+			}
+			polls := o.srv.Stats().Requests[orchestratortest.EndpointPoll]
+			o.srv.Add(orchestrator.Task{ID: "after", Command: []string{"true"}})
+			time.Sleep(2 * time.Second)
+			if got := o.srv.Stats().Requests[orchestratortest.EndpointPoll]; got != polls || len(o.srv.Task("after").Leases) != 0 {
+				t.Errorf("a stopped dispatcher polled (%d -> %d) or leased", polls, got)
+			}
+			jobs := jobsFor(ctx, t, cfg, ns, "long")
+			if len(jobs) != 1 || jobs[0].DeletionTimestamp != nil || jobs[0].Spec.Suspend != nil && *jobs[0].Spec.Suspend {
+				t.Fatalf("the running Job was touched: %+v", jobs)
+			}
+			// The next dispatcher takes the task over and the new one too.
+			d.start(ctx, t)
+			o.srv.Cancel("long", "done waiting")
+			waitAllDone(ctx, t, o.srv, 2, time.Minute, d)
+			if f := o.srv.Task("long").Final; f.Type != orchestrator.EventCancelled || o.srv.Task("after").Final.Type != orchestrator.EventSucceeded {
+				t.Errorf("long ended %+v, after ended %+v", f, o.srv.Task("after").Final)
 			}
 			return ctx
 		}).Feature()

@@ -105,6 +105,17 @@ write_kwokctl_config() {
 	componentsPatches:
 	# The kwok controller drives only the simulated nodes (annotated
 	# kwok.x-k8s.io/node=fake), never the real kubelet's node beside them.
+	# The Job controller creates pods and writes Job status through the
+	# controller manager's client: its default 20 requests/s and 5 Job
+	# workers, not the API server, would bound every Job-heavy test.
+	- name: kube-controller-manager
+	  extraArgs:
+	  - key: kube-api-qps
+	    value: "300"
+	  - key: kube-api-burst
+	    value: "600"
+	  - key: concurrent-job-syncs
+	    value: "20"
 	- name: kwok-controller
 	  extraArgs:
 	  - key: manage-all-nodes

@@ -25,7 +25,8 @@ type History struct {
 // PruneHistory deletes the oldest finished Jobs beyond the history limits.
 func PruneHistory(ctx context.Context, c client.Client, h History) error {
 	var jobs batchv1.JobList
-	if err := c.List(ctx, &jobs, client.InNamespace(h.Namespace), client.MatchingLabels{LabelDispatcher: h.DispatcherID}); err != nil {
+	// Read-only until a Job is deleted: the cache's objects are not copied.
+	if err := c.List(ctx, &jobs, client.InNamespace(h.Namespace), client.MatchingLabels{LabelDispatcher: h.DispatcherID}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing jobs: %w", err)
 	}
 	var succeeded, failed []*batchv1.Job
@@ -49,7 +50,7 @@ func PruneHistory(ctx context.Context, c client.Client, h History) error {
 		}
 		slices.SortFunc(set.jobs, func(a, b *batchv1.Job) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 		for _, j := range set.jobs[:len(set.jobs)-set.limit] {
-			if err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			if err := c.Delete(ctx, j.DeepCopy(), client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("deleting old job %s: %w", j.Name, err)
 			}
 		}

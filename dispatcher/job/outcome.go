@@ -113,7 +113,8 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 		mountTimeout = time.Minute
 	}
 	var pods corev1.PodList
-	if err := o.Client.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": j.Name}); err != nil {
+	// Read-only: a cache's objects are not copied.
+	if err := o.Client.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": j.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return Outcome{}, fmt.Errorf("listing pods of job %s: %w", j.Name, err)
 	}
 	st := podState(pods.Items)

@@ -57,7 +57,7 @@ type Options struct {
 	SucceededHistory, FailedHistory int
 	// Recorder counts what the reconciler does. Default: none.
 	Recorder Recorder
-	// Workers is how many tasks are reconciled at once. Default: 4.
+	// Workers is how many tasks are reconciled at once. Default: 8.
 	Workers int
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
@@ -102,7 +102,7 @@ func (o *Options) setDefaults() {
 		o.Recorder = noRecorder{}
 	}
 	if o.Workers <= 0 {
-		o.Workers = 4
+		o.Workers = 8
 	}
 }
 
@@ -110,9 +110,12 @@ func (o *Options) setDefaults() {
 type Reconciler struct {
 	opts     Options
 	observer job.Observer
-	// starting serializes the capacity check and the Job create, so
-	// parallel workers never start more than MaxConcurrent tasks.
+	// starting serializes the capacity check, so parallel workers never
+	// start more than MaxConcurrent tasks. reserved holds the Jobs this
+	// process is creating or created that the cache has not shown yet;
+	// the creates themselves run in parallel.
 	starting sync.Mutex
+	reserved map[types.NamespacedName]struct{}
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -120,7 +123,7 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // New returns a Reconciler.
 func New(opts Options) *Reconciler {
 	opts.setDefaults()
-	return &Reconciler{opts: opts, observer: job.Observer{
+	return &Reconciler{opts: opts, reserved: map[types.NamespacedName]struct{}{}, observer: job.Observer{
 		Client: opts.Client, Events: opts.Events, UnschedulableTimeout: opts.UnschedulableTimeout, Now: opts.Now,
 	}}
 }
@@ -223,13 +226,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // start creates the task's Secret and Job, unless capacity is full.
 func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconcile.Result, error) {
-	r.starting.Lock()
-	defer r.starting.Unlock()
-	running, err := r.running(ctx)
+	key := types.NamespacedName{Namespace: rt.Namespace, Name: job.Name(TaskID(rt))}
+	ok, running, err := r.reserve(ctx, key)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if running >= r.opts.MaxConcurrent {
+	if !ok {
 		if rt.Status.Phase != v1alpha1.PhasePending || rt.Status.Reason != ReasonCapacity {
 			rt.Status.Phase, rt.Status.Reason = v1alpha1.PhasePending, ReasonCapacity
 			rt.Status.Message = fmt.Sprintf("%d of %d tasks running", running, r.opts.MaxConcurrent)
@@ -243,6 +245,12 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 		ID: TaskID(rt), Namespace: rt.Namespace, Image: rt.Spec.Image, Command: rt.Spec.Command, Args: rt.Spec.Args,
 		Env: rt.Spec.Env, RepoURL: rt.Spec.RepoURL, Resources: rt.Spec.Resources, ActiveDeadlineSeconds: rt.Spec.ActiveDeadlineSeconds,
 	}
+	created := false
+	defer func() {
+		if !created {
+			r.release(key)
+		}
+	}()
 	j, secret, err := job.Build(t, r.opts.Jobs)
 	if err != nil {
 		// A task that can never run is finished, not retried.
@@ -264,6 +272,7 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 	} else {
 		r.opts.Recorder.JobCreated()
 	}
+	created = true
 	if secret != nil {
 		if err := r.ownSecret(ctx, j, secret.Name); err != nil {
 			return reconcile.Result{}, err
@@ -292,19 +301,46 @@ func (r *Reconciler) ownSecret(ctx context.Context, j *batchv1.Job, name string)
 	return r.opts.Client.Patch(ctx, s, patch)
 }
 
-// running counts this dispatcher's unfinished Jobs.
+// reserve takes a slot for a Job about to be created, if one is free, and
+// returns how many are taken.
+func (r *Reconciler) reserve(ctx context.Context, key types.NamespacedName) (bool, int, error) {
+	r.starting.Lock()
+	defer r.starting.Unlock()
+	running, err := r.running(ctx)
+	if err != nil {
+		return false, 0, err
+	}
+	n := running + len(r.reserved)
+	if n >= r.opts.MaxConcurrent {
+		return false, n, nil
+	}
+	r.reserved[key] = struct{}{}
+	return true, n + 1, nil
+}
+
+func (r *Reconciler) release(key types.NamespacedName) {
+	r.starting.Lock()
+	delete(r.reserved, key)
+	r.starting.Unlock()
+}
+
+// running counts this dispatcher's unfinished Jobs in the cache, and drops
+// the reservations of Jobs the cache shows. r.starting is held.
 func (r *Reconciler) running(ctx context.Context) (int, error) {
 	var jobs batchv1.JobList
-	if err := r.opts.Client.List(ctx, &jobs, client.MatchingLabels{job.LabelDispatcher: r.opts.Jobs.DispatcherID}); err != nil {
+	// Read-only: the cache's objects are not copied.
+	if err := r.opts.Client.List(ctx, &jobs, client.MatchingLabels{job.LabelDispatcher: r.opts.Jobs.DispatcherID}, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, fmt.Errorf("listing jobs: %w", err)
 	}
 	n := 0
 	for i := range jobs.Items {
-		if !job.Finished(&jobs.Items[i]) && jobs.Items[i].DeletionTimestamp == nil {
+		j := &jobs.Items[i]
+		delete(r.reserved, client.ObjectKeyFromObject(j))
+		if !job.Finished(j) && j.DeletionTimestamp == nil {
 			n++
 		}
 	}
-	r.opts.Recorder.Running(n)
+	r.opts.Recorder.Running(n + len(r.reserved))
 	return n, nil
 }
 

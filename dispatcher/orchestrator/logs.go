@@ -153,7 +153,7 @@ func sleep(ctx context.Context, d time.Duration) {
 
 func (s *Source) runnerPod(ctx context.Context, namespace, jobName string) string {
 	var pods corev1.PodList
-	if err := s.opts.Kube.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": jobName}); err != nil {
+	if err := s.opts.Kube.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": jobName}, client.UnsafeDisableDeepCopy); err != nil {
 		return ""
 	}
 	for _, p := range pods.Items {

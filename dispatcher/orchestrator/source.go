@@ -37,7 +37,7 @@ const (
 	// outcome survives a restart.
 	AnnotationOutcome = "runwarden.dev/outcome"
 	// AnnotationReported is "true" once the orchestrator acknowledged the
-	// final event, or "lost" when the lease went to another holder.
+	// final event.
 	AnnotationReported = "runwarden.dev/reported"
 )
 
@@ -120,7 +120,7 @@ func (o *Options) setDefaults() {
 		o.Recorder = noRecorder{}
 	}
 	if o.Workers <= 0 {
-		o.Workers = 8
+		o.Workers = 16
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -483,9 +483,12 @@ func (s *Source) create(ctx context.Context, j *batchv1.Job, secret *corev1.Secr
 			return fmt.Errorf("creating job %s: %w", j.Name, err)
 		}
 		// Adopt it, with this lease.
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		// The orchestrator handing the task out again means it has no
+		// final event from the lease before: report it again if the Job
+		// says it was.
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
 			AnnotationLeaseID: j.Annotations[AnnotationLeaseID], AnnotationLeaseEpoch: j.Annotations[AnnotationLeaseEpoch],
-			AnnotationLeaseSeconds: j.Annotations[AnnotationLeaseSeconds],
+			AnnotationLeaseSeconds: j.Annotations[AnnotationLeaseSeconds], AnnotationReported: nil,
 		}}})
 		existing := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
 		if err := s.opts.Kube.Patch(ctx, existing, client.RawPatch(types.MergePatchType, patch)); err != nil {
@@ -769,16 +772,20 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		e.JobName = j.Name
 	}
 	err := s.report(ctx, t, e)
-	if err != nil && !IsConflict(err) {
+	switch {
+	case err == nil:
+	case IsConflict(err) && j == nil:
+		// A stale lease and no Job left to report from: another holder
+		// has the task.
+		s.log.Info("the outcome of a deleted Job was refused as stale", "task", t.id)
+	default:
+		// A conflict here is a lease handed back with a new epoch that
+		// this report raced with, or one held elsewhere: the retry uses the
+		// current epoch, and a lease found gone stops the reports.
 		return reconcile.Result{}, err
 	}
-	value := "true"
-	if err != nil {
-		// Stale: the task went to another holder meanwhile.
-		value = "lost"
-	}
 	if j != nil {
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationReported: value}}})
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationReported: "true"}}})
 		if err := s.opts.Kube.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, err
 		}
