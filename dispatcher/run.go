@@ -270,11 +270,15 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		return err
 	}
 	own := labels.SelectorFromSet(labels.Set{job.LabelDispatcher: c.id})
-	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
-		// Only this dispatcher's Jobs and pods are watched.
-		&batchv1.Job{}: {Label: own},
-		&corev1.Pod{}:  {Label: own},
-	}}
+	cacheOpts := cache.Options{
+		// The cache holds every Job and pod in flight: leave out what the
+		// dispatcher never reads.
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			// Only this dispatcher's Jobs and pods are watched.
+			&batchv1.Job{}: {Label: own},
+			&corev1.Pod{}:  {Label: own},
+		}}
 	if c.namespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{c.namespace: {}}
 	}

@@ -123,7 +123,7 @@ func startDispatcherProcess(ctx context.Context, t testing.TB, cfg *envconf.Conf
 		"--metrics-bind-address", d.metrics, "--health-probe-bind-address", d.health,
 		"--kubeconfig", cfg.KubeconfigFile(), "--preflight-timeout", "30s",
 	}
-	if os.Getenv("RUNWARDEN_BENCH_CPUPROFILE") != "" {
+	if os.Getenv("RUNWARDEN_BENCH_CPUPROFILE")+os.Getenv("RUNWARDEN_BENCH_HEAPPROFILE") != "" {
 		d.pprof = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		d.args = append(d.args, "--pprof-bind-address", d.pprof)
 	}
