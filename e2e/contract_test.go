@@ -13,7 +13,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/e2e-framework/klient/k8s"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
@@ -191,6 +194,18 @@ func checkRunnerJob(t *testing.T, c contractCase, j *batchv1.Job) {
 	}
 }
 
+// cancelRunnerTask sets spec.cancel with a merge patch: the dispatcher
+// writes the status meanwhile, so an update of the whole object could
+// conflict.
+func cancelRunnerTask(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, name string) {
+	t.Helper()
+	rt := &v1alpha1.RunnerTask{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	patch := k8s.Patch{PatchType: types.MergePatchType, Data: []byte(`{"spec":{"cancel":true}}`)}
+	if err := cfg.Client().Resources(ns).Patch(ctx, rt, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // kubeDriver is the kube source: RunnerTask objects.
 type kubeDriver struct {
 	cfg *envconf.Config
@@ -209,15 +224,7 @@ func (k kubeDriver) submit(ctx context.Context, t *testing.T, c contractCase) st
 }
 
 func (k kubeDriver) cancel(ctx context.Context, t *testing.T, c contractCase) {
-	r := k.cfg.Client().Resources(k.ns)
-	rt := &v1alpha1.RunnerTask{}
-	if err := r.Get(ctx, c.name, k.ns, rt); err != nil {
-		t.Fatal(err)
-	}
-	rt.Spec.Cancel = true
-	if err := r.Update(ctx, rt); err != nil {
-		t.Fatal(err)
-	}
+	cancelRunnerTask(ctx, t, k.cfg, k.ns, c.name)
 }
 
 func (k kubeDriver) result(ctx context.Context, t *testing.T, c contractCase) (contractOutcome, bool) {

@@ -305,13 +305,7 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 			// record, and the new process carries on with it.
 			d.stop(os.Kill)
 			d.start(ctx, t)
-			if err := r.Get(ctx, long.Name, ns, long); err != nil {
-				t.Fatal(err)
-			}
-			long.Spec.Cancel = true
-			if err := r.Update(ctx, long); err != nil {
-				t.Fatal(err)
-			}
+			cancelRunnerTask(ctx, t, cfg, ns, long.Name)
 			got = waitPhase(ctx, t, cfg, long, d)
 			if got.Status.Phase != v1alpha1.PhaseCancelled {
 				t.Errorf("task cancel-me: status %+v", got.Status)
