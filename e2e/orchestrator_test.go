@@ -131,8 +131,9 @@ func tail(s string, n int) string {
 }
 
 // TestOrchestratorSecretsAndAuth runs a task with secret values on the real
-// node: they reach the runner through a Secret the Job owns, never as
-// literals in the Job.
+// node, authenticated with an Ed25519 JWT: the values reach the runner
+// through a Secret the Job owns, never as literals in the Job. Three more
+// tasks then check the succeeded history limit.
 func TestOrchestratorSecretsAndAuth(t *testing.T) {
 	f := features.New("orchestrator source: secrets").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -142,7 +143,7 @@ func TestOrchestratorSecretsAndAuth(t *testing.T) {
 		Assess("secretEnv goes into a Secret owned by the Job", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
-			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--preflight=false")
+			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--preflight=false", "--succeeded-history", "2")
 			o.srv.Add(orchestrator.Task{
 				ID: "with-secret", Command: []string{"/bin/sh", "-c", `echo "token has ${#TF_VAR_token} characters"`},
 				SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t-value"},
@@ -176,6 +177,24 @@ func TestOrchestratorSecretsAndAuth(t *testing.T) {
 			}
 			if j.Annotations["runwarden.dev/reported"] != "true" {
 				t.Errorf("Job annotations %v: not marked reported", j.Annotations)
+			}
+
+			// History: two succeeded Jobs are kept, the oldest go.
+			for i := range 3 {
+				o.srv.Add(orchestrator.Task{ID: fmt.Sprintf("more-%d", i), Command: []string{"true"}})
+			}
+			waitAllDone(ctx, t, o.srv, 4, 2*time.Minute, d)
+			kept := func(ctx context.Context) (bool, error) {
+				n := 0
+				for _, j := range jobsOf(ctx, t, cfg, ns) {
+					if j.DeletionTimestamp == nil {
+						n++
+					}
+				}
+				return n == 2, nil
+			}
+			if err := harness.WaitFor(ctx, "two succeeded Jobs to be kept", 30*time.Second, kept); err != nil {
+				t.Error(err)
 			}
 			return ctx
 		}).Feature()

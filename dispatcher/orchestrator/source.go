@@ -808,7 +808,8 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 	return reconcile.Result{}, job.PruneHistory(ctx, s.opts.Kube, job.History{
 		Namespace: j.Namespace, DispatcherID: s.opts.Jobs.DispatcherID,
 		Succeeded: s.opts.SucceededHistory, Failed: s.opts.FailedHistory,
-		Done: func(j *batchv1.Job) bool { return j.Annotations[AnnotationReported] != "" },
+		// The cache may not show this Job's mark yet.
+		Done: func(x *batchv1.Job) bool { return x.Name == j.Name || x.Annotations[AnnotationReported] != "" },
 	})
 }
 
