@@ -16,8 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -275,9 +275,10 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		// dispatcher never reads.
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{
-			// Only this dispatcher's Jobs and pods are watched.
-			&batchv1.Job{}: {Label: own},
-			&corev1.Pod{}:  {Label: own},
+			// Only this dispatcher's Jobs and pods are watched, trimmed to
+			// what it reads.
+			&batchv1.Job{}: {Label: own, Transform: job.CacheTransform()},
+			&corev1.Pod{}:  {Label: own, Transform: job.CacheTransform()},
 		}}
 	if c.namespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{c.namespace: {}}
@@ -373,7 +374,7 @@ func setupOrchestrator(mgr ctrl.Manager, restCfg *rest.Config, c config, jobOpts
 	}
 	var logs orchestrator.LogOpener
 	if c.orch.streamLogs {
-		cs, err := kubernetes.NewForConfig(restCfg)
+		cs, err := corev1client.NewForConfig(restCfg)
 		if err != nil {
 			return err
 		}

@@ -10,7 +10,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
@@ -24,12 +24,12 @@ type LogOpener interface {
 
 // KubeLogs opens logs through the API server (pods/log).
 type KubeLogs struct {
-	Client kubernetes.Interface
+	Client corev1client.PodsGetter
 }
 
 // Open implements LogOpener.
 func (k KubeLogs) Open(ctx context.Context, namespace, pod, container string) (io.ReadCloser, error) {
-	return k.Client.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: container, Follow: true}).Stream(ctx)
+	return k.Client.Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: container, Follow: true}).Stream(ctx)
 }
 
 // Log streaming bounds: a chunk is sent when it is full or has waited
