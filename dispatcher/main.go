@@ -1,16 +1,23 @@
-// Command runwarden-dispatcher runs deployment tasks as Kubernetes Jobs.
-// This version serves the `kube` task source: RunnerTask objects. See
-// docs/dispatcher.md.
+// Command runwarden-dispatcher runs deployment tasks as Kubernetes Jobs,
+// from RunnerTask objects or a remote orchestrator. See docs/dispatcher.md.
 package main
 
 import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
 func main() {
+	// A long-running agent that waits on the API server more than it
+	// computes: collecting twice as often keeps its memory at 1,000 tasks in
+	// flight about a sixth lower for no measurable cost in throughput
+	// (docs/benchmarks.md). GOGC set in the environment wins.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
