@@ -102,7 +102,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.DurationVar(&c.unschedulable, "unschedulable-timeout", 5*time.Minute, "fail a task whose pod stays unschedulable this long")
 	fs.StringVar(&envAllow, "env-allow", "", "comma-separated glob patterns of the env variable names a task may set (default: none)")
 	fs.StringVar(&repoAllow, "repo-allow", "", "comma-separated regular expressions a task's repository URL must match one of (default: any)")
-	fs.StringVar(&c.namespace, "namespace", "", "watch RunnerTasks in this namespace only (default: all)")
+	fs.StringVar(&c.namespace, "namespace", "", "the namespace whose RunnerTasks are run (default: all), and where orchestrator tasks' Jobs run (required with --source=orchestrator)")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "", `address of Go's /debug/pprof profiles (default "": off)`)
