@@ -104,6 +104,24 @@ func checkExactlyOnce(ctx context.Context, t *testing.T, cfg *envconf.Config, ns
 	if bad > 0 {
 		t.Errorf("%d of %d tasks broke exactly-once", bad, len(ids))
 	}
+	// Every Job ends marked reported: no task stays held by the dispatcher
+	// after the orchestrator stored its outcome (a lost answer included).
+	marked := func(ctx context.Context) (bool, error) {
+		for _, j := range jobsOf(ctx, t, cfg, ns) {
+			if j.Annotations["runwarden.dev/reported"] != "true" {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	if err := harness.WaitFor(ctx, "every Job to be marked reported", time.Minute, marked); err != nil {
+		for _, j := range jobsOf(ctx, t, cfg, ns) {
+			if j.Annotations["runwarden.dev/reported"] != "true" {
+				t.Errorf("%v: Job %s (task %s) is not marked reported", err, j.Name, j.Annotations["runwarden.dev/task-id"])
+				break
+			}
+		}
+	}
 	if st := srv.Stats(); st.CapacityViolations != 0 {
 		t.Errorf("the orchestrator handed out more than the free capacity %d times", st.CapacityViolations)
 	}

@@ -71,10 +71,13 @@ func (s *Source) streamLogs(t *task, j *batchv1.Job) {
 	l := &logStream{cancel: cancel, done: make(chan struct{})}
 	t.logs = l
 	s.mu.Unlock()
+	// The caller goes on using j (a patch decodes into it): copy what the
+	// stream needs.
+	namespace, name := j.Namespace, j.Name
 	go func() {
 		defer close(l.done)
 		defer cancel()
-		s.runLogs(sctx, t, l, j.Namespace, j.Name)
+		s.runLogs(sctx, t, l, namespace, name)
 	}()
 }
 

@@ -294,7 +294,11 @@ func (s *Source) notify() {
 }
 
 func (s *Source) enqueue(key types.NamespacedName) {
-	s.trigger <- event.GenericEvent{Object: &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}
+	select {
+	case s.trigger <- event.GenericEvent{Object: &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
+	case <-s.rootCtx().Done():
+		// Stopping: the controller no longer reads the channel.
+	}
 }
 
 // pollLoop long-polls for leases while there is free capacity, backing off
@@ -305,11 +309,11 @@ func (s *Source) pollLoop(ctx context.Context) error {
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		inFlight, lost := s.inFlightLocked()
+		// Every task held, the ones whose Job is being created too: an
+		// expired lease of any of them comes back here, never elsewhere.
 		running := make([]string, 0, len(s.tasks))
-		for id, t := range s.tasks {
-			if !t.creating {
-				running = append(running, id)
-			}
+		for id := range s.tasks {
+			running = append(running, id)
 		}
 		s.mu.Unlock()
 		s.opts.Recorder.Running(inFlight)
@@ -638,8 +642,9 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	id, tracked := s.byJob[req.NamespacedName]
 	t := s.tasks[id]
 	if apierrors.IsNotFound(err) {
+		creating := t != nil && t.creating
 		s.mu.Unlock()
-		if !tracked || t == nil || t.creating {
+		if !tracked || t == nil || creating {
 			return reconcile.Result{}, nil
 		}
 		if err := s.opts.Reader.Get(ctx, req.NamespacedName, j); err == nil {
@@ -672,14 +677,17 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if lost {
-		if out.Phase != "" {
-			// Another holder has the task; this one only stops tracking it.
-			s.mu.Lock()
-			t.finished = true
-			s.mu.Unlock()
-		}
+	if lost && out.Phase == "" {
+		// Wait for the orchestrator to hand the lease back; the Job runs on.
 		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
+	}
+	if lost {
+		// Over, with the lease gone: most often because the final report
+		// was stored but its answer lost, so the orchestrator will never
+		// hand the task back. Report again (the same idempotency key is
+		// answered as stored); a stale-lease refusal means another holder
+		// has it, and this one lets go.
+		return s.finish(ctx, t, j, out)
 	}
 	if !s.sent(t, EventJobCreated) {
 		if err := s.send(ctx, t, Event{Type: EventJobCreated, JobName: j.Name}); err != nil {
@@ -705,6 +713,12 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
 	}
 	return s.finish(ctx, t, j, out)
+}
+
+func (s *Source) isLost(t *task) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return t.lost
 }
 
 func (s *Source) sent(t *task, e EventType) bool {
@@ -774,10 +788,15 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 	err := s.report(ctx, t, e)
 	switch {
 	case err == nil:
-	case IsConflict(err) && j == nil:
-		// A stale lease and no Job left to report from: another holder
-		// has the task.
-		s.log.Info("the outcome of a deleted Job was refused as stale", "task", t.id)
+	case IsConflict(err) && (j == nil || s.isLost(t)):
+		// A stale lease, and no Job left to report from or the lease gone:
+		// another holder has the task. The Job stays for its TTL.
+		s.log.Info("the outcome was refused as stale; another holder has the task", "task", t.id)
+		s.mu.Lock()
+		s.forgetLocked(t)
+		s.mu.Unlock()
+		s.notify()
+		return reconcile.Result{}, nil
 	default:
 		// A conflict here is a lease handed back with a new epoch that
 		// this report raced with, or one held elsewhere: the retry uses the
