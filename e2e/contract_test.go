@@ -141,6 +141,11 @@ func runContract(ctx context.Context, t *testing.T, cfg *envconf.Config, ns stri
 			continue
 		}
 		for _, j := range jobs {
+			if _, orchestrated := j.Annotations["runwarden.dev/lease-id"]; orchestrated && j.Spec.TTLSecondsAfterFinished == nil {
+				// The orchestrator source sets the TTL when it marks the
+				// Job reported, right after the final event.
+				j = settledJob(ctx, t, cfg, j)
+			}
 			checkRunnerJob(t, c, &j)
 		}
 	}
@@ -151,6 +156,23 @@ func deref(p *int32) any {
 		return nil
 	}
 	return *p
+}
+
+// settledJob waits until the orchestrator source marked a Job reported and
+// returns it then.
+func settledJob(ctx context.Context, t *testing.T, cfg *envconf.Config, j batchv1.Job) batchv1.Job {
+	t.Helper()
+	got := j
+	marked := func(ctx context.Context) (bool, error) {
+		if err := cfg.Client().Resources(j.Namespace).Get(ctx, j.Name, j.Namespace, &got); err != nil {
+			return false, nil
+		}
+		return got.Annotations["runwarden.dev/reported"] == "true", nil
+	}
+	if err := harness.WaitFor(ctx, "Job "+j.Name+" to be marked reported", 30*time.Second, marked); err != nil {
+		t.Error(err)
+	}
+	return got
 }
 
 // jobsFor lists the Jobs of one task ID.

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
@@ -203,8 +204,12 @@ func TestOrchestratorSecretsAndAuth(t *testing.T) {
 			}
 			waitAllDone(ctx, t, o.srv, 4, 2*time.Minute, d)
 			kept := func(ctx context.Context) (bool, error) {
+				var jobs batchv1.JobList
+				if err := cfg.Client().Resources(ns).List(ctx, &jobs); err != nil {
+					return false, nil
+				}
 				n := 0
-				for _, j := range jobsOf(ctx, t, cfg, ns) {
+				for _, j := range jobs.Items {
 					if j.DeletionTimestamp == nil {
 						n++
 					}
@@ -212,7 +217,10 @@ func TestOrchestratorSecretsAndAuth(t *testing.T) {
 				return n == 2, nil
 			}
 			if err := harness.WaitFor(ctx, "two succeeded Jobs to be kept", 30*time.Second, kept); err != nil {
-				t.Error(err)
+				for _, j := range jobsOf(ctx, t, cfg, ns) {
+					t.Logf("Job %s: reported %q, finished %v, deleting %v", j.Name, j.Annotations["runwarden.dev/reported"], j.Status.CompletionTime, j.DeletionTimestamp)
+				}
+				t.Errorf("%v\n%s", err, tail(d.log.String(), 3000))
 			}
 			return ctx
 		}).Feature()

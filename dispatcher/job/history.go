@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +49,16 @@ func PruneHistory(ctx context.Context, c client.Client, h History) error {
 		if len(set.jobs) <= set.limit {
 			continue
 		}
-		slices.SortFunc(set.jobs, func(a, b *batchv1.Job) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+		// Oldest first, by name within a second (creation times have
+		// one-second precision): prunes running side by side, each from its
+		// own view of the cache, must agree on which Jobs are the oldest, or
+		// together they delete more than the limit allows.
+		slices.SortFunc(set.jobs, func(a, b *batchv1.Job) int {
+			if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Name, b.Name)
+		})
 		for _, j := range set.jobs[:len(set.jobs)-set.limit] {
 			if err := c.Delete(ctx, j.DeepCopy(), client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("deleting old job %s: %w", j.Name, err)

@@ -449,6 +449,10 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 	for k, v := range leaseAnnotations(l) {
 		j.Annotations[k] = v
 	}
+	// The Job is the record until its outcome is acknowledged: it gets its
+	// TTL only then, so an outage longer than the TTL cannot remove it
+	// unreported.
+	j.Spec.TTLSecondsAfterFinished = nil
 	key := client.ObjectKeyFromObject(j)
 	s.mu.Lock()
 	t.key = key
@@ -661,7 +665,10 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 			s.forgetLocked(t)
 		}
 		s.mu.Unlock()
-		return reconcile.Result{}, nil
+		// The mark is in the cache now: prune again, so Jobs marked at
+		// nearly the same moment (each prune saw only its own mark) are
+		// counted together.
+		return reconcile.Result{}, s.pruneHistory(ctx, j)
 	}
 	if t == nil || t.id != j.Annotations[job.AnnotationTaskID] {
 		t = s.adoptLocked(j)
@@ -804,7 +811,14 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		return reconcile.Result{}, err
 	}
 	if j != nil {
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnotationReported: "true"}}})
+		ttl := s.opts.Jobs.TTLSecondsAfterFinished
+		if ttl <= 0 {
+			ttl = 86400
+		}
+		patch, _ := json.Marshal(map[string]any{
+			"metadata": map[string]any{"annotations": map[string]string{AnnotationReported: "true"}},
+			"spec":     map[string]any{"ttlSecondsAfterFinished": ttl},
+		})
 		if err := s.opts.Kube.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
 			return reconcile.Result{}, err
 		}
@@ -824,11 +838,18 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 	if j == nil {
 		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, job.PruneHistory(ctx, s.opts.Kube, job.History{
+	return reconcile.Result{}, s.pruneHistory(ctx, j)
+}
+
+// pruneHistory deletes the oldest reported Jobs beyond the history limits
+// in j's namespace, counting j as reported (the cache may not show its mark
+// yet).
+func (s *Source) pruneHistory(ctx context.Context, j *batchv1.Job) error {
+	name := j.Name
+	return job.PruneHistory(ctx, s.opts.Kube, job.History{
 		Namespace: j.Namespace, DispatcherID: s.opts.Jobs.DispatcherID,
 		Succeeded: s.opts.SucceededHistory, Failed: s.opts.FailedHistory,
-		// The cache may not show this Job's mark yet.
-		Done: func(x *batchv1.Job) bool { return x.Name == j.Name || x.Annotations[AnnotationReported] != "" },
+		Done: func(x *batchv1.Job) bool { return x.Name == name || x.Annotations[AnnotationReported] != "" },
 	})
 }
 
