@@ -259,46 +259,15 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 	if err := controllerutil.SetControllerReference(rt, j, r.opts.Client.Scheme()); err != nil {
 		return reconcile.Result{}, err
 	}
-	if secret != nil {
-		if err := r.opts.Client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
-			return reconcile.Result{}, fmt.Errorf("creating secret %s: %w", secret.Name, err)
-		}
-	}
-	if err := r.opts.Client.Create(ctx, j); err != nil {
-		if !apierrors.IsAlreadyExists(err) {
-			return reconcile.Result{}, fmt.Errorf("creating job %s: %w", j.Name, err)
-		}
-		// Another attempt created it first: adopt it, never duplicate it.
-	} else {
+	made, err := job.Create(ctx, r.opts.Client, j, secret, nil)
+	if made {
 		r.opts.Recorder.JobCreated()
 	}
-	created = true
-	if secret != nil {
-		if err := r.ownSecret(ctx, j, secret.Name); err != nil {
-			return reconcile.Result{}, err
-		}
+	created = made || err == nil // the slot stays taken once the Job exists
+	if err != nil {
+		return reconcile.Result{}, err
 	}
 	return reconcile.Result{}, r.setRunning(ctx, rt, j.Name)
-}
-
-// ownSecret makes the Job the owner of the task's Secret, so they go together.
-func (r *Reconciler) ownSecret(ctx context.Context, j *batchv1.Job, name string) error {
-	created := &batchv1.Job{}
-	if err := r.opts.Client.Get(ctx, client.ObjectKeyFromObject(j), created); err != nil {
-		return err
-	}
-	s := &corev1.Secret{}
-	if err := r.opts.Client.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: name}, s); err != nil {
-		return err
-	}
-	if metav1.IsControlledBy(s, created) {
-		return nil
-	}
-	patch := client.MergeFrom(s.DeepCopy())
-	s.OwnerReferences = append(s.OwnerReferences, metav1.OwnerReference{
-		APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID, Controller: ptr.To(true),
-	})
-	return r.opts.Client.Patch(ctx, s, patch)
 }
 
 // reserve takes a slot for a Job about to be created, if one is free, and

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -477,47 +476,20 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 	s.enqueue(key)
 }
 
-// create makes the task's Secret and Job; a Job that already exists (this
-// task was leased before a restart, or handed out twice) is adopted.
+// create makes the task's Secret and Job, or adopts the Job with this
+// lease.
 func (s *Source) create(ctx context.Context, j *batchv1.Job, secret *corev1.Secret) error {
-	if secret != nil {
-		if err := s.opts.Kube.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating secret %s: %w", secret.Name, err)
-		}
-	}
-	created := j.DeepCopy()
-	if err := s.opts.Kube.Create(ctx, created); err != nil {
-		if !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating job %s: %w", j.Name, err)
-		}
-		// Adopt it, with this lease.
-		// The orchestrator handing the task out again means it has no
-		// final event from the lease before: report it again if the Job
-		// says it was.
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
-			AnnotationLeaseID: j.Annotations[AnnotationLeaseID], AnnotationLeaseEpoch: j.Annotations[AnnotationLeaseEpoch],
-			AnnotationLeaseSeconds: j.Annotations[AnnotationLeaseSeconds], AnnotationReported: nil,
-		}}})
-		existing := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
-		if err := s.opts.Kube.Patch(ctx, existing, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			return fmt.Errorf("adopting job %s: %w", j.Name, err)
-		}
-		created = existing
-	} else {
+	// The orchestrator handing the task out again means it has no final
+	// event from the lease before: report it again if the Job says it was.
+	adopt, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		AnnotationLeaseID: j.Annotations[AnnotationLeaseID], AnnotationLeaseEpoch: j.Annotations[AnnotationLeaseEpoch],
+		AnnotationLeaseSeconds: j.Annotations[AnnotationLeaseSeconds], AnnotationReported: nil,
+	}}})
+	created, err := job.Create(ctx, s.opts.Kube, j, secret, adopt)
+	if created {
 		s.opts.Recorder.JobCreated()
 	}
-	if secret == nil {
-		return nil
-	}
-	// The Job owns the Secret, so they go together.
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{{
-		APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID, Controller: ptr.To(true),
-	}}}})
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name}}
-	if err := s.opts.Kube.Patch(ctx, sec, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("making job %s own its secret: %w", j.Name, err)
-	}
-	return nil
+	return err
 }
 
 // refuse reports a task that can never run as failed, without a Job.

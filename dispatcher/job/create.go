@@ -1,0 +1,57 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Create makes the task's Secret (if any) and Job as Build returned them.
+// A Job that already exists (the task was started before a restart, or
+// handed out twice) is adopted, never duplicated: adopt, a JSON merge
+// patch, is applied to it (nil applies none). Either way the Job then owns
+// the Secret, so they go together. created tells whether this call made
+// the Job.
+func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1.Secret, adopt []byte) (created bool, err error) {
+	if secret != nil {
+		if err := c.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, fmt.Errorf("creating secret %s: %w", secret.Name, err)
+		}
+	}
+	made := j.DeepCopy()
+	switch err := c.Create(ctx, made); {
+	case err == nil:
+		created = true
+	case !apierrors.IsAlreadyExists(err):
+		return false, fmt.Errorf("creating job %s: %w", j.Name, err)
+	default:
+		// Read it back from the API server (a cache may not have it yet)
+		// through the patch, empty or not.
+		if adopt == nil {
+			adopt = []byte("{}")
+		}
+		made = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
+		if err := c.Patch(ctx, made, client.RawPatch(types.MergePatchType, adopt)); err != nil {
+			return false, fmt.Errorf("adopting job %s: %w", j.Name, err)
+		}
+	}
+	if secret == nil {
+		return created, nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{{
+		APIVersion: "batch/v1", Kind: "Job", Name: made.Name, UID: made.UID, Controller: ptr.To(true),
+	}}}})
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name}}
+	if err := c.Patch(ctx, sec, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return created, fmt.Errorf("making job %s own its secret: %w", j.Name, err)
+	}
+	return created, nil
+}
