@@ -92,7 +92,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.StringVar(&c.template, "pod-template", "", "the platform's runner pod template (a PodTemplateSpec, YAML); it must have a container named main")
 	fs.IntVar(&c.maxConcurrent, "max-concurrent", 10, "tasks running at once; more wait")
 	fs.DurationVar(&c.deadline, "default-deadline", time.Hour, "activeDeadlineSeconds of tasks that set none")
-	fs.DurationVar(&c.ttl, "job-ttl", 24*time.Hour, "ttlSecondsAfterFinished of the Jobs")
+	fs.DurationVar(&c.ttl, "job-ttl", 24*time.Hour, "ttlSecondsAfterFinished of the Jobs, set once the outcome is recorded")
 	fs.Float64Var(&c.qps, "kube-api-qps", 50, "requests per second to the API server, sustained")
 	fs.IntVar(&c.burst, "kube-api-burst", 100, "requests to the API server in a burst")
 	fs.BoolVar(&c.preflight, "preflight", true, "at start, prove with a throwaway Job that a runner pod is admitted in --namespace (RBAC, Pod Security, webhooks, quota); exit naming the cause if not")
@@ -329,6 +329,7 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			MaxConcurrent:        c.maxConcurrent,
 			UnschedulableTimeout: c.unschedulable,
 			Events:               mgr.GetAPIReader(),
+			Reader:               mgr.GetAPIReader(),
 			SucceededHistory:     c.keepSucceeded,
 			FailedHistory:        c.keepFailed,
 			Recorder:             recorder,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
@@ -106,6 +107,9 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			if rt.Status.Phase != v1alpha1.PhaseSucceeded {
 				t.Fatalf("task: %+v", rt.Status)
 			}
+			// The chart's Role lets the dispatcher mark the Job reported
+			// (a patch), which gives it its TTL.
+			settledJob(ctx, t, cfg, batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: runners, Name: rt.Status.JobName}})
 			logs, err := suite.Kubectl(ctx, cfg, "logs", "-n", runners, "job/"+rt.Status.JobName)
 			if err != nil || logs != "hello from the chart\n" {
 				t.Errorf("task logs %q, %v", logs, err)

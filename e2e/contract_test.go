@@ -81,6 +81,16 @@ var contractCases = []contractCase{
 		want:      contractOutcome{phase: "Failed", reason: "Unschedulable", message: "Insufficient cpu"},
 	},
 	{
+		// Build takes it; the API server refuses the Job (requests above
+		// limits): refused at once, not retried forever.
+		name: "invalid", script: "true",
+		resources: &corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+		},
+		want: contractOutcome{phase: "Failed", reason: "Refused", message: "must be less than or equal to cpu limit"},
+	},
+	{
 		name: "deadline", script: "sleep 60", deadline: ptr.To[int64](3),
 		want: contractOutcome{phase: "Failed", reason: "DeadlineExceeded"},
 	},
@@ -141,9 +151,9 @@ func runContract(ctx context.Context, t *testing.T, cfg *envconf.Config, ns stri
 			continue
 		}
 		for _, j := range jobs {
-			if _, orchestrated := j.Annotations["runwarden.dev/lease-id"]; orchestrated && j.Spec.TTLSecondsAfterFinished == nil {
-				// The orchestrator source sets the TTL when it marks the
-				// Job reported, right after the final event.
+			if j.Spec.TTLSecondsAfterFinished == nil {
+				// Both sources set the TTL when they mark the Job
+				// reported, right after the source holds the outcome.
 				j = settledJob(ctx, t, cfg, j)
 			}
 			checkRunnerJob(t, c, &j)
@@ -158,8 +168,8 @@ func deref(p *int32) any {
 	return *p
 }
 
-// settledJob waits until the orchestrator source marked a Job reported and
-// returns it then.
+// settledJob waits until the dispatcher marked a Job reported and returns
+// it then.
 func settledJob(ctx context.Context, t *testing.T, cfg *envconf.Config, j batchv1.Job) batchv1.Job {
 	t.Helper()
 	got := j

@@ -292,23 +292,42 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 			}
 
 			long := runnerTask(ns, "cancel-me", `sleep 300`)
-			if err := r.Create(ctx, long); err != nil {
-				t.Fatal(err)
+			lost := runnerTask(ns, "job-deleted", `sleep 300`)
+			for _, rt := range []*v1alpha1.RunnerTask{long, lost} {
+				if err := r.Create(ctx, rt); err != nil {
+					t.Fatal(err)
+				}
+				started := conditions.New(r).ResourceMatch(rt, func(o k8s.Object) bool {
+					return o.(*v1alpha1.RunnerTask).Status.JobName != ""
+				})
+				if err := harness.WaitFor(ctx, "task "+rt.Name+" to get a Job", time.Minute, started); err != nil {
+					t.Fatal(err)
+				}
 			}
-			started := conditions.New(r).ResourceMatch(long, func(o k8s.Object) bool {
-				return o.(*v1alpha1.RunnerTask).Status.JobName != ""
-			})
-			if err := harness.WaitFor(ctx, "task cancel-me to get a Job", time.Minute, started); err != nil {
-				t.Fatal(err)
-			}
-			// Restart the dispatcher hard while the task runs: the Job is the
-			// record, and the new process carries on with it.
+			// Restart the dispatcher hard while the tasks run: the Job is the
+			// record, and the new process carries on with it. A Job deleted
+			// meanwhile fails its task; it is never created a second time.
 			d.stop(os.Kill)
+			if err := r.Get(ctx, lost.Name, ns, lost); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := suite.Kubectl(ctx, cfg, "delete", "job", "-n", ns, lost.Status.JobName, "--wait=true"); err != nil {
+				t.Fatal(err)
+			}
 			d.start(ctx, t)
 			cancelRunnerTask(ctx, t, cfg, ns, long.Name)
 			got = waitPhase(ctx, t, cfg, long, d)
 			if got.Status.Phase != v1alpha1.PhaseCancelled {
 				t.Errorf("task cancel-me: status %+v", got.Status)
+			}
+			got = waitPhase(ctx, t, cfg, lost, d)
+			if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != "Failed" || !strings.Contains(got.Status.Message, "deleted before it finished") {
+				t.Errorf("task job-deleted: status %+v", got.Status)
+			}
+			for _, j := range jobsOf(ctx, t, cfg, ns) {
+				if j.Name == lost.Status.JobName {
+					t.Errorf("task job-deleted got a second Job %s", j.Name)
+				}
 			}
 
 			// History: one succeeded Job is kept; a second success removes the first's.
@@ -350,8 +369,8 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			_ = resp.Body.Close()
-			// The second process counts only what it saw: the cancellation and ok-2.
-			for _, w := range []string{`runwarden_dispatcher_tasks_finished_total{phase="Succeeded",reason="Completed"} 1`, `runwarden_dispatcher_tasks_finished_total{phase="Cancelled",reason="Cancelled"} 1`, "runwarden_dispatcher_capacity 5"} {
+			// The second process counts only what it saw: the cancellation, the deleted Job and ok-2.
+			for _, w := range []string{`runwarden_dispatcher_tasks_finished_total{phase="Succeeded",reason="Completed"} 1`, `runwarden_dispatcher_tasks_finished_total{phase="Cancelled",reason="Cancelled"} 1`, `runwarden_dispatcher_tasks_finished_total{phase="Failed",reason="Failed"} 1`, "runwarden_dispatcher_capacity 5"} {
 				if !strings.Contains(string(body), w) {
 					t.Errorf("metrics lack %q", w)
 				}
@@ -429,6 +448,19 @@ func TestDispatcherSurvivesSIGKILL(t *testing.T) {
 			}
 			if len(jobs) != tasks {
 				t.Errorf("%d tasks have Jobs, want %d", len(jobs), tasks)
+			}
+			// Each Job gets its TTL once its task's status holds the
+			// outcome, also when a kill fell between the two.
+			settled := func(ctx context.Context) (bool, error) {
+				for _, j := range jobsOf(ctx, t, cfg, ns) {
+					if j.Annotations["runwarden.dev/reported"] != "true" || j.Spec.TTLSecondsAfterFinished == nil {
+						return false, nil
+					}
+				}
+				return true, nil
+			}
+			if err := harness.WaitFor(ctx, "every Job to be marked reported, with its TTL", time.Minute, settled); err != nil {
+				t.Error(err)
 			}
 			return ctx
 		}).Feature()

@@ -14,12 +14,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// IsPermanent tells whether the API server refused a Job for what it is
+// (invalid, or a request it cannot take), so sending it again cannot
+// succeed: the task is refused instead of retried.
+func IsPermanent(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
 // Create makes the task's Secret (if any) and Job as Build returned them.
 // A Job that already exists (the task was started before a restart, or
 // handed out twice) is adopted, never duplicated: adopt, a JSON merge
 // patch, is applied to it (nil applies none). Either way the Job then owns
 // the Secret, so they go together. created tells whether this call made
-// the Job.
+// the Job. A Job the API server can never accept (IsPermanent) leaves no
+// Secret behind.
 func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1.Secret, adopt []byte) (created bool, err error) {
 	if secret != nil {
 		if err := c.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -27,21 +35,36 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 		}
 	}
 	made := j.DeepCopy()
-	switch err := c.Create(ctx, made); {
+	err = c.Create(ctx, made)
+	switch {
 	case err == nil:
 		created = true
-	case !apierrors.IsAlreadyExists(err):
-		return false, fmt.Errorf("creating job %s: %w", j.Name, err)
-	default:
-		// Read it back from the API server (a cache may not have it yet)
-		// through the patch, empty or not.
+	case apierrors.IsAlreadyExists(err) || IsPermanent(err):
+		// The API server validates before it looks for the name, so a Job
+		// refused as invalid may still exist (created from an older pod
+		// template): adopt it if so. Read it back from the API server (a
+		// cache may not have it yet) through the patch, empty or not.
 		if adopt == nil {
 			adopt = []byte("{}")
 		}
+		cause := err
 		made = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
-		if err := c.Patch(ctx, made, client.RawPatch(types.MergePatchType, adopt)); err != nil {
+		err := c.Patch(ctx, made, client.RawPatch(types.MergePatchType, adopt))
+		switch {
+		case err == nil:
+		case apierrors.IsNotFound(err) && IsPermanent(cause):
+			// This Job will never be accepted: its Secret must not stay behind.
+			if secret != nil {
+				if derr := c.Delete(ctx, secret.DeepCopy()); client.IgnoreNotFound(derr) != nil {
+					return false, fmt.Errorf("creating job %s: %w (and deleting its secret: %w)", j.Name, cause, derr)
+				}
+			}
+			return false, fmt.Errorf("creating job %s: %w", j.Name, cause)
+		default:
 			return false, fmt.Errorf("adopting job %s: %w", j.Name, err)
 		}
+	default:
+		return false, fmt.Errorf("creating job %s: %w", j.Name, err)
 	}
 	if secret == nil {
 		return created, nil
@@ -54,4 +77,19 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 		return created, fmt.Errorf("making job %s own its secret: %w", j.Name, err)
 	}
 	return created, nil
+}
+
+// MarkReported marks a finished Job reported (AnnotationReported) and gives
+// it its TTL (o.TTLSecondsAfterFinished): the source holds the outcome, so
+// the Job may go. A Job already gone is not an error.
+func MarkReported(ctx context.Context, c client.Client, j *batchv1.Job, o Options) error {
+	o.setDefaults()
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{AnnotationReported: "true"}},
+		"spec":     map[string]any{"ttlSecondsAfterFinished": o.TTLSecondsAfterFinished},
+	})
+	if err := c.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("marking job %s reported: %w", j.Name, err)
+	}
+	return nil
 }

@@ -38,6 +38,12 @@ const (
 	AnnotationTaskID = "runwarden.dev/task-id"
 	// AnnotationRepoURL is the task's git repository.
 	AnnotationRepoURL = "runwarden.dev/repo-url"
+	// AnnotationReported marks a finished Job whose outcome the source
+	// holds (the RunnerTask's status, or the orchestrator's acknowledged
+	// final event). Only then does the Job get its TTL, and only marked
+	// Jobs count towards the history limits, so no outcome is ever lost to
+	// a deletion.
+	AnnotationReported = "runwarden.dev/reported"
 	// RunnerContainer is the name of the runner container.
 	RunnerContainer = "main"
 )
@@ -86,7 +92,8 @@ type Options struct {
 	// DefaultDeadline is activeDeadlineSeconds for tasks without one.
 	// Default: 3600.
 	DefaultDeadline int64
-	// TTLSecondsAfterFinished removes finished Jobs. Default: 86400.
+	// TTLSecondsAfterFinished removes finished Jobs once their outcome is
+	// reported (MarkReported sets it; Build leaves it out). Default: 86400.
 	TTLSecondsAfterFinished int32
 	// EnvAllowList are glob patterns (path.Match) of the env variable names a
 	// task may set; a task with another variable is refused. Default: none
@@ -239,11 +246,13 @@ func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
 			Annotations: map[string]string{AnnotationTaskID: t.ID},
 		},
 		Spec: batchv1.JobSpec{
-			BackoffLimit:            ptr.To[int32](0),
-			PodReplacementPolicy:    ptr.To(batchv1.Failed),
-			ActiveDeadlineSeconds:   ptr.To(deadline),
-			TTLSecondsAfterFinished: ptr.To(o.TTLSecondsAfterFinished),
-			Template:                pod,
+			BackoffLimit:          ptr.To[int32](0),
+			PodReplacementPolicy:  ptr.To(batchv1.Failed),
+			ActiveDeadlineSeconds: ptr.To(deadline),
+			// No TTL until the outcome is reported (MarkReported): a
+			// dispatcher down for longer than the TTL must not find the
+			// Job gone, its outcome unknown.
+			Template: pod,
 		},
 	}
 	return j, secret, nil

@@ -87,8 +87,8 @@ func TestBuildShape(t *testing.T) {
 	if *spec.BackoffLimit != 0 || *spec.PodReplacementPolicy != "Failed" || spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
 		t.Errorf("retries: backoffLimit %d, podReplacementPolicy %s, restartPolicy %s", *spec.BackoffLimit, *spec.PodReplacementPolicy, spec.Template.Spec.RestartPolicy)
 	}
-	if *spec.ActiveDeadlineSeconds != 3600 || *spec.TTLSecondsAfterFinished != 86400 {
-		t.Errorf("deadline %d, ttl %d", *spec.ActiveDeadlineSeconds, *spec.TTLSecondsAfterFinished)
+	if *spec.ActiveDeadlineSeconds != 3600 || spec.TTLSecondsAfterFinished != nil {
+		t.Errorf("deadline %d, ttl %v (want none until the outcome is reported)", *spec.ActiveDeadlineSeconds, spec.TTLSecondsAfterFinished)
 	}
 	pod := spec.Template
 	if pod.Labels[LabelRunner] != "true" || pod.Labels[LabelDispatcher] != "dispatcher-a" || pod.Labels["team"] != "platform" {

@@ -45,6 +45,9 @@ type Options struct {
 	// Events reads the Warning events of Jobs and pods; they are not in the
 	// label-filtered cache. Default: Client.
 	Events client.Reader
+	// Reader reads from the API server itself, to tell a Job the cache does
+	// not show yet from one that is gone. Default: Client.
+	Reader client.Reader
 	// RequeueAfter is how soon a task waiting for capacity, or running, is
 	// looked at again: the safety net beside the watches. Default: 5s.
 	RequeueAfter time.Duration
@@ -88,6 +91,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Events == nil {
 		o.Events = o.Client
+	}
+	if o.Reader == nil {
+		o.Reader = o.Client
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -173,9 +179,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.opts.Client.Get(ctx, req.NamespacedName, rt); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if terminal(rt.Status.Phase) {
-		return reconcile.Result{}, nil
-	}
 	name := job.Name(TaskID(rt))
 	j := &batchv1.Job{}
 	err := r.opts.Client.Get(ctx, client.ObjectKey{Namespace: rt.Namespace, Name: name}, j)
@@ -185,6 +188,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("reading job %s: %w", name, err)
 	}
+	if terminal(rt.Status.Phase) {
+		return reconcile.Result{}, r.settle(ctx, rt, j)
+	}
 
 	if rt.Spec.Cancel {
 		if j != nil {
@@ -192,9 +198,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				return reconcile.Result{}, fmt.Errorf("stopping job %s: %w", name, err)
 			}
 		}
-		return reconcile.Result{}, r.finish(ctx, rt, v1alpha1.PhaseCancelled, job.ReasonCancelled, "cancelled by spec.cancel", nil)
+		return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{Phase: job.PhaseCancelled, Reason: job.ReasonCancelled, Message: "cancelled by spec.cancel"})
 	}
 
+	if j == nil && rt.Status.JobName != "" {
+		// The task's Job was created: never create a second one. Ask the
+		// API server whether it is only missing from the cache so far.
+		live := &batchv1.Job{}
+		switch err := r.opts.Reader.Get(ctx, client.ObjectKey{Namespace: rt.Namespace, Name: name}, live); {
+		case err == nil:
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		case !apierrors.IsNotFound(err):
+			return reconcile.Result{}, fmt.Errorf("reading job %s: %w", name, err)
+		}
+		return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{
+			Phase: job.PhaseFailed, Reason: job.ReasonFailed, Message: "the Job was deleted before it finished",
+		})
+	}
 	if j == nil {
 		return r.start(ctx, rt)
 	}
@@ -214,14 +234,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// the clock, not in the Job).
 		return reconcile.Result{RequeueAfter: r.opts.RequeueAfter}, nil
 	}
-	if out.Stop {
-		// Fail fast: the pod cannot start; stop the Job now.
-		if err := r.opts.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-			return reconcile.Result{}, err
-		}
-	}
 	logger.Info("task finished", "job", j.Name, "phase", out.Phase, "reason", out.Reason)
-	return reconcile.Result{}, r.finish(ctx, rt, v1alpha1.Phase(out.Phase), out.Reason, out.Message, out.ExitCode)
+	return reconcile.Result{}, r.finish(ctx, rt, j, out)
 }
 
 // start creates the task's Secret and Job, unless capacity is full.
@@ -254,7 +268,7 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 	j, secret, err := job.Build(t, r.opts.Jobs)
 	if err != nil {
 		// A task that can never run is finished, not retried.
-		return reconcile.Result{}, r.finish(ctx, rt, v1alpha1.PhaseFailed, job.ReasonRefused, err.Error(), nil)
+		return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonRefused, Message: err.Error()})
 	}
 	if err := controllerutil.SetControllerReference(rt, j, r.opts.Client.Scheme()); err != nil {
 		return reconcile.Result{}, err
@@ -264,6 +278,13 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 		r.opts.Recorder.JobCreated()
 	}
 	created = made || err == nil // the slot stays taken once the Job exists
+	if job.IsPermanent(err) {
+		// The API server will never take this Job (say, the task's
+		// resources do not validate): the task fails instead of retrying.
+		return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{
+			Phase: job.PhaseFailed, Reason: job.ReasonRefused, Message: "the API server refuses the task's Job: " + err.Error(),
+		})
+	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -323,21 +344,50 @@ func (r *Reconciler) setRunning(ctx context.Context, rt *v1alpha1.RunnerTask, jo
 	return r.opts.Client.Status().Update(ctx, rt)
 }
 
-func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, phase v1alpha1.Phase, reason, msg string, exit *int32) error {
-	rt.Status.Phase, rt.Status.Reason, rt.Status.Message, rt.Status.ExitCode = phase, reason, msg, exit
+// finish records a task's outcome in its status, then settles its Job. The
+// status comes first: it is the record, and a Job removed before it would
+// leave the outcome unknown.
+func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *batchv1.Job, out job.Outcome) error {
+	rt.Status.Phase, rt.Status.Reason, rt.Status.Message, rt.Status.ExitCode = v1alpha1.Phase(out.Phase), out.Reason, out.Message, out.ExitCode
 	rt.Status.CompletionTime = ptr.To(metav1.Now())
 	if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
 		return err
 	}
-	r.opts.Recorder.Finished(string(phase), reason)
-	return r.pruneHistory(ctx, rt.Namespace)
+	r.opts.Recorder.Finished(out.Phase, out.Reason)
+	return r.settle(ctx, rt, j)
 }
 
-// pruneHistory deletes this dispatcher's oldest finished Jobs in a namespace
-// beyond the history limits.
-func (r *Reconciler) pruneHistory(ctx context.Context, namespace string) error {
+// settle brings the Job of a finished task in line with its status: a Job
+// still running (a pod that cannot start, a restart between the status and
+// the stop) is stopped; a finished one is marked reported, which gives it
+// its TTL and lets the history limits count it.
+func (r *Reconciler) settle(ctx context.Context, rt *v1alpha1.RunnerTask, j *batchv1.Job) error {
+	switch {
+	case j == nil || j.DeletionTimestamp != nil:
+		return nil
+	case !job.Finished(j):
+		if err := r.opts.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("stopping job %s: %w", j.Name, err)
+		}
+		return nil
+	case j.Annotations[job.AnnotationReported] == "":
+		if err := job.MarkReported(ctx, r.opts.Client, j, r.opts.Jobs); err != nil {
+			return err
+		}
+	}
+	// Also when the mark reaches the cache: prunes that ran at nearly the
+	// same moment each saw only their own mark.
+	return r.pruneHistory(ctx, rt.Namespace, j.Name)
+}
+
+// pruneHistory deletes this dispatcher's oldest reported Jobs in a
+// namespace beyond the history limits.
+func (r *Reconciler) pruneHistory(ctx context.Context, namespace, marked string) error {
 	return job.PruneHistory(ctx, r.opts.Client, job.History{
 		Namespace: namespace, DispatcherID: r.opts.Jobs.DispatcherID,
 		Succeeded: r.opts.SucceededHistory, Failed: r.opts.FailedHistory,
+		// Only Jobs whose outcome the RunnerTask holds; the one just
+		// marked may not show its mark in the cache yet.
+		Done: func(x *batchv1.Job) bool { return x.Name == marked || x.Annotations[job.AnnotationReported] != "" },
 	})
 }

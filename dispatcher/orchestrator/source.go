@@ -37,7 +37,7 @@ const (
 	AnnotationOutcome = "runwarden.dev/outcome"
 	// AnnotationReported is "true" once the orchestrator acknowledged the
 	// final event.
-	AnnotationReported = "runwarden.dev/reported"
+	AnnotationReported = job.AnnotationReported
 )
 
 // Recorder counts what the source does; see package metrics.
@@ -448,10 +448,6 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 	for k, v := range leaseAnnotations(l) {
 		j.Annotations[k] = v
 	}
-	// The Job is the record until its outcome is acknowledged: it gets its
-	// TTL only then, so an outage longer than the TTL cannot remove it
-	// unreported.
-	j.Spec.TTLSecondsAfterFinished = nil
 	key := client.ObjectKeyFromObject(j)
 	s.mu.Lock()
 	t.key = key
@@ -461,6 +457,18 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 		err := s.create(ctx, j, secret)
 		if err == nil {
 			break
+		}
+		if job.IsPermanent(err) {
+			// The API server will never take this Job (say, the task's
+			// resources do not validate): the task fails, the slot frees.
+			s.mu.Lock()
+			if s.byJob[key] == t.id {
+				delete(s.byJob, key)
+			}
+			t.creating = false
+			s.mu.Unlock()
+			s.refuse(ctx, t, fmt.Errorf("%w: the API server refuses its Job: %w", job.ErrInvalidTask, err))
+			return
 		}
 		d := s.opts.Backoff.Delay(attempt, nil)
 		s.log.Error(err, "creating the task's Job failed; retrying", "task", t.id, "in", d.Round(time.Millisecond).String())
@@ -783,15 +791,7 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		return reconcile.Result{}, err
 	}
 	if j != nil {
-		ttl := s.opts.Jobs.TTLSecondsAfterFinished
-		if ttl <= 0 {
-			ttl = 86400
-		}
-		patch, _ := json.Marshal(map[string]any{
-			"metadata": map[string]any{"annotations": map[string]string{AnnotationReported: "true"}},
-			"spec":     map[string]any{"ttlSecondsAfterFinished": ttl},
-		})
-		if err := s.opts.Kube.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		if err := job.MarkReported(ctx, s.opts.Kube, j, s.opts.Jobs); err != nil {
 			return reconcile.Result{}, err
 		}
 		if out.Stop {
