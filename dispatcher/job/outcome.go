@@ -143,15 +143,17 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 	if st.reason == ReasonImagePullError || st.reason == ReasonInvalidImage || st.reason == ReasonContainerConfig {
 		return Outcome{Phase: PhaseFailed, Reason: st.reason, Message: withEvents(st.message, o.warnings(ctx, "Pod", j.Namespace, podNames(pods.Items))), Stop: true}, nil
 	}
-	if len(pods.Items) == 0 {
+	now := o.now()
+	if len(pods.Items) == 0 && now.Sub(j.CreationTimestamp.Time) >= 2*time.Second {
 		// The Job controller could not create the pod because admission
 		// denied it. A webhook that could not be called is not a denial: the
-		// Job controller retries, and so does this check.
+		// Job controller retries, and so does this check. (Not in a Job's
+		// first seconds: its pod is normally on its way, and reading events
+		// costs the API server a scan of the namespace's events.)
 		if w := o.warnings(ctx, "Job", j.Namespace, []string{j.Name}); strings.Contains(w, "FailedCreate") && DeniedByAdmission(w) {
 			return Outcome{Phase: PhaseFailed, Reason: ReasonAdmission, Message: w, Stop: true}, nil
 		}
 	}
-	now := o.now()
 	for _, p := range pods.Items {
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&

@@ -60,7 +60,7 @@ type Options struct {
 	SucceededHistory, FailedHistory int
 	// Recorder counts what the reconciler does. Default: none.
 	Recorder Recorder
-	// Workers is how many tasks are reconciled at once. Default: 8.
+	// Workers is how many tasks are reconciled at once. Default: 16.
 	Workers int
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
@@ -108,7 +108,7 @@ func (o *Options) setDefaults() {
 		o.Recorder = noRecorder{}
 	}
 	if o.Workers <= 0 {
-		o.Workers = 8
+		o.Workers = 32
 	}
 }
 
@@ -122,6 +122,18 @@ type Reconciler struct {
 	// the creates themselves run in parallel.
 	starting sync.Mutex
 	reserved map[types.NamespacedName]struct{}
+	// taken is the number of unfinished Jobs the cache showed at the last
+	// count. Jobs only finish between counts, so taken plus the
+	// reservations made since is never below the real number: the cache is
+	// counted again only when that bound reaches MaxConcurrent.
+	taken int
+
+	// marked holds the tasks whose Running status (with the Job's name)
+	// this process wrote and the cache does not show yet, so a reconcile
+	// of the stale copy (the Job's own event comes first) does not write
+	// it again.
+	markedMu sync.Mutex
+	marked   map[types.NamespacedName]string
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -129,7 +141,7 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // New returns a Reconciler.
 func New(opts Options) *Reconciler {
 	opts.setDefaults()
-	return &Reconciler{opts: opts, reserved: map[types.NamespacedName]struct{}{}, observer: job.Observer{
+	return &Reconciler{opts: opts, reserved: map[types.NamespacedName]struct{}{}, marked: map[types.NamespacedName]string{}, observer: job.Observer{
 		Client: opts.Client, Events: opts.Events, UnschedulableTimeout: opts.UnschedulableTimeout, Now: opts.Now,
 	}}
 }
@@ -177,7 +189,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	logger := log.FromContext(ctx)
 	rt := &v1alpha1.RunnerTask{}
 	if err := r.opts.Client.Get(ctx, req.NamespacedName, rt); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forgetMarked(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if rt.Status.JobName != "" || terminal(rt.Status.Phase) {
+		r.forgetMarked(req.NamespacedName)
 	}
 	name := job.Name(TaskID(rt))
 	j := &batchv1.Job{}
@@ -218,7 +236,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if j == nil {
 		return r.start(ctx, rt)
 	}
-	if rt.Status.JobName == "" {
+	if rt.Status.JobName == "" && !r.wasMarked(req.NamespacedName, j.Name) {
 		// Adopted after a restart between create and status update.
 		if err := r.setRunning(ctx, rt, j.Name); err != nil {
 			return reconcile.Result{}, err
@@ -296,15 +314,17 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 func (r *Reconciler) reserve(ctx context.Context, key types.NamespacedName) (bool, int, error) {
 	r.starting.Lock()
 	defer r.starting.Unlock()
-	running, err := r.running(ctx)
-	if err != nil {
-		return false, 0, err
+	if r.taken+len(r.reserved) >= r.opts.MaxConcurrent {
+		if err := r.count(ctx); err != nil {
+			return false, 0, err
+		}
 	}
-	n := running + len(r.reserved)
+	n := r.taken + len(r.reserved)
 	if n >= r.opts.MaxConcurrent {
 		return false, n, nil
 	}
 	r.reserved[key] = struct{}{}
+	r.opts.Recorder.Running(n + 1)
 	return true, n + 1, nil
 }
 
@@ -314,13 +334,14 @@ func (r *Reconciler) release(key types.NamespacedName) {
 	r.starting.Unlock()
 }
 
-// running counts this dispatcher's unfinished Jobs in the cache, and drops
-// the reservations of Jobs the cache shows. r.starting is held.
-func (r *Reconciler) running(ctx context.Context) (int, error) {
+// count counts this dispatcher's unfinished Jobs in the cache into
+// r.taken, and drops the reservations of Jobs the cache shows. r.starting
+// is held.
+func (r *Reconciler) count(ctx context.Context) error {
 	var jobs batchv1.JobList
 	// Read-only: the cache's objects are not copied.
 	if err := r.opts.Client.List(ctx, &jobs, client.MatchingLabels{job.LabelDispatcher: r.opts.Jobs.DispatcherID}, client.UnsafeDisableDeepCopy); err != nil {
-		return 0, fmt.Errorf("listing jobs: %w", err)
+		return fmt.Errorf("listing jobs: %w", err)
 	}
 	n := 0
 	for i := range jobs.Items {
@@ -330,8 +351,29 @@ func (r *Reconciler) running(ctx context.Context) (int, error) {
 			n++
 		}
 	}
+	r.taken = n
 	r.opts.Recorder.Running(n + len(r.reserved))
-	return n, nil
+	return nil
+}
+
+// recount refreshes the count after a task finished, so the running gauge
+// and the next capacity check see the freed slot.
+func (r *Reconciler) recount(ctx context.Context) error {
+	r.starting.Lock()
+	defer r.starting.Unlock()
+	return r.count(ctx)
+}
+
+func (r *Reconciler) wasMarked(key types.NamespacedName, jobName string) bool {
+	r.markedMu.Lock()
+	defer r.markedMu.Unlock()
+	return r.marked[key] == jobName
+}
+
+func (r *Reconciler) forgetMarked(key types.NamespacedName) {
+	r.markedMu.Lock()
+	delete(r.marked, key)
+	r.markedMu.Unlock()
 }
 
 func (r *Reconciler) setRunning(ctx context.Context, rt *v1alpha1.RunnerTask, jobName string) error {
@@ -341,7 +383,13 @@ func (r *Reconciler) setRunning(ctx context.Context, rt *v1alpha1.RunnerTask, jo
 	if rt.Status.StartTime == nil {
 		rt.Status.StartTime = ptr.To(metav1.Now())
 	}
-	return r.opts.Client.Status().Update(ctx, rt)
+	if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
+		return err
+	}
+	r.markedMu.Lock()
+	r.marked[client.ObjectKeyFromObject(rt)] = jobName
+	r.markedMu.Unlock()
+	return nil
 }
 
 // finish records a task's outcome in its status, then settles its Job. The
@@ -354,7 +402,10 @@ func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 		return err
 	}
 	r.opts.Recorder.Finished(out.Phase, out.Reason)
-	return r.settle(ctx, rt, j)
+	if err := r.settle(ctx, rt, j); err != nil {
+		return err
+	}
+	return r.recount(ctx)
 }
 
 // settle brings the Job of a finished task in line with its status: a Job
