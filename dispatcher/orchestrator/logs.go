@@ -253,7 +253,7 @@ func (s *Source) copyLog(ctx context.Context, t *task, r io.Reader, skip int64) 
 }
 
 // sendChunk sends one chunk, retrying while the orchestrator is
-// unreachable; a refusal is returned.
+// unreachable or the lease is being handed back; a refusal is returned.
 func (s *Source) sendChunk(ctx context.Context, t *task, c LogChunk) error {
 	for attempt := 0; ; attempt++ {
 		s.mu.Lock()
@@ -267,6 +267,23 @@ func (s *Source) sendChunk(ctx context.Context, t *task, c LogChunk) error {
 		s.opts.Recorder.SourceError("log")
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if IsConflict(err) {
+			// A stale epoch: the lease was handed back meanwhile (send
+			// again with the new one) or is gone and not handed back yet
+			// (wait for it; a task given to another holder is forgotten,
+			// which ends this stream).
+			s.mu.Lock()
+			reissued, lost := t.epoch != c.Epoch, t.lost
+			s.mu.Unlock()
+			if reissued {
+				continue
+			}
+			if lost {
+				sleep(ctx, s.opts.Backoff.Delay(attempt, err))
+				continue
+			}
+			return err
 		}
 		if !IsRetryable(err) {
 			return err

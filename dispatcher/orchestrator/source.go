@@ -144,6 +144,10 @@ type task struct {
 	// leaseSeconds is the lease's duration; it is renewed at a third.
 	leaseSeconds int
 	renewAt      time.Time
+	// renewing is set while a renewal of the lease is in flight.
+	renewing bool
+	// recordMu serializes writes of the lease into the Job.
+	recordMu sync.Mutex
 	// lost is set when the lease is gone (410) and not handed back.
 	lost bool
 	// creating is set from the lease until the Job exists (or the task is
@@ -368,7 +372,7 @@ func (s *Source) take(ctx context.Context, leases []Lease) {
 			t.leaseID, t.epoch, t.leaseSeconds, t.lost = l.LeaseID, l.Epoch, l.LeaseSeconds, false
 			t.renewAt = now.Add(renewInterval(l.LeaseSeconds))
 			if !t.creating {
-				go s.recordLease(ctx, t.key, l)
+				go s.recordLease(ctx, t)
 			}
 			continue
 		}
@@ -402,8 +406,17 @@ func renewInterval(leaseSeconds int) time.Duration {
 	return time.Duration(leaseSeconds) * time.Second / 3
 }
 
-// recordLease writes a re-issued lease into the Job's annotations.
-func (s *Source) recordLease(ctx context.Context, key types.NamespacedName, l Lease) {
+// recordLease writes the task's current lease into its Job's annotations.
+// Writes for one task are serialized and each writes the lease current when
+// it is sent, so the last to land holds the newest lease even when the task
+// is handed back twice in quick succession.
+func (s *Source) recordLease(ctx context.Context, t *task) {
+	t.recordMu.Lock()
+	defer t.recordMu.Unlock()
+	s.mu.Lock()
+	l := Lease{LeaseID: t.leaseID, Epoch: t.epoch, LeaseSeconds: t.leaseSeconds}
+	key := t.key
+	s.mu.Unlock()
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": leaseAnnotations(l)}})
 	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 	if err := s.opts.Kube.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
@@ -480,7 +493,14 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 	}
 	s.mu.Lock()
 	t.creating = false
+	reissued := t.epoch != l.Epoch
 	s.mu.Unlock()
+	if reissued && ctx.Err() == nil {
+		// Handed back while the Job was being created: the Job holds the
+		// first lease.
+		s.recordLease(ctx, t)
+		return
+	}
 	s.enqueue(key)
 }
 
@@ -544,9 +564,18 @@ func (s *Source) report(ctx context.Context, t *task, e Event) error {
 
 // renewLoop renews each lease at a third of its duration and delivers
 // cancellations.
+// maxRenewals is how many lease renewals may be in flight at once.
+const maxRenewals = 32
+
 func (s *Source) renewLoop(ctx context.Context) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	// Renewals run side by side, at most maxRenewals at once, and a slow one
+	// holds up no other: each tick starts those that are due and not in
+	// flight.
+	sem := make(chan struct{}, maxRenewals)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -557,21 +586,29 @@ func (s *Source) renewLoop(ctx context.Context) {
 		var due []*task
 		s.mu.Lock()
 		for _, t := range s.tasks {
-			if !t.lost && t.leaseID != "" && !now.Before(t.renewAt) {
+			if !t.lost && !t.renewing && t.leaseID != "" && !now.Before(t.renewAt) {
 				t.renewAt = now.Add(renewInterval(t.leaseSeconds))
+				t.renewing = true
 				due = append(due, t)
 			}
 		}
 		s.mu.Unlock()
-		var wg sync.WaitGroup
 		for _, t := range due {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
+				defer func() {
+					s.mu.Lock()
+					t.renewing = false
+					s.mu.Unlock()
+				}()
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				defer func() { <-sem }()
 				s.renew(ctx, t)
-			}()
+			})
 		}
-		wg.Wait()
 	}
 }
 
