@@ -69,6 +69,8 @@ func TestGolden(t *testing.T) {
 			"--set", "webhook.platform.secretStores.vault.enabled=true", "--set", "webhook.platform.secretStores.vault.address=https://vault:8200",
 			"--set", "webhook.platform.secretStores.vault.auth=kubernetes", "--set", "webhook.platform.secretStores.vault.role=runner",
 			"--set", "webhook.platform.workloadIdentity.aws.enabled=true", "--set", "webhook.platform.shape.allowedRegistries={registry.example.com}"},
+		"runner-proxy-ca": {"--set", "runner.stateVolume.enabled=true", "--set", "runner.proxy.httpsProxy=http://proxy.internal:3128",
+			"--set", "runner.proxy.noProxy=.svc\\,10.0.0.0/8", "--set", "runner.caBundle.configMap=corporate-ca"},
 		"orchestrator-exchange": {"--set", "dispatcher.taskSource=orchestrator", "--set", "dispatcher.orchestrator.url=https://orchestrator.example.com",
 			"--set", "dispatcher.orchestrator.auth=exchange", "--set", "dispatcher.orchestrator.exchangeAudience=orchestrator"},
 	}
