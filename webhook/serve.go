@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
 	"github.com/runwarden/runwarden/internal/kube"
@@ -215,10 +214,9 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	}
 	// GetWebhookServer also adds the server to the manager's runnables.
 	server := mgr.GetWebhookServer()
-	decoder := admission.NewDecoder(scheme)
 	for path, mutate := range map[string]bool{MutatePath: true, ValidatePath: false} {
-		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: mgr.GetClient(), Config: platform, Mutate: mutate, Recorder: rec}, decoder)
-		server.Register(path, &webhook.Admission{Handler: h})
+		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: mgr.GetClient(), Config: platform, Mutate: mutate, Recorder: rec})
+		server.Register(path, rwadmission.Pooled(&webhook.Admission{Handler: h}, 0))
 	}
 	if err := mgr.Add(manager.RunnableFunc(store.Run)); err != nil {
 		return err

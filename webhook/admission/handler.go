@@ -5,6 +5,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/runwarden/runwarden/webhook/policy"
 )
@@ -53,18 +55,17 @@ type Options struct {
 
 // Handler answers admission requests for runner pods.
 type Handler struct {
-	opts    Options
-	decoder admission.Decoder
+	opts Options
 }
 
 var _ admission.Handler = (*Handler)(nil)
 
 // New returns a Handler.
-func New(opts Options, decoder admission.Decoder) *Handler {
+func New(opts Options) *Handler {
 	if opts.Config == nil {
 		opts.Config = map[string]any{}
 	}
-	return &Handler{opts: opts, decoder: decoder}
+	return &Handler{opts: opts}
 }
 
 // Handle implements admission.Handler.
@@ -82,8 +83,8 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
 		return admission.Allowed("runwarden admits only the creation of pods"), "skipped"
 	}
-	pod := &corev1.Pod{}
-	if err := h.decoder.Decode(req, pod); err != nil {
+	pod, err := decodePod(req)
+	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err)), "error"
 	}
 	if pod.Labels[RunnerLabel] != "true" {
@@ -128,6 +129,21 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		return resp, "allowed"
 	}
 	return resp, "mutated"
+}
+
+// decodePod decodes the request's pod. The API server sends admission
+// requests as JSON; the pod is decoded straight from it as the API
+// machinery's JSON serializer decodes (case-sensitive, integers kept),
+// without first sniffing the object's type: the request's kind says it.
+func decodePod(req admission.Request) (*corev1.Pod, error) {
+	if len(req.Object.Raw) == 0 {
+		return nil, errors.New("the request holds no object")
+	}
+	pod := &corev1.Pod{}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, pod); err != nil {
+		return nil, err
+	}
+	return pod, nil
 }
 
 // BuildInput gathers the policy input for a pod: its namespace's labels and

@@ -3,6 +3,7 @@ package admission
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -47,7 +48,7 @@ func newHandler(t testing.TB, mutate bool) *Handler {
 			"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/runner",
 		}}},
 	).Build()
-	return New(Options{Policies: staticPolicies{set}, Reader: reader, Config: platformConfig, Mutate: mutate}, admission.NewDecoder(runtime.NewScheme()))
+	return New(Options{Policies: staticPolicies{set}, Reader: reader, Config: platformConfig, Mutate: mutate})
 }
 
 func runnerPod(image string) *corev1.Pod {
@@ -207,6 +208,23 @@ func TestApplyTwiceEqualsOnce(t *testing.T) {
 		Apply(pod, m)
 		if diff := cmp.Diff(once, pod); diff != "" {
 			t.Fatalf("case %d: applying twice differs from once (-once +twice):\n%s", i, diff)
+		}
+	}
+}
+
+func TestMalformedPodIsABadRequest(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, true)
+	for name, raw := range map[string]string{
+		"no object":        "",
+		"not JSON":         "{not json",
+		"wrong field type": `{"apiVersion":"v1","kind":"Pod","metadata":{"labels":"runner"}}`,
+	} {
+		req := request(t, runnerPod("registry.example.com/runner:1"))
+		req.Object.Raw = []byte(raw)
+		resp := h.Handle(t.Context(), req)
+		if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusBadRequest || !strings.Contains(resp.Result.Message, "decoding the pod") {
+			t.Errorf("%s: allowed %v, result %+v; want a 400 naming the pod's decoding", name, resp.Allowed, resp.Result)
 		}
 	}
 }
