@@ -15,8 +15,10 @@ import (
 )
 
 // IsPermanent tells whether the API server refused a Job for what it is
-// (invalid, or a request it cannot take), so sending it again cannot
-// succeed: the task is refused instead of retried.
+// (invalid, a request it cannot take, or denied by an admission webhook,
+// which the API server answers 400 unless the webhook says otherwise), so
+// sending it again cannot succeed: the task is refused instead of retried.
+// A webhook that cannot be reached is a 500 and is retried.
 func IsPermanent(err error) bool {
 	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
 }
@@ -61,7 +63,9 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 			}
 			return false, fmt.Errorf("creating job %s: %w", j.Name, cause)
 		default:
-			return false, fmt.Errorf("adopting job %s: %w", j.Name, err)
+			// Not %w: a patch refused as invalid must not read as the
+			// Job being refused (IsPermanent); the Job exists.
+			return false, fmt.Errorf("adopting job %s: %v", j.Name, err) //nolint:errorlint // see above
 		}
 	default:
 		return false, fmt.Errorf("creating job %s: %w", j.Name, err)
@@ -83,13 +87,24 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 // it its TTL (o.TTLSecondsAfterFinished): the source holds the outcome, so
 // the Job may go. A Job already gone is not an error.
 func MarkReported(ctx context.Context, c client.Client, j *batchv1.Job, o Options) error {
+	return settle(ctx, c, j, o, true)
+}
+
+// GiveTTL gives a Job its TTL without marking it reported: a Job this
+// dispatcher leaves to another holder of its task.
+func GiveTTL(ctx context.Context, c client.Client, j *batchv1.Job, o Options) error {
+	return settle(ctx, c, j, o, false)
+}
+
+func settle(ctx context.Context, c client.Client, j *batchv1.Job, o Options, reported bool) error {
 	o.setDefaults()
-	patch, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{AnnotationReported: "true"}},
-		"spec":     map[string]any{"ttlSecondsAfterFinished": o.TTLSecondsAfterFinished},
-	})
+	p := map[string]any{"spec": map[string]any{"ttlSecondsAfterFinished": o.TTLSecondsAfterFinished}}
+	if reported {
+		p["metadata"] = map[string]any{"annotations": map[string]string{AnnotationReported: "true"}}
+	}
+	patch, _ := json.Marshal(p)
 	if err := c.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("marking job %s reported: %w", j.Name, err)
+		return fmt.Errorf("settling job %s: %w", j.Name, err)
 	}
 	return nil
 }

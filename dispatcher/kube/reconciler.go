@@ -125,8 +125,10 @@ type Reconciler struct {
 	// taken is the number of unfinished Jobs the cache showed at the last
 	// count. Jobs only finish between counts, so taken plus the
 	// reservations made since is never below the real number: the cache is
-	// counted again only when that bound reaches MaxConcurrent.
-	taken int
+	// counted again only when that bound reaches MaxConcurrent, and before
+	// the first task this process starts (counted).
+	taken   int
+	counted bool
 
 	// marked holds the tasks whose Running status (with the Job's name)
 	// this process wrote and the cache does not show yet, so a reconcile
@@ -219,9 +221,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{Phase: job.PhaseCancelled, Reason: job.ReasonCancelled, Message: "cancelled by spec.cancel"})
 	}
 
-	if j == nil && rt.Status.JobName != "" {
-		// The task's Job was created: never create a second one. Ask the
-		// API server whether it is only missing from the cache so far.
+	if j == nil && (rt.Status.JobName != "" || r.wasMarked(req.NamespacedName, name)) {
+		// The task's Job was created (the status says so, or this process
+		// wrote that and the cache lags): never create a second one. Ask
+		// the API server whether it is only missing from the cache so far.
 		live := &batchv1.Job{}
 		switch err := r.opts.Reader.Get(ctx, client.ObjectKey{Namespace: rt.Namespace, Name: name}, live); {
 		case err == nil:
@@ -314,7 +317,7 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 func (r *Reconciler) reserve(ctx context.Context, key types.NamespacedName) (bool, int, error) {
 	r.starting.Lock()
 	defer r.starting.Unlock()
-	if r.taken+len(r.reserved) >= r.opts.MaxConcurrent {
+	if !r.counted || r.taken+len(r.reserved) >= r.opts.MaxConcurrent {
 		if err := r.count(ctx); err != nil {
 			return false, 0, err
 		}
@@ -351,16 +354,19 @@ func (r *Reconciler) count(ctx context.Context) error {
 			n++
 		}
 	}
-	r.taken = n
+	r.taken, r.counted = n, true
 	r.opts.Recorder.Running(n + len(r.reserved))
 	return nil
 }
 
 // recount refreshes the count after a task finished, so the running gauge
-// and the next capacity check see the freed slot.
-func (r *Reconciler) recount(ctx context.Context) error {
+// and the next capacity check see the freed slot. The task's own
+// reservation goes too: its Job may be gone before the cache ever showed it
+// (deleted, cancelled, stopped), and then no count would drop it.
+func (r *Reconciler) recount(ctx context.Context, key types.NamespacedName) error {
 	r.starting.Lock()
 	defer r.starting.Unlock()
+	delete(r.reserved, key)
 	return r.count(ctx)
 }
 
@@ -405,7 +411,7 @@ func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 	if err := r.settle(ctx, rt, j); err != nil {
 		return err
 	}
-	return r.recount(ctx)
+	return r.recount(ctx, types.NamespacedName{Namespace: rt.Namespace, Name: job.Name(TaskID(rt))})
 }
 
 // settle brings the Job of a finished task in line with its status: a Job

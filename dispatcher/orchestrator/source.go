@@ -814,8 +814,15 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 	case err == nil:
 	case IsConflict(err) && (j == nil || s.isLost(t)):
 		// A stale lease, and no Job left to report from or the lease gone:
-		// another holder has the task. The Job stays for its TTL.
+		// another holder has the task and reports it. The Job is left to
+		// that holder, unmarked; it gets its TTL so it does not stay for
+		// ever if no holder ever comes back to it.
 		s.log.Info("the outcome was refused as stale; another holder has the task", "task", t.id)
+		if j != nil && j.Spec.TTLSecondsAfterFinished == nil {
+			if err := job.GiveTTL(ctx, s.opts.Kube, j, s.opts.Jobs); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 		s.mu.Lock()
 		s.forgetLocked(t)
 		s.mu.Unlock()
