@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/runwarden/runwarden/internal/helpdoc"
 )
 
 func TestRunRefusesBadConfiguration(t *testing.T) {
@@ -67,5 +69,19 @@ func TestParseLists(t *testing.T) {
 	}, &bytes.Buffer{})
 	if err != nil || c.id != "dispatcher-7d9f" {
 		t.Errorf("id from POD_NAME: %q, %v", c.id, err)
+	}
+}
+
+// Every flag --help lists is in docs/dispatcher.md.
+func TestDocsNameEveryFlag(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	run(t.Context(), []string{"--help"}, &out, &errOut)
+	missing, err := helpdoc.Missing(out.String()+errOut.String(), "../docs/dispatcher.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(helpdoc.Flags(out.String()+errOut.String())) < 10 || len(missing) > 0 {
+		t.Errorf("docs/dispatcher.md lacks flags %v (help:\n%s%s)", missing, out.String(), errOut.String())
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/kustomize/kyaml/yaml"
+
+	"github.com/runwarden/runwarden/internal/helpdoc"
 )
 
 const overlay = "../kustomize/labels"
@@ -84,5 +86,20 @@ func TestErrorManifestIsValidYAMLWithAStringlessKind(t *testing.T) {
 	got := n.GetAnnotations()["postrenderer.helm.sh/postrender-filename"]
 	if want := "runwarden-postrender: document 2 (input line 6): yaml: line 3: it's broken"; got != want {
 		t.Errorf("annotation = %q, want %q", got, want)
+	}
+}
+
+// Every flag --help lists is in docs/postrender.md.
+func TestDocsNameEveryFlag(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	run(t.Context(), []string{"--help"}, func(string) string { return "" }, strings.NewReader(""), &out, &errOut)
+	help := out.String() + errOut.String()
+	missing, err := helpdoc.Missing(help, "../docs/postrender.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(helpdoc.Flags(help)) < 5 || len(missing) > 0 {
+		t.Errorf("docs/postrender.md lacks flags %v (help:\n%s)", missing, help)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/runwarden/runwarden/internal/helpdoc"
 )
 
 func TestRun(t *testing.T) {
@@ -56,5 +58,23 @@ func TestRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Every flag each subcommand's --help lists is in docs/webhook.md or
+// docs/policy.md.
+func TestDocsNameEveryFlag(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"serve", "--help"}, {"policy", "eval", "--help"}, {"policy", "test", "--help"}} {
+		var out, errOut bytes.Buffer
+		run(t.Context(), args, &out, &errOut)
+		help := out.String() + errOut.String()
+		missing, err := helpdoc.Missing(help, "../docs/webhook.md", "../docs/policy.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(helpdoc.Flags(help)) == 0 || len(missing) > 0 {
+			t.Errorf("%v: the docs lack flags %v (help:\n%s)", args, missing, help)
+		}
 	}
 }
