@@ -84,11 +84,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	var envAllow, repoAllow string
 	fs := flag.NewFlagSet("runwarden-dispatcher", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	defaultID := getenv("POD_NAME")
-	if defaultID == "" {
-		defaultID, _ = os.Hostname()
-	}
-	fs.StringVar(&c.id, "dispatcher-id", defaultID, "this dispatcher's name on its Jobs (default $POD_NAME, then the host name)")
+	fs.StringVar(&c.id, "dispatcher-id", "", "this dispatcher's name on its Jobs (default $POD_NAME, then the host name)")
 	fs.StringVar(&c.template, "pod-template", "", "the platform's runner pod template (a PodTemplateSpec, YAML); it must have a container named main")
 	fs.IntVar(&c.maxConcurrent, "max-concurrent", 10, "tasks running at once; more wait")
 	fs.DurationVar(&c.deadline, "default-deadline", time.Hour, "activeDeadlineSeconds of tasks that set none")
@@ -128,6 +124,12 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	}
 	if c.version {
 		return c, nil
+	}
+	if c.id == "" {
+		c.id = getenv("POD_NAME")
+	}
+	if c.id == "" {
+		c.id, _ = os.Hostname()
 	}
 	if c.id == "" {
 		return c, errors.New("--dispatcher-id is empty and no host name is known")
