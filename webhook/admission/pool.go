@@ -1,18 +1,29 @@
 package admission
 
 import (
-	"fmt"
+	"bytes"
+	"io"
 	"net/http"
 	"runtime"
 )
+
+// maxBody is the most of a request body Pooled reads ahead: more than
+// controller-runtime's own limit on an AdmissionReview (7 MiB), so that
+// limit still decides.
+const maxBody = 8 << 20
 
 // Pooled serves requests on a fixed set of long-lived goroutines instead of
 // the one the HTTP server starts for each request. Decoding an
 // AdmissionReview and its pod recurses deeply enough that a fresh
 // goroutine's stack is grown and copied on every request (12% of the
 // webhook's CPU at saturation); a worker's stack stays grown. workers <= 0
-// means four per CPU. A request whose client is gone before a worker is free
-// is answered 503.
+// means four per CPU.
+//
+// The body is read before the request waits for a worker, so the server
+// notices a client that goes away (HTTP/1.1 only watches the connection
+// once the body is read); such a request is answered 503 without running.
+// A panic in next is raised again on the server's goroutine, which handles
+// it as for any handler.
 func Pooled(next http.Handler, workers int) http.Handler {
 	if workers <= 0 {
 		workers = 4 * runtime.GOMAXPROCS(0)
@@ -30,9 +41,10 @@ type pool struct {
 }
 
 type pooled struct {
-	w    http.ResponseWriter
-	r    *http.Request
-	done chan struct{}
+	w     http.ResponseWriter
+	r     *http.Request
+	done  chan struct{}
+	panic any
 }
 
 func (p *pool) serve() {
@@ -41,19 +53,24 @@ func (p *pool) serve() {
 	}
 }
 
-// handle serves one request; a panic is answered 500, as net/http would
-// for its own goroutine, and the worker lives on.
+// handle serves one request; a panic is handed back to ServeHTTP and the
+// worker lives on.
 func (p *pool) handle(q *pooled) {
 	defer close(q.done)
-	defer func() {
-		if v := recover(); v != nil {
-			http.Error(q.w, fmt.Sprintf("internal error: %v", v), http.StatusInternalServerError)
-		}
-	}()
+	defer func() { q.panic = recover() }()
 	p.next.ServeHTTP(q.w, q.r)
 }
 
 func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Body != nil && r.Body != http.NoBody {
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+		if err != nil {
+			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		_ = r.Body.Close()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	q := &pooled{w: w, r: r, done: make(chan struct{})}
 	select {
 	case p.work <- q:
@@ -62,4 +79,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	<-q.done
+	if q.panic != nil {
+		panic(q.panic)
+	}
 }

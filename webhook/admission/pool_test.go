@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,21 +57,77 @@ func TestPooledGivesUpOnGoneClients(t *testing.T) {
 	}
 }
 
-func TestPooledRecoversPanics(t *testing.T) {
+func TestPooledRaisesPanicsOnTheServersGoroutine(t *testing.T) {
 	t.Parallel()
 	h := Pooled(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/boom" {
 			panic("boom")
 		}
 	}), 1)
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Errorf("ServeHTTP raised %v, want the handler's panic", v)
+			}
+		}()
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/boom", nil))
+	}()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/boom", nil))
-	if rec.Code != http.StatusInternalServerError {
-		t.Errorf("a panicking handler answered %d, want 500", rec.Code)
-	}
-	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/ok", nil))
 	if rec.Code != http.StatusOK {
 		t.Errorf("after a panic the worker answered %d, want 200", rec.Code)
+	}
+}
+
+// A client that goes away while its HTTP/1.1 request waits for a worker is
+// noticed: its request never runs.
+func TestPooledNoticesGoneHTTP1Clients(t *testing.T) {
+	t.Parallel()
+	held, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	ran := 0
+	h := Pooled(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		ran++
+		mu.Unlock()
+		if r.URL.Path == "/hold" {
+			close(held)
+			<-release
+		}
+	}), 1)
+	goneServed := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if r.URL.Path == "/gone" {
+			close(goneServed)
+		}
+	}))
+	defer srv.Close()
+	unblock := sync.OnceFunc(func() { close(release) })
+	defer unblock() // before srv.Close, which waits for the held request
+	holdDone := make(chan struct{})
+	go func() {
+		defer close(holdDone)
+		if resp, err := http.Post(srv.URL+"/hold", "application/json", strings.NewReader("{}")); err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	<-held // the only worker is now busy
+	c := &http.Client{Timeout: 100 * time.Millisecond}
+	if resp, err := c.Post(srv.URL+"/gone", "application/json", strings.NewReader(`{"a":1}`)); err == nil {
+		_ = resp.Body.Close()
+		t.Fatal("the second request was answered while the only worker was held")
+	}
+	select {
+	case <-goneServed: // given up on, with the worker still held
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request whose client left still waits for a worker")
+	}
+	unblock()
+	<-holdDone
+	mu.Lock()
+	defer mu.Unlock()
+	if ran != 1 {
+		t.Errorf("the handler ran %d times, want 1 (the request whose client left must not run)", ran)
 	}
 }

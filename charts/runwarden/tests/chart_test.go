@@ -70,7 +70,9 @@ func TestGolden(t *testing.T) {
 			"--set", "webhook.platform.secretStores.vault.auth=kubernetes", "--set", "webhook.platform.secretStores.vault.role=runner",
 			"--set", "webhook.platform.workloadIdentity.aws.enabled=true", "--set", "webhook.platform.shape.allowedRegistries={registry.example.com}"},
 		"runner-proxy-ca": {"--set", "runner.stateVolume.enabled=true", "--set", "runner.proxy.httpsProxy=http://proxy.internal:3128",
-			"--set", "runner.proxy.noProxy=.svc\\,10.0.0.0/8", "--set", "runner.caBundle.configMap=corporate-ca"},
+			"--set", "runner.proxy.noProxy=.svc\\,10.0.0.0/8", "--set", "runner.caBundle.configMap=corporate-ca",
+			// The platform's own volumes stay beside the chart's.
+			"--set", "runner.podTemplate.spec.volumes[0].name=scratch", "--set", "runner.podTemplate.spec.volumes[0].emptyDir.medium=Memory"},
 		"orchestrator-exchange": {"--set", "dispatcher.taskSource=orchestrator", "--set", "dispatcher.orchestrator.url=https://orchestrator.example.com",
 			"--set", "dispatcher.orchestrator.auth=exchange", "--set", "dispatcher.orchestrator.exchangeAudience=orchestrator"},
 	}
