@@ -4,6 +4,13 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,6 +76,8 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			args := append([]string{"install", release, chart, "-n", ns, "--wait", "--timeout", "3m",
 				"--post-renderer", "runwarden-postrender", "--post-renderer-args", "--kustomize",
 				"--post-renderer-args", filepath.Join(suite.RepoRoot, "kustomize", "labels")}, values...)
+			// The runner container's proxy and extra CA.
+			args = append(args, "--set", `runner.proxy.noProxy=.svc\,.cluster.local`, "--set", "runner.caBundle.configMap=corporate-ca")
 			t.Cleanup(func() {
 				_, _ = h4.run(context.Background(), "uninstall", release, "-n", ns, "--wait")
 				_ = cfg.Client().Resources().Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runners}})
@@ -89,8 +98,16 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 				}
 			}
 
-			rt := runnerTask(runners, "hello", `echo "$GREETING from the chart"`)
 			r := cfg.Client().Resources(runners)
+			ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "corporate-ca", Namespace: runners},
+				Data: map[string]string{"ca.crt": testCA(t)}}
+			if err := r.Create(ctx, ca); err != nil {
+				t.Fatal(err)
+			}
+			rt := runnerTask(runners, "hello", `echo "$GREETING from the chart"
+test "$NO_PROXY" = .svc,.cluster.local && test "$no_proxy" = "$NO_PROXY" || { echo "no proxy settings: $NO_PROXY"; exit 1; }
+test "$SSL_CERT_DIR" = /etc/ssl/certs:/etc/runwarden/ca || { echo "SSL_CERT_DIR=$SSL_CERT_DIR"; exit 1; }
+grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is not mounted"; exit 1; }`)
 			if err := r.Create(ctx, rt); err != nil {
 				t.Fatal(err)
 			}
@@ -169,4 +186,23 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// testCA is a self-signed CA certificate, PEM.
+func testCA(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "corporate CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }
