@@ -140,6 +140,36 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 				t.Errorf("runner pod not shaped by the chart's webhook: env %v, annotations %v", envOf(&p), p.Annotations)
 			}
 
+			// The dispatcher's pod replaced while a task runs: the new pod
+			// (same dispatcher ID, the release's) carries on with the Job.
+			across := runnerTask(runners, "across-restart", `sleep 10; echo "done"`)
+			if err := r.Create(ctx, across); err != nil {
+				t.Fatal(err)
+			}
+			started := conditions.New(r).ResourceMatch(across, func(o k8s.Object) bool {
+				return o.(*v1alpha1.RunnerTask).Status.JobName != ""
+			})
+			if err := harness.WaitFor(ctx, "task across-restart to get a Job", time.Minute, started); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := suite.Kubectl(ctx, cfg, "delete", "pod", "-n", ns, "--wait=true",
+				"-l", "app.kubernetes.io/instance="+release+",app.kubernetes.io/component=dispatcher"); err != nil {
+				t.Fatalf("deleting the dispatcher's pod: %v\n%s", err, out)
+			}
+			finishedAcross := conditions.New(r).ResourceMatch(across, func(o k8s.Object) bool {
+				return o.(*v1alpha1.RunnerTask).Status.Phase == v1alpha1.PhaseSucceeded
+			})
+			if err := harness.WaitFor(ctx, "task across-restart to succeed under the new dispatcher pod", 2*time.Minute, finishedAcross); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Get(ctx, across.Name, runners, across); err != nil {
+				t.Fatal(err)
+			}
+			settledJob(ctx, t, cfg, batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: runners, Name: across.Status.JobName}})
+			if jobs := jobsFor(ctx, t, cfg, runners, runners+"/"+across.Name+"/"+string(across.UID)); len(jobs) != 1 {
+				t.Errorf("task across-restart has %d Jobs, want 1", len(jobs))
+			}
+
 			// The same chart, another release, with Helm v3 and the post-renderer binary.
 			bin, _ := buildPostrender(ctx, t)
 			release3 := release + "-v3"

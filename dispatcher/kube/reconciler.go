@@ -60,7 +60,7 @@ type Options struct {
 	SucceededHistory, FailedHistory int
 	// Recorder counts what the reconciler does. Default: none.
 	Recorder Recorder
-	// Workers is how many tasks are reconciled at once. Default: 16.
+	// Workers is how many tasks are reconciled at once. Default: 32.
 	Workers int
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time

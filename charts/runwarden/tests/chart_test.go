@@ -110,6 +110,7 @@ func TestRefusesBadValues(t *testing.T) {
 	}{
 		{name: "unknown key", args: []string{"--set", "dispatchr.replicas=1"}, want: "additional properties 'dispatchr' not allowed"},
 		{name: "concurrency", args: []string{"--set", "dispatcher.maxConcurrent=0"}, want: "/dispatcher/maxConcurrent"},
+		{name: "two dispatchers", args: []string{"--set", "dispatcher.replicas=2"}, want: "at '/dispatcher/replicas': maximum: got 2, want 1"},
 		{name: "deadline", args: []string{"--set", "dispatcher.defaultDeadline=soon"}, want: "/dispatcher/defaultDeadline"},
 		{name: "pull policy", args: []string{"--set", "images.pullPolicy=Sometimes"}, want: "/images/pullPolicy"},
 		{name: "certificate mode", args: []string{"--set", "webhook.certificates.mode=vault"}, want: "/webhook/certificates/mode"},
