@@ -83,6 +83,7 @@ bench-postrender: ## Benchmark runwarden-postrender beside the kustomize CLI scr
 
 .PHONY: helm-plugin
 helm-plugin: ## Install the Helm v4 post-renderer plugin into HELM_PLUGINS (default: helm's own folder).
+	@[ -n "$${HELM_PLUGINS:-}" ] || hack/tools.sh helm4
 	@mkdir -p $(BIN_DIR)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN_DIR)/runwarden-postrender ./postrender
 	@dir="$${HELM_PLUGINS:-$$($(call tool,helm4)/helm env HELM_PLUGINS)}/runwarden-postrender"; \

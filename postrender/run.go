@@ -109,6 +109,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return 0
 	}
 	if err != nil {
+		if getenv(envHelmPluginName) != "" && c.errorFormat != errorText {
+			// A Helm v4 plugin's standard error is dropped: a missing
+			// RUNWARDEN_KUSTOMIZE must still reach the user.
+			c.errorFormat = errorFormatManifest
+			return fail(c, stdout, stderr, err)
+		}
 		fmt.Fprintf(stderr, "runwarden-postrender: %v\n", err)
 		return 2
 	}

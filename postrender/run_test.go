@@ -43,6 +43,12 @@ func TestRun(t *testing.T) {
 			wantStderr: []string{"no manifests"},
 		},
 		{
+			name: "as a Helm plugin a missing overlay becomes a manifest Helm refuses",
+			env:  map[string]string{envHelmPluginName: "runwarden-postrender"}, stdin: manifest,
+			wantStdout: []string{"postrenderer.helm.sh/postrender-filename: 'runwarden-postrender: no overlay: pass --kustomize DIR or set " + EnvKustomize + "'"},
+			wantStderr: []string{"no overlay"},
+		},
+		{
 			name: "text errors even as a plugin when asked", args: []string{"--kustomize", overlay, "--error-format", "text"},
 			env: map[string]string{envHelmPluginName: "x"}, wantCode: 1, wantStderr: []string{"no manifests"},
 		},
