@@ -18,12 +18,12 @@ type History struct {
 	DispatcherID string
 	// Succeeded and Failed are the limits per kind of outcome.
 	Succeeded, Failed int
-	// Done tells whether a finished Job may go (its outcome is recorded at
-	// the source). Default: every finished Job may.
-	Done func(*batchv1.Job) bool
+	// Marked names a Job just marked reported, whose mark the cache may not
+	// show yet; it counts as reported.
+	Marked string
 }
 
-// PruneHistory deletes the oldest finished Jobs beyond the history limits.
+// PruneHistory deletes the oldest reported Jobs beyond the history limits.
 func PruneHistory(ctx context.Context, c client.Client, h History) error {
 	var jobs batchv1.JobList
 	// Read-only until a Job is deleted: the cache's objects are not copied.
@@ -33,7 +33,9 @@ func PruneHistory(ctx context.Context, c client.Client, h History) error {
 	var succeeded, failed []*batchv1.Job
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
-		if j.DeletionTimestamp != nil || !Finished(j) || (h.Done != nil && !h.Done(j)) {
+		// Only Jobs whose outcome the source holds may go.
+		reported := j.Annotations[AnnotationReported] != "" || j.Name == h.Marked
+		if j.DeletionTimestamp != nil || !Finished(j) || !reported {
 			continue
 		}
 		if Succeeded(j) {

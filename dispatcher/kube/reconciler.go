@@ -442,9 +442,6 @@ func (r *Reconciler) settle(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 func (r *Reconciler) pruneHistory(ctx context.Context, namespace, marked string) error {
 	return job.PruneHistory(ctx, r.opts.Client, job.History{
 		Namespace: namespace, DispatcherID: r.opts.Jobs.DispatcherID,
-		Succeeded: r.opts.SucceededHistory, Failed: r.opts.FailedHistory,
-		// Only Jobs whose outcome the RunnerTask holds; the one just
-		// marked may not show its mark in the cache yet.
-		Done: func(x *batchv1.Job) bool { return x.Name == marked || x.Annotations[job.AnnotationReported] != "" },
+		Succeeded: r.opts.SucceededHistory, Failed: r.opts.FailedHistory, Marked: marked,
 	})
 }

@@ -562,11 +562,11 @@ func (s *Source) report(ctx context.Context, t *task, e Event) error {
 	return err
 }
 
-// renewLoop renews each lease at a third of its duration and delivers
-// cancellations.
 // maxRenewals is how many lease renewals may be in flight at once.
 const maxRenewals = 32
 
+// renewLoop renews each lease at a third of its duration and delivers
+// cancellations.
 func (s *Source) renewLoop(ctx context.Context) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -861,11 +861,9 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 // in j's namespace, counting j as reported (the cache may not show its mark
 // yet).
 func (s *Source) pruneHistory(ctx context.Context, j *batchv1.Job) error {
-	name := j.Name
 	return job.PruneHistory(ctx, s.opts.Kube, job.History{
 		Namespace: j.Namespace, DispatcherID: s.opts.Jobs.DispatcherID,
-		Succeeded: s.opts.SucceededHistory, Failed: s.opts.FailedHistory,
-		Done: func(x *batchv1.Job) bool { return x.Name == name || x.Annotations[AnnotationReported] != "" },
+		Succeeded: s.opts.SucceededHistory, Failed: s.opts.FailedHistory, Marked: j.Name,
 	})
 }
 

@@ -1,0 +1,49 @@
+package job
+
+import (
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+func succeededJob(name string, age time.Duration, reported bool) *batchv1.Job {
+	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
+		Name: name, Namespace: "ns", Labels: map[string]string{LabelDispatcher: "d"},
+		CreationTimestamp: metav1.NewTime(time.Now().Add(-age)), Annotations: map[string]string{},
+	}}
+	if reported {
+		j.Annotations[AnnotationReported] = "true"
+	}
+	j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	return j
+}
+
+// Only Jobs whose outcome is reported count towards the limit and may go,
+// the one just marked (Marked) included; the oldest go first.
+func TestPruneHistoryKeepsUnreportedJobs(t *testing.T) {
+	t.Parallel()
+	c := fake.NewClientBuilder().WithObjects(
+		succeededJob("oldest-unreported", 4*time.Hour, false),
+		succeededJob("old", 3*time.Hour, true),
+		succeededJob("middle", 2*time.Hour, true),
+		succeededJob("just-marked", time.Hour, false),
+	).Build()
+	if err := PruneHistory(t.Context(), c, History{Namespace: "ns", DispatcherID: "d", Succeeded: 2, Failed: 2, Marked: "just-marked"}); err != nil {
+		t.Fatal(err)
+	}
+	var left batchv1.JobList
+	if err := c.List(t.Context(), &left); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, j := range left.Items {
+		got[j.Name] = true
+	}
+	if !got["oldest-unreported"] || got["old"] || !got["middle"] || !got["just-marked"] || len(got) != 3 {
+		t.Errorf("left %v; want the unreported Job kept and the oldest reported one deleted", got)
+	}
+}
