@@ -75,11 +75,13 @@ bench-webhook: ## Benchmark the webhook: handler and policy evaluation, and a TL
 	GOGC=400 $(GO) test -run '^$$' -bench BenchmarkWebhookLoad -benchtime 1x -count 1 -timeout 20m ./webhook/ | tee bin/bench-webhook-load.txt
 
 .PHONY: bench-postrender
-bench-postrender: ## Benchmark runwarden-postrender beside the kustomize CLI script and a plain YAML round trip.
+bench-postrender: ## Benchmark runwarden-postrender beside the kustomize CLI script and a plain YAML round trip, then Render alone in a warm process.
 	hack/tools.sh kustomize benchstat
 	@mkdir -p $(BIN_DIR)
 	$(GO) test -run '^$$' -bench 'BenchmarkPostrender' -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./postrender/render/ | tee bin/bench-postrender.txt
 	$(call tool,benchstat)/benchstat -col /impl bin/bench-postrender.txt
+	GOGC=400 $(GO) test -run '^$$' -bench 'BenchmarkRenderInProcess' -count 6 ./postrender/render/ | tee bin/bench-postrender-inprocess.txt
+	$(call tool,benchstat)/benchstat bin/bench-postrender-inprocess.txt
 
 .PHONY: helm-plugin
 helm-plugin: ## Install the Helm v4 post-renderer plugin into HELM_PLUGINS (default: helm's own folder).
