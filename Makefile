@@ -54,7 +54,7 @@ policy-test: ## Run the Rego tests of policies/ with opa, failing below 90% cove
 .PHONY: e2e
 e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default local).
 	hack/tools.sh kubernetes etcd kwok coredns opentofu helm3 helm4
-	$(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
+	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
 	@if [ "$${RUNWARDEN_E2E_CLUSTER:-local}" = local ] && [ "$${RUNWARDEN_E2E_KEEP:-}" != true ]; then \
 		hack/check-clean.sh --unless-running; fi
 
@@ -107,6 +107,7 @@ generate: ## Regenerate the RunnerTask deepcopy code and CRD, and the chart's co
 
 .PHONY: verify
 verify: ## Check formatting, go.mod tidiness, Rego format and checks, generated files, go vet.
+	hack/tools.sh opa controller-gen
 	hack/verify.sh
 
 .PHONY: cluster-up
@@ -116,6 +117,7 @@ cluster-up: ## Start the local cluster with its real node (RUNWARDEN_REAL_NODE=f
 
 .PHONY: images
 images: ## Build the image archives (pause, runner, webhook, postrender, dispatcher); load them into a running real node.
+	hack/tools.sh node-packages
 	hack/images.sh build
 	@sock=$$(hack/node.sh socket); if [ -S "$$sock" ]; then hack/images.sh load pause runner webhook postrender dispatcher --address "$$sock"; \
 	else echo "images: no real node running; archives are in $$(dirname $$(hack/images.sh archive pause))"; fi
@@ -130,7 +132,7 @@ kubeconfig: ## Print the local cluster's kubeconfig path.
 
 .PHONY: demo
 demo: ## Start the local cluster, install runwarden through the post-renderer, run tasks, show the result.
-	hack/demo.sh
+	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} hack/demo.sh
 
 .PHONY: demo-down
 demo-down: ## Remove the demo: the local cluster and everything it holds.

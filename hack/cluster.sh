@@ -150,7 +150,7 @@ up() {
 	if exists; then
 		if ! api_ready; then
 			echo "cluster $name: exists but does not answer; starting its components" >&2
-			kwokctl start cluster --name "$name" --wait 1m >&2
+			kwokctl start cluster --name "$name" --wait 1m >&2 || true
 		fi
 		if api_ready; then
 			kubectl apply -f "$root/hack/cluster/nodes.yaml" >/dev/null
@@ -162,6 +162,7 @@ up() {
 			return 0
 		fi
 		echo "cluster $name: cannot be revived; recreating it" >&2
+		"$root/hack/node.sh" down --name "$name"
 		kwokctl delete cluster --kubeconfig "$state_dir/kwok/kwokctl-kubeconfig" --name "$name" >&2 || true
 	fi
 
@@ -198,12 +199,16 @@ up() {
 }
 
 down() {
+	"$root/hack/node.sh" down --name "$name"
 	if [[ ! -x $kwok_bin/kwokctl ]]; then
-		echo "cluster $name: kwokctl is not built, so no cluster runs" >&2
-		rm -rf "$cluster_dir"
+		# Without kwokctl (the tools folder was removed), stop whatever of the
+		# cluster still runs by the path of its binaries.
+		pkill -TERM -f "$KWOK_WORKDIR/clusters/$name/bin/" || true
+		wait_gone
+		rm -rf "$cluster_dir" "$KWOK_WORKDIR/clusters/$name"
+		echo "cluster $name: stopped and removed (kwokctl is not built)" >&2
 		return 0
 	fi
-	"$root/hack/node.sh" down --name "$name"
 	if exists; then
 		kwokctl delete cluster --kubeconfig "$cluster_dir/kwokctl-kubeconfig" --name "$name" >"$state_dir/kwok/delete-$name.log" 2>&1 ||
 			{ cat "$state_dir/kwok/delete-$name.log" >&2; }

@@ -58,28 +58,49 @@ require_root() {
 	fi
 }
 
-# pid_alive reports whether the process recorded in pid file $1 runs.
+# started prints when process $1 started (clock ticks after boot), which
+# tells it apart from a later process that reuses its PID.
+started() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	# Fields after the command name, which may hold spaces: state is 1st, start time 20th.
+	stat=${stat##*) }
+	awk '{print $20}' <<<"$stat"
+}
+
+# pid_alive reports whether the process recorded in pid file $1 (of the
+# node folder $2, default this cluster's) still runs. A pid file holds the
+# PID and its start time; a process that reused the PID after a reboot or a
+# killed run does not count.
 pid_alive() {
-	local f=$node_dir/run/$1.pid
-	[[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null
+	local f=${2:-$node_dir}/run/$1.pid pid since
+	[[ -f $f ]] || return 1
+	read -r pid since <"$f" || true
+	[[ -n $pid && -n $since ]] || return 1
+	[[ $(started "$pid") == "$since" ]]
 }
 
 # start runs a component in the background with its log and pid file.
 start() {
-	local component=$1
+	local component=$1 pid
 	shift
 	if pid_alive "$component"; then
 		return 0
 	fi
 	setsid "$@" >"$node_dir/logs/$component.log" 2>&1 </dev/null &
-	echo $! >"$node_dir/run/$component.pid"
+	pid=$!
+	echo "$pid $(started "$pid")" >"$node_dir/run/$component.pid"
 }
 
 # stop signals a component and waits for it to exit (10 s, then SIGKILL).
 stop() {
 	local component=$1 f=$node_dir/run/$1.pid pid
 	[[ -f $f ]] || return 0
-	pid=$(cat "$f")
+	if ! pid_alive "$component"; then
+		rm -f "$f"
+		return 0
+	fi
+	read -r pid _ <"$f"
 	if kill -TERM "$pid" 2>/dev/null; then
 		for _ in $(seq 1 100); do
 			kill -0 "$pid" 2>/dev/null || break
@@ -269,9 +290,19 @@ up() {
 	require_root
 	"$root/hack/tools.sh" node-packages kubernetes coredns
 	if [[ -f $owner_file && $(cat "$owner_file") != "$name" ]]; then
-		local other
+		local other c running=false
 		other=$(cat "$owner_file")
-		if [[ -d $state_dir/clusters/$other/node/run ]] && compgen -G "$state_dir/clusters/$other/node/run/*.pid" >/dev/null; then
+		for c in containerd kubelet kube-proxy coredns; do
+			pid_alive "$c" "$state_dir/clusters/$other/node" && running=true
+		done
+		if [[ $running == false ]]; then
+			# Left behind by a run that was killed: clear its mounts, bridge and rules.
+			log "clearing what cluster \"$other\" left of the real node"
+			"$root/hack/node.sh" down --name "$other"
+		elif [[ ${RUNWARDEN_TAKE_REAL_NODE:-} == true ]]; then
+			log "stopping cluster \"$other\", which has the real node (only one cluster per machine can)"
+			"$root/hack/cluster.sh" down --name "$other"
+		else
 			echo "hack/node.sh: cluster \"$other\" already has the real node; only one cluster per machine can." >&2
 			echo "hack/node.sh: stop it first (hack/cluster.sh down --name $other), or start this one without a real node (RUNWARDEN_REAL_NODE=false)." >&2
 			exit 1

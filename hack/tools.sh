@@ -136,7 +136,11 @@ node_packages=(
 ensure_node_packages() {
 	local missing=() p
 	for p in "${node_packages[@]}"; do
-		[[ -e ${p#*:} ]] || missing+=("${p%%:*}")
+		# The file alone can mislead: Debian's dynamic busybox also installs /bin/busybox.
+		if [[ ! -e ${p#*:} ]] || { command -v dpkg-query >/dev/null &&
+			[[ $(dpkg-query -W -f '${Status}' "${p%%:*}" 2>/dev/null) != "install ok installed" ]]; }; then
+			missing+=("${p%%:*}")
+		fi
 	done
 	[[ ${#missing[@]} -eq 0 ]] && return 0
 	if [[ $(id -u) -ne 0 ]]; then
