@@ -44,7 +44,8 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	saFile := fs.String("service-account", "", "service account manifest: its annotations")
 	cfgFile := fs.String("config", "", "platform configuration (YAML)")
 	dir := fs.String("policies", "", "policy folder (default: the shipped policies)")
-	user := fs.String("user", "system:serviceaccount:runwarden:runwarden-dispatcher", "requesting user")
+	// Runner pods are created by the Job controller, not the dispatcher.
+	user := fs.String("user", "system:serviceaccount:kube-system:job-controller", "requesting user policies see as input.user.username (runner pods are created by the Job controller)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -10,8 +10,8 @@ import (
 )
 
 // RestConfig returns the configuration of the cluster: from the kubeconfig
-// file when one is named, else in-cluster, else $KUBECONFIG or
-// ~/.kube/config.
+// file when one is named, else from $KUBECONFIG when set, else in-cluster,
+// else ~/.kube/config (controller-runtime's order).
 func RestConfig(kubeconfig string) (*rest.Config, error) {
 	if kubeconfig != "" {
 		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)

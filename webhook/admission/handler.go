@@ -149,6 +149,8 @@ func decodePod(req admission.Request) (*corev1.Pod, error) {
 // BuildInput gathers the policy input for a pod: its namespace's labels and
 // annotations and its service account's annotations (read through r), the
 // user, the platform configuration and the secret references in its env.
+// A namespace r cannot find is an error; a service account it cannot find
+// has no annotations.
 func BuildInput(ctx context.Context, r client.Reader, pod *corev1.Pod, op, user string, groups []string, cfg map[string]any) (*policy.Input, error) {
 	in := &policy.Input{
 		Operation:  op,
@@ -165,7 +167,13 @@ func BuildInput(ctx context.Context, r client.Reader, pod *corev1.Pod, op, user 
 		return in, nil
 	}
 	ns := &corev1.Namespace{}
-	if err := r.Get(ctx, client.ObjectKey{Name: pod.Namespace}, ns); err != nil && !apierrors.IsNotFound(err) {
+	switch err := r.Get(ctx, client.ObjectKey{Name: pod.Namespace}, ns); {
+	case apierrors.IsNotFound(err):
+		// No pod is created in a namespace that does not exist: the cache
+		// is behind. The namespace's limits (secret stores, patterns) are
+		// unknown, so the pod is refused rather than given none.
+		return nil, fmt.Errorf("namespace %s could not be read: the webhook's cache does not hold it yet, so its limits are unknown; retry: %w", pod.Namespace, err)
+	case err != nil:
 		return nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
 	}
 	in.Namespace.Labels = orEmpty(ns.Labels)

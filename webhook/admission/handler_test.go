@@ -228,3 +228,16 @@ func TestMalformedPodIsABadRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownNamespaceIsRefused checks that a namespace the cache does not
+// hold refuses the pod instead of lifting the namespace's limits.
+func TestUnknownNamespaceIsRefused(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, true)
+	pod := runnerPod("registry.example.com/runner:1")
+	pod.Namespace = "team-b"
+	resp := h.Handle(t.Context(), request(t, pod))
+	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusInternalServerError || !strings.Contains(resp.Result.Message, "namespace team-b could not be read") {
+		t.Errorf("allowed %v, result %+v; want a 500 saying namespace team-b could not be read", resp.Allowed, resp.Result)
+	}
+}

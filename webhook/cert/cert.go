@@ -2,6 +2,11 @@
 // and a serving certificate signed by it, writes them where the webhook
 // server reads them, keeps the caBundle of the webhook configurations
 // current, and rotates both well before they expire, without a restart.
+//
+// Every webhook pod has its own CA (the certificate folder is an emptyDir),
+// and several pods run at once during a rolling update or with more than
+// one replica. So a pod never replaces the caBundle: it adds its CA to it
+// and keeps the other pods' CAs until they expire.
 package cert
 
 import (
@@ -19,10 +24,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -33,6 +40,13 @@ const (
 	KeyFile  = "tls.key"
 	CAFile   = "ca.crt"
 )
+
+// MaxBundle is the most CA certificates a caBundle keeps: this pod's, then
+// the newest of the others. Pods that were replaced leave their CA behind
+// until it expires; the cap keeps a run of restarts from growing the bundle
+// without bound. A live pod whose CA was pushed out adds it back within the
+// hour.
+const MaxBundle = 16
 
 // Options configure a Manager.
 type Options struct {
@@ -85,11 +99,13 @@ func New(opts Options) (*Manager, error) {
 
 // Ensure makes sure a valid certificate is in Dir, making a new CA and
 // certificate when there is none or it expires within RotateBefore, and
-// publishes the CA to the webhook configurations.
+// adds the CA to the caBundle of the webhook configurations, keeping the
+// CAs of other webhook pods that are there until they expire.
 //
 // On rotation the new CA is published, together with the previous one,
 // before the new certificate is served, so the API server trusts the
-// serving certificate at every moment.
+// serving certificate at every moment. Called again (Run does, hourly), it
+// adds the CA back if it went missing.
 func (m *Manager) Ensure(ctx context.Context) error {
 	if m.valid() {
 		ca, err := os.ReadFile(filepath.Join(m.opts.Dir, CAFile))
@@ -127,7 +143,8 @@ func (m *Manager) Ensure(ctx context.Context) error {
 	return writeAtomic(filepath.Join(m.opts.Dir, CertFile), crt)
 }
 
-// CABundle returns the PEM of the CA in force.
+// CABundle returns the PEM of this pod's CA in force (and, after a
+// rotation, the previous one); the published caBundle may hold more.
 func (m *Manager) CABundle() []byte { return m.ca }
 
 // Run calls Ensure every interval until ctx ends.
@@ -245,8 +262,8 @@ func writeAtomic(path string, data []byte) error {
 	return nil
 }
 
-// publish writes the CA into the caBundle of every named webhook of the
-// configured webhook configurations, where it differs.
+// publish merges the CA into the caBundle of every webhook of the
+// configured webhook configurations, where that changes it.
 func (m *Manager) publish(ctx context.Context) error {
 	if m.opts.Client == nil {
 		return nil
@@ -264,27 +281,100 @@ func (m *Manager) publish(ctx context.Context) error {
 	return nil
 }
 
-// patchBundle sets the caBundle of every client config of one webhook
-// configuration, patching it only where it differs.
+// patchBundle merges this pod's CA into the caBundle of every client config
+// of one webhook configuration, patching it only where that changes it.
+// The patch carries the resourceVersion it was made from, so two pods
+// publishing at once cannot drop each other's CA: the later one gets a
+// conflict, reads again and merges again.
 func (m *Manager) patchBundle(ctx context.Context, obj client.Object, name string) error {
-	if err := m.opts.Client.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
-		return fmt.Errorf("cert: reading %T %s: %w", obj, name, err)
-	}
-	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
-	changed := false
-	for _, cc := range clientConfigs(obj) {
-		if !bytes.Equal(cc.CABundle, m.ca) {
-			cc.CABundle = m.ca
-			changed = true
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if err := m.opts.Client.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
+			return fmt.Errorf("reading %T %s: %w", obj, name, err)
 		}
-	}
-	if !changed {
-		return nil
-	}
-	if err := m.opts.Client.Patch(ctx, obj, patch); err != nil {
+		patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+		changed := false
+		for _, cc := range clientConfigs(obj) {
+			merged, err := mergeBundle(cc.CABundle, m.ca, m.opts.Now())
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(cc.CABundle, merged) {
+				cc.CABundle = merged
+				changed = true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		return m.opts.Client.Patch(ctx, obj, patch)
+	})
+	if err != nil {
 		return fmt.Errorf("cert: updating the caBundle of %s: %w", name, err)
 	}
 	return nil
+}
+
+// mergeBundle returns the caBundle that holds own (this pod's CA, then
+// possibly its previous one) and every certificate of published that is
+// still valid at now, without duplicates, at most MaxBundle of them: own's
+// first certificate always, then the newest. Blocks that are not
+// certificates, or do not parse, are dropped. The result is in a fixed
+// order (newest first), so pods that see the same certificates write the
+// same bytes and do not patch back and forth.
+func mergeBundle(published, own []byte, now time.Time) ([]byte, error) {
+	mine := parseCerts(own)
+	if len(mine) == 0 {
+		return nil, errors.New("this pod's CA does not parse")
+	}
+	current := mine[0]
+	seen := map[string]bool{string(current.Raw): true}
+	var rest []*x509.Certificate
+	for _, c := range slices.Concat(mine[1:], parseCerts(published)) {
+		if seen[string(c.Raw)] || now.After(c.NotAfter) {
+			continue
+		}
+		seen[string(c.Raw)] = true
+		rest = append(rest, c)
+	}
+	slices.SortFunc(rest, newestFirst)
+	if len(rest) > MaxBundle-1 {
+		rest = rest[:MaxBundle-1]
+	}
+	rest = append(rest, current)
+	slices.SortFunc(rest, newestFirst)
+	var out []byte
+	for _, c := range rest {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+	}
+	return out, nil
+}
+
+// parseCerts returns the certificates of a PEM bundle, skipping blocks that
+// are not certificates or do not parse.
+func parseCerts(b []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			return out
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		if c, err := x509.ParseCertificate(block.Bytes); err == nil {
+			out = append(out, c)
+		}
+	}
+}
+
+// newestFirst orders certificates by NotBefore, latest first, then by their
+// bytes.
+func newestFirst(a, b *x509.Certificate) int {
+	if c := b.NotBefore.Compare(a.NotBefore); c != 0 {
+		return c
+	}
+	return bytes.Compare(a.Raw, b.Raw)
 }
 
 // clientConfigs returns the client configs of a webhook configuration.

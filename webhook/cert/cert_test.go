@@ -2,12 +2,22 @@ package cert
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 func TestEnsureMakesAndRotatesCertificates(t *testing.T) {
@@ -78,4 +88,180 @@ func verify(t *testing.T, dir string, bundle []byte, host string) {
 
 func countCerts(b []byte) int {
 	return bytes.Count(b, []byte("-----BEGIN CERTIFICATE-----"))
+}
+
+const host = "runwarden-webhook.runwarden.svc"
+
+// configurations returns a fake client holding a mutating and a validating
+// webhook configuration named runwarden, with two webhooks each.
+func configurations(t *testing.T, bundle []byte) client.WithWatch {
+	t.Helper()
+	cc := admissionregistrationv1.WebhookClientConfig{CABundle: bundle}
+	return fake.NewClientBuilder().WithObjects(
+		&admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "runwarden"},
+			Webhooks:   []admissionregistrationv1.MutatingWebhook{{Name: "a.runwarden.dev", ClientConfig: cc}, {Name: "b.runwarden.dev", ClientConfig: cc}},
+		},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "runwarden"},
+			Webhooks:   []admissionregistrationv1.ValidatingWebhook{{Name: "a.runwarden.dev", ClientConfig: cc}, {Name: "b.runwarden.dev", ClientConfig: cc}},
+		},
+	).Build()
+}
+
+// bundles returns the caBundle of every webhook of the configurations.
+func bundles(t *testing.T, c client.Client) [][]byte {
+	t.Helper()
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := c.Get(t.Context(), client.ObjectKey{Name: "runwarden"}, mwc); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(t.Context(), client.ObjectKey{Name: "runwarden"}, vwc); err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	for _, cc := range slices.Concat(clientConfigs(mwc), clientConfigs(vwc)) {
+		out = append(out, cc.CABundle)
+	}
+	return out
+}
+
+func newManager(t *testing.T, c client.Client, now *time.Time) (*Manager, string) {
+	t.Helper()
+	dir := t.TempDir()
+	m, err := New(Options{
+		Dir: dir, Hosts: []string{host}, Validity: 30 * 24 * time.Hour, Client: c,
+		MutatingWebhooks: []string{"runwarden"}, ValidatingWebhooks: []string{"runwarden"},
+		Now: func() time.Time { return *now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, dir
+}
+
+// TestPodsSharingTheConfigurationsAreAllTrusted runs two webhook pods, each
+// with its own CA, against one set of webhook configurations, as during a
+// rolling update: the published bundle must trust both pods' certificates,
+// before and after one of them rotates.
+func TestPodsSharingTheConfigurationsAreAllTrusted(t *testing.T) {
+	t.Parallel()
+	c := configurations(t, nil)
+	nowA := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	nowB := nowA.Add(time.Minute)
+	a, dirA := newManager(t, c, &nowA)
+	b, dirB := newManager(t, c, &nowB)
+	check := func(round string) {
+		t.Helper()
+		for i, bundle := range bundles(t, c) {
+			for name, dir := range map[string]string{"pod a": dirA, "pod b": dirB} {
+				t.Run(fmt.Sprintf("%s/webhook %d/%s", round, i, name), func(t *testing.T) { verify(t, dir, bundle, host) })
+			}
+		}
+	}
+
+	ensure := func(m *Manager) {
+		t.Helper()
+		if err := m.Ensure(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Both pods start; then each publishes again, as Run does hourly.
+	ensure(a)
+	ensure(b)
+	check("start")
+	if n := countCerts(bundles(t, c)[0]); n != 2 {
+		t.Errorf("bundle holds %d certificates, want the two pods' CAs", n)
+	}
+	ensure(a)
+	check("second round, a")
+	ensure(b)
+	check("second round, b")
+
+	// Each rotates in turn; the other's CA stays throughout.
+	nowA = nowA.Add(21 * 24 * time.Hour)
+	before := read(t, dirA, CertFile)
+	ensure(a)
+	if bytes.Equal(read(t, dirA, CertFile), before) {
+		t.Fatal("pod a did not rotate")
+	}
+	check("a rotated")
+	nowB = nowA
+	ensure(b)
+	check("b rotated")
+}
+
+func TestBundleDropsExpiredCAsAndIsCapped(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	// An old pod's CA, long expired (CAs live 1.5 times Validity).
+	then := now.Add(-100 * 24 * time.Hour)
+	old, _ := newManager(t, nil, &then)
+	if err := old.Ensure(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	garbage := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("not DER")})
+	key := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: []byte("x")})
+	var others []byte
+	for range MaxBundle + 4 {
+		o, _ := newManager(t, nil, &now)
+		if err := o.Ensure(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, o.CABundle()...)
+	}
+
+	c := configurations(t, slices.Concat(old.CABundle(), garbage, key))
+	m, _ := newManager(t, c, &now)
+	if err := m.Ensure(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, bundle := range bundles(t, c) {
+		if !bytes.Equal(bundle, m.CABundle()) {
+			t.Errorf("bundle holds %d certificates, want only the pod's own CA: the old CA is expired, the rest not certificates", countCerts(bundle))
+		}
+	}
+
+	c = configurations(t, others)
+	m, dir := newManager(t, c, &now)
+	if err := m.Ensure(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, bundle := range bundles(t, c) {
+		if n := countCerts(bundle); n != MaxBundle {
+			t.Errorf("bundle holds %d certificates, want %d", n, MaxBundle)
+		}
+		verify(t, dir, bundle, host)
+	}
+}
+
+// TestConcurrentPublishesKeepBothCAs has pod b publish between pod a's read
+// and its patch: a's patch must not drop b's CA.
+func TestConcurrentPublishesKeepBothCAs(t *testing.T) {
+	t.Parallel()
+	c := configurations(t, nil)
+	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	b, dirB := newManager(t, c, &now)
+	raced := false
+	racing := interceptor.NewClient(c, interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if !raced {
+				raced = true
+				if err := b.Ensure(ctx); err != nil {
+					return err
+				}
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	a, dirA := newManager(t, racing, &now)
+	if err := a.Ensure(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, bundle := range bundles(t, c) {
+		verify(t, dirA, bundle, host)
+		verify(t, dirB, bundle, host)
+	}
 }

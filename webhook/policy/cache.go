@@ -43,13 +43,23 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 		// object.get(<input ref>, <constant key or path>, default) reads the
 		// input ref extended by the key; the bare ref is not read otherwise.
 		handled := map[*ast.Term]bool{}
+		// A builtin is called in two forms: as a term (x := time.now_ns())
+		// and as a statement whose last argument is the output
+		// (time.now_ns(x), http.send(req, resp)); the second is an
+		// expression whose first term is the operator, not an ast.Call.
+		ast.WalkExprs(m, func(e *ast.Expr) bool {
+			if e.IsCall() && nondeterministic(e.Operator().String()) {
+				ok = false
+			}
+			return false
+		})
 		ast.WalkTerms(m, func(t *ast.Term) bool {
 			call, isCall := t.Value.(ast.Call)
 			if !isCall || len(call) == 0 {
 				return false
 			}
 			fn := call[0].Value.String()
-			if b, known := ast.BuiltinMap[fn]; known && b.Nondeterministic {
+			if nondeterministic(fn) {
 				ok = false
 			}
 			if fn != "object.get" || len(call) != 4 {
@@ -76,6 +86,13 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 		})
 	}
 	return paths, ok
+}
+
+// nondeterministic reports whether OPA marks the named builtin as
+// non-deterministic (time.now_ns, rand.intn, http.send, ...).
+func nondeterministic(fn string) bool {
+	b, known := ast.BuiltinMap[fn]
+	return known && b.Nondeterministic
 }
 
 // groundInputPrefix returns, for a reference rooted at input, its longest

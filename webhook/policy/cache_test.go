@@ -46,8 +46,14 @@ func TestCacheIsOffWhenReadsAreUnbounded(t *testing.T) {
 		cached       bool
 	}{
 		{name: "bounded", policy: `decision := {"deny": [], "warnings": [input.pod.spec.nodeName], "mutations": {}}`, cached: true},
+		{name: "dynamic key below a constant prefix", policy: `f := "nodeName"
+decision := {"deny": [], "warnings": [input.pod.spec[f]], "mutations": {}}`, cached: true},
 		{name: "whole input", policy: `decision := {"deny": [], "warnings": [json.marshal(input)], "mutations": {}}`},
 		{name: "time", policy: `decision := {"deny": [], "warnings": [sprintf("%d", [time.now_ns()])], "mutations": {}}`},
+		{name: "time, statement form", policy: `decision := {"deny": [], "warnings": [sprintf("%d", [t])], "mutations": {}} if {
+	time.now_ns(t)
+}`},
+		{name: "http.send, statement form in a comprehension", policy: `decision := {"deny": [], "warnings": [r | http.send({"method": "GET", "url": "http://x"}, r)], "mutations": {}}`},
 		{name: "dynamic object.get key", policy: `k := "pod"
 decision := {"deny": [], "warnings": [json.marshal(object.get(input, k, {}))], "mutations": {}}`},
 	}
