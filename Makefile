@@ -91,6 +91,7 @@ helm-plugin: ## Install the Helm v4 post-renderer plugin into HELM_PLUGINS (defa
 	@dir="$${HELM_PLUGINS:-$$($(call tool,helm4)/helm env HELM_PLUGINS)}/runwarden-postrender"; \
 	mkdir -p "$$dir/bin" && cp postrender/plugin/plugin.yaml "$$dir/" && cp $(BIN_DIR)/runwarden-postrender "$$dir/bin/" && \
 	echo "installed the runwarden-postrender plugin in $$dir"
+	@[ -n "$${HELM_PLUGINS:-}" ] || echo "note: Helm v3 shares this folder and loads no plugin while a v4 one is there; see docs/postrender.md"
 
 .PHONY: lint
 lint: ## Run golangci-lint.

@@ -83,8 +83,8 @@ func BenchmarkPostrender(b *testing.B) {
 	}
 }
 
-// buildPostrender builds the runwarden-postrender binary for the benchmark.
-func buildPostrender(b *testing.B) string {
+// buildPostrender builds the runwarden-postrender binary.
+func buildPostrender(b testing.TB) string {
 	b.Helper()
 	bin := filepath.Join(b.TempDir(), "runwarden-postrender")
 	cmd := exec.Command("go", "build", "-o", bin, "..")

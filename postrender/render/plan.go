@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"sigs.k8s.io/kustomize/api/konfig"
 	"sigs.k8s.io/kustomize/api/types"
@@ -69,6 +70,24 @@ func shardable(fs filesys.FileSystem, dir string, k *types.Kustomization, depth 
 	case k.SortOptions != nil && k.SortOptions.Order != types.LegacySortOrder:
 		return false, "sortOptions other than legacy"
 	}
+	for _, r := range k.Resources {
+		// A base's own kustomization can carry settings (configurations,
+		// crds, vars) that Kustomize applies to the whole build.
+		rdir := filepath.Join(dir, r)
+		if strings.Contains(r, "://") || strings.HasPrefix(r, "github.com/") {
+			return false, "remote resource " + r
+		}
+		if !fs.IsDir(rdir) {
+			continue
+		}
+		bk, _, err := readKustomization(fs, rdir)
+		if err != nil {
+			return false, "resource " + r + " unreadable"
+		}
+		if ok, why := shardable(fs, rdir, bk, depth+1); !ok {
+			return false, "resource " + r + ": " + why
+		}
+	}
 	for _, c := range k.Components {
 		cdir := filepath.Join(dir, c)
 		if !fs.IsDir(cdir) {
@@ -86,10 +105,28 @@ func shardable(fs filesys.FileSystem, dir string, k *types.Kustomization, depth 
 }
 
 // patchTargets returns the names of the resources that strategic merge
-// patches without a target selector name: such a patch fails when its
-// resource is missing, so those resources go into every group.
+// patches without a target selector and replicas entries name, in the
+// overlay and its components: such a transformation fails when its resource
+// is missing, so those resources go into every group.
 func patchTargets(fs filesys.FileSystem, dir string, k *types.Kustomization) map[string]bool {
 	names := map[string]bool{}
+	addTargets(fs, dir, k, names, 0)
+	return names
+}
+
+func addTargets(fs filesys.FileSystem, dir string, k *types.Kustomization, names map[string]bool, depth int) {
+	if depth > 8 {
+		return
+	}
+	for _, r := range k.Replicas {
+		names[r.Name] = true
+	}
+	for _, c := range k.Components {
+		cdir := filepath.Join(dir, c)
+		if ck, _, err := readKustomization(fs, cdir); err == nil {
+			addTargets(fs, cdir, ck, names, depth+1)
+		}
+	}
 	add := func(text string) {
 		nodes, err := (&yamlReader{text: text}).all()
 		if err != nil {
@@ -125,7 +162,6 @@ func patchTargets(fs filesys.FileSystem, dir string, k *types.Kustomization) map
 			add(s)
 		}
 	}
-	return names
 }
 
 // yamlReader reads every document of a YAML text.
@@ -133,7 +169,11 @@ type yamlReader struct{ text string }
 
 func (r *yamlReader) all() ([]*yaml.RNode, error) {
 	var out []*yaml.RNode
-	for _, d := range splitDocuments([]byte(r.text)) {
+	docs, err := splitDocuments([]byte(r.text))
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range docs {
 		n, err := yaml.Parse(string(d.raw))
 		if err != nil {
 			return nil, err
@@ -144,9 +184,12 @@ func (r *yamlReader) all() ([]*yaml.RNode, error) {
 }
 
 // skippedKeys are fields whose values never name another resource in
-// Kustomize's name references, so they do not tie documents together.
+// Kustomize's name references, so they do not tie documents together
+// (TestSkippedKeysAreNotNameReferences checks them against Kustomize's own
+// list). Annotations are not among them: Kustomize follows some
+// (nginx.ingress.kubernetes.io/auth-secret and others).
 var skippedKeys = map[string]bool{
-	"labels": true, "annotations": true, "selector": true, "matchLabels": true,
+	"labels": true, "selector": true, "matchLabels": true,
 	"matchExpressions": true, "nodeSelector": true, "image": true, "command": true,
 	"args": true, "value": true, "data": true, "stringData": true, "binaryData": true,
 }
@@ -173,9 +216,9 @@ func scalars(n *yaml.Node, fn func(string)) {
 // groups partitions the documents so that a document and any document it may
 // refer to by name land in the same group: Kustomize's name reference fix-ups
 // (after a prefix, a suffix, a generated name or a namespace change) then see
-// both. A reference is any scalar of the referrer, outside labels,
-// annotations and selectors, equal to another document's name: a superset of
-// the fields Kustomize follows. Documents that share a name are grouped too,
+// both. A reference is any scalar of the referrer, outside skippedKeys,
+// equal to another document's name: a superset of the fields Kustomize
+// follows. Documents that share a name are grouped too,
 // so an id conflict is reported as a single build would. It returns, for
 // each group, the indexes of its documents in input order.
 func groups(docs []doc) [][]int {

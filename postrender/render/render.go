@@ -128,7 +128,10 @@ func Render(ctx context.Context, opts Options, input []byte) ([]byte, Stats, err
 		return nil, st, &OverlayError{File: kfile, Err: fmt.Errorf("%w: add %q to resources", ErrNotListed, opts.ResourceName)}
 	}
 
-	docs := splitDocuments(input)
+	docs, err := splitDocuments(input)
+	if err != nil {
+		return nil, st, err
+	}
 	if len(docs) == 0 {
 		return nil, st, ErrEmptyInput
 	}
@@ -215,6 +218,13 @@ func build(ctx context.Context, opts Options, dir string, k *types.Kustomization
 		st.Shards = 1
 		return buildOnce(dir, opts.ResourceName, docs)
 	}
+	for _, d := range docs {
+		if d.list {
+			// The names inside a List do not take part in the grouping.
+			st.Fallback, st.Shards = "the input holds a "+d.kind, 1
+			return buildOnce(dir, opts.ResourceName, docs)
+		}
+	}
 
 	// Documents strategic merge patches name without a target go into every shard.
 	anchored := patchTargets(disk, dir, k)
@@ -264,7 +274,9 @@ func joinDocs(docs []doc, idx []int) []byte {
 			b.WriteString("---\n")
 		}
 		b.Write(docs[i].raw)
-		if !bytes.HasSuffix(docs[i].raw, []byte("\n")) {
+		// Only the input's last document can lack its newline, and it stays
+		// last: a newline there would end a block scalar differently.
+		if n < len(idx)-1 && !bytes.HasSuffix(docs[i].raw, []byte("\n")) {
 			b.WriteByte('\n')
 		}
 	}
@@ -381,6 +393,19 @@ func buildSharded(ctx context.Context, opts Options, dir string, k *types.Kustom
 		if s.count != 1 && s.count != len(shards) {
 			return nil, "a resource came out of some shards only: " + id.String(), nil
 		}
+	}
+	// Each of Helm's documents is one resource (Lists are never split), and
+	// the overlay adds the same number to every shard. Anything else means
+	// two documents became one resource, an id conflict a single build
+	// reports (say, two Namespaces both renamed by the namespace field).
+	extra := len(results[0]) - len(shards[0])
+	for s, res := range results {
+		if len(res)-len(shards[s]) != extra {
+			return nil, fmt.Sprintf("shard %d of %d made %d resources of %d documents", s+1, len(shards), len(res), len(shards[s])), nil
+		}
+	}
+	if len(merged) != extra+len(docs) {
+		return nil, fmt.Sprintf("the shards made %d resources of %d documents", len(merged), len(docs)), nil
 	}
 
 	less, err := legacyOrder(k, merged)

@@ -310,6 +310,7 @@ func TestSplitDocuments(t *testing.T) {
 		name  string
 		in    string
 		lines []int
+		err   string
 	}{
 		{name: "leading separator", in: "---\na: 1\n---\nb: 2\n", lines: []int{2, 4}},
 		{name: "no separator", in: "a: 1\n", lines: []int{1}},
@@ -317,13 +318,22 @@ func TestSplitDocuments(t *testing.T) {
 		{name: "block scalar with dashes inside", in: "a: |\n  ---\n  x\n---\nb: 2\n", lines: []int{1, 5}},
 		{name: "empty and comment-only documents dropped", in: "---\n---\n# c\n---\na: 1\n", lines: []int{5}},
 		{name: "no trailing newline", in: "a: 1\n---\nb: 2", lines: []int{1, 3}},
-		{name: "not a separator", in: "a: 1\n----\n", lines: []int{1}},
+		{name: "content on the first line's separator", in: "--- {a: 1}\n---\nb: 2\n", lines: []int{1, 3}},
+		{name: "content after a separator", in: "a: 1\n--- {b: 2}\nc: 3\n", err: "document 2 (input line 2): invalid document separator: --- {b: 2}"},
+		{name: "four dashes", in: "a: 1\n----\n", err: "document 2 (input line 2): invalid document separator: ----"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			docs, err := splitDocuments([]byte(tt.in))
+			if tt.err != "" || err != nil {
+				if err == nil || err.Error() != tt.err {
+					t.Fatalf("error %v, want %q", err, tt.err)
+				}
+				return
+			}
 			var lines []int
-			for _, d := range splitDocuments([]byte(tt.in)) {
+			for _, d := range docs {
 				lines = append(lines, d.line)
 			}
 			if diff := cmp.Diff(tt.lines, lines); diff != "" {
@@ -337,7 +347,10 @@ func FuzzSplitDocuments(f *testing.F) {
 	f.Add([]byte("a: 1\n---\nb: 2\n"))
 	f.Add([]byte("---\n--- #x\n\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		docs := splitDocuments(in)
+		docs, err := splitDocuments(in)
+		if err != nil {
+			return
+		}
 		// Every document's text is a part of the input, in order.
 		rest := in
 		for _, d := range docs {

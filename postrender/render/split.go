@@ -43,14 +43,17 @@ type doc struct {
 	kind  string
 	name  string
 	hook  bool // carries the helm.sh/hook annotation
+	list  bool // a List whose items Kustomize reads as resources
 }
 
 // splitDocuments cuts a YAML stream at its "---" separators, keeping each
-// document's text and first line. A separator is a line that starts with
-// "---" followed by nothing, a space or a comment; in YAML it ends the
-// document even inside a block scalar, whose lines are always indented.
-// Documents that hold only comments and blank lines are dropped, as Helm does.
-func splitDocuments(input []byte) []doc {
+// document's text and first line. As in `kustomize build`, a separator is a
+// line that starts with "---"; anything after it but blanks and a comment is
+// an error, except on the first line, where YAML reads it as the first
+// document's content. In YAML a separator ends the document even inside a
+// block scalar, whose lines are always indented. Documents that hold only
+// comments and blank lines are dropped, as Helm does.
+func splitDocuments(input []byte) ([]doc, error) {
 	var docs []doc
 	start, startLine, line := 0, 1, 1
 	flush := func(end int) {
@@ -65,23 +68,27 @@ func splitDocuments(input []byte) []doc {
 		if nl >= 0 {
 			next = i + nl + 1
 		}
-		if isSeparator(input[i:next]) {
-			flush(i)
-			start, startLine = next, line+1
+		if l := input[i:next]; bytes.HasPrefix(l, []byte("---")) {
+			rest := bytes.TrimSpace(l[3:])
+			switch {
+			case len(rest) == 0 || rest[0] == '#':
+				flush(i)
+				start, startLine = next, line+1
+			case i > 0:
+				// The line would start the next document.
+				index := len(docs) + 1
+				if hasContent(input[start:i]) {
+					index++
+				}
+				return nil, &DocumentError{Index: index, Line: line,
+					Err: fmt.Errorf("invalid document separator: %s", bytes.TrimSpace(l))}
+			}
 		}
 		i = next
 		line++
 	}
 	flush(len(input))
-	return docs
-}
-
-func isSeparator(l []byte) bool {
-	if !bytes.HasPrefix(l, []byte("---")) {
-		return false
-	}
-	rest := bytes.TrimRight(l[3:], "\r\n")
-	return len(rest) == 0 || rest[0] == ' ' || rest[0] == '\t' || rest[0] == '#'
+	return docs, nil
 }
 
 func hasContent(raw []byte) bool {
@@ -112,6 +119,8 @@ func (d *doc) parse() error {
 		return d.errorf("the manifest has no kind")
 	}
 	d.kind, d.name = meta.Kind, meta.Name
+	// Kustomize reads a List's items as resources of their own.
+	d.list = strings.HasSuffix(d.kind, "List") && node.Field("items") != nil
 	_, d.hook = meta.Annotations[helmHookAnnotation]
 	return nil
 }

@@ -1,0 +1,146 @@
+package render
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// configMaps returns n ConfigMaps named filler-0 to filler-(n-1), so that
+// small inputs are split at small shard sizes.
+func configMaps(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: filler-%d\ndata:\n  k: v\n", i)
+	}
+	return b.String()
+}
+
+// TestRenderEdgeCasesMatchKustomizeBuild runs inputs and overlays where
+// splitting the build could go wrong through the kustomize CLI and Render,
+// built once and split: the output, or the failure, must be the same.
+func TestRenderEdgeCasesMatchKustomizeBuild(t *testing.T) {
+	t.Parallel()
+	cli := kustomizeCLI(t)
+	tests := []struct {
+		name, overlay, input string
+		// split says whether Render must still split the input.
+		split bool
+	}{
+		{
+			name: "reference in an annotation Kustomize follows", overlay: "prefix", split: true,
+			input: "apiVersion: v1\nkind: Secret\nmetadata:\n  name: basic-auth\n" + configMaps(4) +
+				"---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: web\n  annotations:\n" +
+				"    nginx.ingress.kubernetes.io/auth-secret: basic-auth\nspec:\n  defaultBackend:\n    service:\n      name: web\n      port:\n        number: 80\n",
+		},
+		{
+			name: "names inside a List", overlay: "prefix",
+			input: "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: settings\n" + configMaps(4) +
+				"---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  selector:\n    matchLabels: {app: a}\n  template:\n" +
+				"    metadata:\n      labels: {app: a}\n    spec:\n      containers:\n      - name: c\n        image: x\n        envFrom:\n        - configMapRef:\n            name: settings\n",
+		},
+		{
+			name: "two Namespaces renamed to one", overlay: "namespace",
+			input: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team1\n" + configMaps(4) +
+				"---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: team2\n",
+		},
+		{
+			name: "block scalar at the end of input without a newline", overlay: "prefix", split: true,
+			input: configMaps(4) + "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: last\ndata:\n  k: |\n    x",
+		},
+		{
+			name: "name reference configured in a base", overlay: "base-config",
+			input: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: wcfg\n" + configMaps(4) +
+				"---\napiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\nspec:\n  selector:\n    configName: wcfg\n",
+		},
+		{
+			name: "replicas of one Deployment", overlay: "replicas", split: true,
+			input: configMaps(4) + "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  replicas: 1\n" +
+				"  selector:\n    matchLabels: {app: a}\n  template:\n    metadata:\n      labels: {app: a}\n    spec:\n      containers:\n      - name: c\n        image: x\n",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join("testdata", "edge", tt.overlay)
+			want, cliErr := cliBuild(t, cli, dir, []byte(tt.input))
+			for _, shard := range []int{-1, 1, 3} {
+				got, st, err := Render(t.Context(), Options{Overlay: dir, ShardSize: shard}, []byte(tt.input))
+				switch {
+				case cliErr != nil && err == nil:
+					t.Errorf("shard size %d: Render succeeded where kustomize build failed with %v", shard, cliErr)
+				case cliErr == nil && err != nil:
+					t.Errorf("shard size %d: Render: %v", shard, err)
+				case cliErr == nil:
+					if diff := cmp.Diff(string(want), string(got)); diff != "" {
+						t.Errorf("shard size %d: output differs from kustomize build (-cli +ours):\n%s", shard, diff)
+					}
+					if shard > 0 && tt.split && st.Shards < 2 {
+						t.Errorf("shard size %d: built once (%q), want split", shard, st.Fallback+st.NotShardable)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestManagedByLabelMatchesKustomizeBuild checks the version Kustomize
+// stamps into app.kubernetes.io/managed-by, with the built binary: test
+// binaries carry no dependency versions for the library to find.
+func TestManagedByLabelMatchesKustomizeBuild(t *testing.T) {
+	t.Parallel()
+	dir, err := filepath.Abs(filepath.Join("testdata", "edge", "managed-by"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := []byte(configMaps(5))
+	want, err := cliBuild(t, kustomizeCLI(t), dir, input)
+	if err != nil {
+		t.Fatalf("kustomize build: %v", err)
+	}
+	cmd := exec.Command(buildPostrender(t), "--kustomize", dir)
+	cmd.Stdin = bytes.NewReader(input)
+	got, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("runwarden-postrender: %v", err)
+	}
+	if !bytes.Contains(want, []byte("managed-by: kustomize-v")) {
+		t.Fatalf("kustomize build set no versioned managed-by label:\n%s", want)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("output differs from kustomize build (-cli +ours):\n%s", diff)
+	}
+}
+
+// TestSkippedKeysAreNotNameReferences checks that no field the grouping
+// ignores appears in a path of Kustomize's default name references, read
+// from the pinned library's source.
+func TestSkippedKeysAreNotNameReferences(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kustomize/api").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join(string(bytes.TrimSpace(out)), "internal", "konfig", "builtinpluginconsts", "namereference.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := regexp.MustCompile(`(?m)^[\s-]*path:\s*(\S+)`).FindAllSubmatch(src, -1)
+	if len(paths) < 50 {
+		t.Fatalf("found %d name reference paths, want Kustomize's default list", len(paths))
+	}
+	for _, p := range paths {
+		for _, seg := range strings.Split(string(p[1]), "/") {
+			if skippedKeys[strings.TrimSuffix(seg, "[]")] {
+				t.Errorf("Kustomize follows names at %s, but the grouping skips %q", p[1], seg)
+			}
+		}
+	}
+}
