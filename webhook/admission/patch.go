@@ -2,6 +2,8 @@ package admission
 
 import (
 	"fmt"
+	"sort"
+	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -9,29 +11,116 @@ import (
 )
 
 // Patch returns the JSON patch that turns before into after, for the fields
-// Apply changes: labels, annotations, node selector, tolerations, affinity,
-// volumes, and each container's env, envFrom and volume mounts. Each changed
-// field is written whole with an "add", which sets an object member whether
-// or not it exists. This is much cheaper than diffing the two documents,
-// and FuzzDecisionToPatch checks it against them.
+// Apply changes: labels, annotations, node selector, tolerations, the
+// required node affinity, volumes, and each container's env, envFrom and
+// volume mounts.
+//
+// The pod is decoded into the webhook's own API types, which drop fields
+// they do not know (a volume source or an env field newer than the
+// webhook). So the patch touches only what Apply changed, never a whole
+// list or object the pod already had: new map keys and new list items are
+// added, and a changed list item is replaced by itself alone. Apply never
+// removes or reorders items, which is what makes this exact;
+// FuzzDecisionToPatch checks it against the two documents.
 func Patch(before, after *corev1.Pod) []jsonpatch.Operation {
-	var ops []jsonpatch.Operation
-	add := func(path string, old, new any) {
-		if !equality.Semantic.DeepEqual(old, new) {
-			ops = append(ops, jsonpatch.Operation{Operation: "add", Path: path, Value: new})
-		}
-	}
-	add("/metadata/labels", before.Labels, after.Labels)
-	add("/metadata/annotations", before.Annotations, after.Annotations)
-	add("/spec/nodeSelector", before.Spec.NodeSelector, after.Spec.NodeSelector)
-	add("/spec/tolerations", before.Spec.Tolerations, after.Spec.Tolerations)
-	add("/spec/affinity", before.Spec.Affinity, after.Spec.Affinity)
-	add("/spec/volumes", before.Spec.Volumes, after.Spec.Volumes)
+	var p patcher
+	p.maps("/metadata/labels", before.Labels, after.Labels)
+	p.maps("/metadata/annotations", before.Annotations, after.Annotations)
+	p.maps("/spec/nodeSelector", before.Spec.NodeSelector, after.Spec.NodeSelector)
+	lists(&p, "/spec/tolerations", before.Spec.Tolerations, after.Spec.Tolerations)
+	p.affinity(before.Spec.Affinity, after.Spec.Affinity)
+	lists(&p, "/spec/volumes", before.Spec.Volumes, after.Spec.Volumes)
 	for i := range after.Spec.Containers {
 		b, a := &before.Spec.Containers[i], &after.Spec.Containers[i]
-		add(fmt.Sprintf("/spec/containers/%d/env", i), b.Env, a.Env)
-		add(fmt.Sprintf("/spec/containers/%d/envFrom", i), b.EnvFrom, a.EnvFrom)
-		add(fmt.Sprintf("/spec/containers/%d/volumeMounts", i), b.VolumeMounts, a.VolumeMounts)
+		lists(&p, fmt.Sprintf("/spec/containers/%d/env", i), b.Env, a.Env)
+		lists(&p, fmt.Sprintf("/spec/containers/%d/envFrom", i), b.EnvFrom, a.EnvFrom)
+		lists(&p, fmt.Sprintf("/spec/containers/%d/volumeMounts", i), b.VolumeMounts, a.VolumeMounts)
 	}
-	return ops
+	return p.ops
+}
+
+type patcher struct{ ops []jsonpatch.Operation }
+
+func (p *patcher) add(path string, v any) {
+	p.ops = append(p.ops, jsonpatch.Operation{Operation: "add", Path: path, Value: v})
+}
+
+// maps adds the keys whose values differ; a map the pod did not have (or
+// had as null) is added whole.
+func (p *patcher) maps(path string, before, after map[string]string) {
+	if equality.Semantic.DeepEqual(before, after) {
+		return
+	}
+	if before == nil {
+		p.add(path, after)
+		return
+	}
+	keys := make([]string, 0, len(after))
+	for k, v := range after {
+		if old, ok := before[k]; !ok || old != v {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		p.add(path+"/"+escape(k), after[k])
+	}
+}
+
+// lists replaces the items that differ and appends the new ones; a list the
+// pod did not have (or had as null) is added whole.
+func lists[T any](p *patcher, path string, before, after []T) {
+	if before == nil {
+		if len(after) > 0 {
+			p.add(path, after)
+		}
+		return
+	}
+	for i := range after {
+		switch {
+		case i >= len(before):
+			p.add(path+"/-", after[i])
+		case !equality.Semantic.DeepEqual(before[i], after[i]):
+			p.ops = append(p.ops, jsonpatch.Operation{Operation: "replace", Path: fmt.Sprintf("%s/%d", path, i), Value: after[i]})
+		}
+	}
+}
+
+// affinity patches the required node affinity, the one part Apply changes,
+// from the deepest level the pod already had.
+func (p *patcher) affinity(before, after *corev1.Affinity) {
+	const base = "/spec/affinity"
+	switch {
+	case equality.Semantic.DeepEqual(before, after):
+		return
+	case before == nil:
+		p.add(base, after)
+		return
+	case before.NodeAffinity == nil:
+		p.add(base+"/nodeAffinity", after.NodeAffinity)
+		return
+	}
+	b, a := before.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution, after.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	path := base + "/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"
+	switch {
+	case b == nil:
+		p.add(path, a)
+		return
+	case b.NodeSelectorTerms == nil:
+		p.add(path+"/nodeSelectorTerms", a.NodeSelectorTerms)
+		return
+	}
+	for i := range a.NodeSelectorTerms {
+		if i >= len(b.NodeSelectorTerms) {
+			p.add(path+"/nodeSelectorTerms/-", a.NodeSelectorTerms[i])
+			continue
+		}
+		lists(p, fmt.Sprintf("%s/nodeSelectorTerms/%d/matchExpressions", path, i),
+			b.NodeSelectorTerms[i].MatchExpressions, a.NodeSelectorTerms[i].MatchExpressions)
+	}
+}
+
+// escape makes a map key a JSON pointer token (RFC 6901).
+func escape(k string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
 }
