@@ -54,7 +54,11 @@ policy-test: ## Run the Rego tests of policies/ with opa, failing below 90% cove
 .PHONY: e2e
 e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default local).
 	hack/tools.sh kubernetes etcd kwok coredns opentofu helm3 helm4
-	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
+	@# One e2e run at a time on a machine (one real node, one e2e cluster name): a second one waits.
+	@state="$${RUNWARDEN_STATE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/runwarden}"; mkdir -p "$$state"; \
+	flock -n "$$state/e2e.lock" true || echo "e2e: another e2e run holds $$state/e2e.lock; waiting for it"
+	state="$${RUNWARDEN_STATE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/runwarden}"; \
+	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} flock "$$state/e2e.lock" $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
 	@if [ "$${RUNWARDEN_E2E_CLUSTER:-local}" = local ] && [ "$${RUNWARDEN_E2E_KEEP:-}" != true ]; then \
 		hack/check-clean.sh --unless-running; fi
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the pinned tools runwarden needs from the Go module proxy into a cache
 # folder outside the checkout, keyed by tool and version, so a fresh clone (and
-# CI) reuses them. A tool is rebuilt only when its folder is missing.
+# CI) reuses them. A tool is rebuilt only when its folder is missing; two runs
+# that need the same missing tool build it once (the second waits).
 #
 # Usage: hack/tools.sh [all|path|TOOL...]
 #   all        build every tool (default)
@@ -164,13 +165,22 @@ ensure_node_packages() {
 # temporary folder and renames it at the end, so an interrupted build never
 # leaves a half-filled folder that looks complete.
 ensure() {
-	local name=$1 out
+	local name=$1 out lock
 	if [[ $name == node-packages ]]; then
 		ensure_node_packages
 		return
 	fi
 	out=$(folder "$name") || return 2
 	[[ -d $out ]] && return 0
+	# One build of a tool at a time on the machine: a second run waits for the
+	# first and then finds the folder.
+	mkdir -p "$tools_dir"
+	exec {lock}>"$out.lock"
+	flock "$lock"
+	if [[ -d $out ]]; then
+		exec {lock}>&-
+		return 0
+	fi
 	local tmp=$out.tmp.$$ log
 	log=$(mktemp)
 	rm -rf "$tmp"
@@ -181,10 +191,12 @@ ensure() {
 		echo "tools: FAILED to build $name after $((SECONDS - start))s; the last lines of its output:" >&2
 		tail -n 30 "$log" >&2
 		rm -rf "$tmp" "$log"
+		exec {lock}>&-
 		return 1
 	fi
 	rm -f "$log"
 	mv "$tmp" "$out"
+	exec {lock}>&-
 	echo "tools: built $name in $((SECONDS - start))s" >&2
 }
 
@@ -203,7 +215,7 @@ main() {
 		fi
 		;;
 	-h | --help | help)
-		sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		;;
 	*)
 		for t in "$@"; do ensure "$t"; done
