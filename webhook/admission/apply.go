@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,6 +49,27 @@ func Apply(pod *corev1.Pod, m policy.Mutations) {
 			}
 		}
 	}
+}
+
+// MountClashes returns, for each container, the volume mounts of the
+// mutations whose path the container already uses for another volume: the
+// pod would be invalid with both (mount paths are unique per container).
+func MountClashes(pod *corev1.Pod, m policy.Mutations) []string {
+	var out []string
+	for _, c := range pod.Spec.Containers {
+		for _, vm := range m.VolumeMounts {
+			if !slices.Contains(vm.Containers, c.Name) && !slices.Contains(vm.Containers, "*") {
+				continue
+			}
+			for _, own := range c.VolumeMounts {
+				if own.MountPath == vm.VolumeMount.MountPath && own.Name != vm.VolumeMount.Name {
+					out = append(out, fmt.Sprintf("container %s already mounts volume %s at %s, where the platform mounts %s",
+						c.Name, own.Name, own.MountPath, vm.VolumeMount.Name))
+				}
+			}
+		}
+	}
+	return out
 }
 
 func setAll(dst, src map[string]string) map[string]string {

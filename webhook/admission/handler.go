@@ -121,6 +121,10 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		resp.Warnings = d.Warnings
 		return resp, "allowed"
 	}
+	if clashes := MountClashes(pod, d.Mutations); len(clashes) > 0 {
+		// The API server would refuse the pod for it, with less to go on.
+		return admission.Denied("runwarden policy: " + strings.Join(clashes, "; ")), "denied"
+	}
 	before := pod.DeepCopy()
 	Apply(pod, d.Mutations)
 	resp := admission.Patched("", Patch(before, pod)...)

@@ -241,3 +241,18 @@ func TestUnknownNamespaceIsRefused(t *testing.T) {
 		t.Errorf("allowed %v, result %+v; want a 500 saying namespace team-b could not be read", resp.Allowed, resp.Result)
 	}
 }
+
+func TestHandlerDeniesAMountPathThePodAlreadyUses(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, true)
+	pod := runnerPod("registry.example.com/runner:1")
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "own-token", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "own-token", MountPath: "/var/run/secrets/eks.amazonaws.com/serviceaccount"}}
+	resp := h.Handle(t.Context(), request(t, pod))
+	if resp.Allowed {
+		t.Fatalf("allowed with %d patches; want a denial naming the clash", len(resp.Patches))
+	}
+	if msg := resp.Result.Message; !strings.Contains(msg, "container main already mounts volume own-token at /var/run/secrets/eks.amazonaws.com/serviceaccount, where the platform mounts aws-iam-token") {
+		t.Errorf("denial %q does not name the clash", msg)
+	}
+}
