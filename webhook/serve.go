@@ -207,7 +207,10 @@ func serveWith(ctx context.Context, c serveConfig) error {
 			&corev1.Namespace{}:      {UnsafeDisableDeepCopy: ptr.To(true)},
 			&corev1.ServiceAccount{}: {UnsafeDisableDeepCopy: ptr.To(true)},
 		}},
-		BaseContext: func() context.Context { return ctx },
+		// Runnables get the context's values (the logger) but not its
+		// cancellation: on SIGTERM the manager stops them in its own order,
+		// the webhook server last, and lets it finish the requests in flight.
+		BaseContext: func() context.Context { return context.WithoutCancel(ctx) },
 	})
 	if err != nil {
 		return fmt.Errorf("making the manager: %w", err)
