@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -233,6 +234,25 @@ func serveWith(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
+		return err
+	}
+	// The handler reads namespaces and service accounts from the cache.
+	// Their informers start with the manager (not on the first request),
+	// and the pod is ready only once they hold the cluster's objects: before,
+	// a request would fail and the pod be refused.
+	for _, obj := range []client.Object{&corev1.Namespace{}, &corev1.ServiceAccount{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj, cache.BlockUntilSynced(false)); err != nil {
+			return fmt.Errorf("watching %T: %w", obj, err)
+		}
+	}
+	if err := mgr.AddReadyzCheck("caches", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("the namespace and service account caches are not synced yet")
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	logger.Info("serving", "address", net.JoinHostPort(c.bindAddress, fmt.Sprint(c.port)), "paths", []string{MutatePath, ValidatePath})
