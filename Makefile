@@ -17,6 +17,8 @@ LDFLAGS := -s -w -X github.com/runwarden/runwarden/internal/version.Version=$(VE
 BINARIES := $(patsubst %/main.go,%,$(wildcard postrender/main.go webhook/main.go dispatcher/main.go))
 
 E2E_TIMEOUT ?= 25m
+# Where the local clusters keep their state (as hack/cluster.sh and hack/node.sh).
+STATE_DIR := $(or $(RUNWARDEN_STATE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/runwarden)
 BENCH_COUNT ?= 3
 
 .PHONY: help
@@ -55,10 +57,8 @@ policy-test: ## Run the Rego tests of policies/ with opa, failing below 90% cove
 e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default local).
 	hack/tools.sh kubernetes etcd kwok coredns opentofu helm3 helm4
 	@# One e2e run at a time on a machine (one real node, one e2e cluster name): a second one waits.
-	@state="$${RUNWARDEN_STATE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/runwarden}"; mkdir -p "$$state"; \
-	flock -n "$$state/e2e.lock" true || echo "e2e: another e2e run holds $$state/e2e.lock; waiting for it"
-	state="$${RUNWARDEN_STATE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/runwarden}"; \
-	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} flock "$$state/e2e.lock" $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
+	@mkdir -p "$(STATE_DIR)"; flock -n "$(STATE_DIR)/e2e.lock" true || echo "e2e: another e2e run holds $(STATE_DIR)/e2e.lock; waiting for it"
+	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} flock "$(STATE_DIR)/e2e.lock" $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
 	@if [ "$${RUNWARDEN_E2E_CLUSTER:-local}" = local ] && [ "$${RUNWARDEN_E2E_KEEP:-}" != true ]; then \
 		hack/check-clean.sh --unless-running; fi
 
