@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,7 +67,7 @@ func freePort(t testing.TB) int {
 
 // startWebhook builds and starts the webhook and registers a
 // MutatingWebhookConfiguration for it; the webhook fills in the caBundle.
-func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config) *webhookProcess {
+func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config, extraArgs ...string) *webhookProcess {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "runwarden-webhook")
@@ -119,14 +120,14 @@ func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config) *webho
 		_ = cfg.Client().Resources().Delete(context.Background(), whc)
 	})
 
-	w.cmd = exec.Command(bin, "serve",
+	w.cmd = exec.Command(bin, append([]string{"serve",
 		"--bind-address", "127.0.0.1", "--port", fmt.Sprint(port),
 		"--cert-dir", filepath.Join(dir, "certs"), "--cert-mode", "self", "--cert-hosts", "127.0.0.1",
 		"--mutating-webhook-configuration", w.config,
 		"--policies", w.policyDir, "--policy-reload-interval", "500ms",
 		"--config", cfgFile,
 		"--metrics-bind-address", w.metrics, "--health-probe-bind-address", w.healthAddr,
-		"--kubeconfig", cfg.KubeconfigFile())
+		"--kubeconfig", cfg.KubeconfigFile()}, extraArgs...)...)
 	w.cmd.Stdout, w.cmd.Stderr = w.log, w.log
 	if err := w.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -227,10 +228,11 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 			}
 			return ctx
 		}).
-		Assess("runner pods get credentials, identity and placement; others are untouched; rule breakers are refused; a broken policy changes nothing; without the webhook runner pods are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+		Assess("runner pods get credentials, identity and placement; others are untouched; rule breakers are refused; a broken policy changes nothing; after SIGTERM it serves on, not ready, for its shutdown delay; without the webhook runner pods are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			r := cfg.Client().Resources(ns)
-			w := startWebhook(ctx, t, cfg)
+			const shutdownDelay = 10 * time.Second
+			w := startWebhook(ctx, t, cfg, "--shutdown-delay", shutdownDelay.String())
 
 			checkShaped := func(name string) {
 				t.Helper()
@@ -296,10 +298,39 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 			}
 			checkShaped("runner-2")
 
+			// On SIGTERM (a rolling update, a node drain) the API server still
+			// calls the pod until the endpoint change reaches it: the webhook
+			// stops being ready but admits runner pods for its shutdown delay,
+			// then exits by itself.
+			if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- w.cmd.Wait() }()
+			notReady := func(context.Context) (bool, error) {
+				resp, err := http.Get("http://" + w.healthAddr + "/readyz")
+				if err != nil {
+					return false, fmt.Errorf("/readyz during the shutdown delay: %w", err)
+				}
+				_ = resp.Body.Close()
+				return resp.StatusCode != http.StatusOK, nil
+			}
+			if err := harness.WaitFor(ctx, "/readyz to fail after SIGTERM", shutdownDelay/2, notReady); err != nil {
+				t.Fatalf("%v\nwebhook log:\n%s", err, w.log.String())
+			}
+			checkShaped("runner-3")
+			select {
+			case err := <-exited:
+				if err != nil {
+					t.Errorf("the webhook exited with %v after SIGTERM\nwebhook log:\n%s", err, w.log.String())
+				}
+			case <-time.After(shutdownDelay + 30*time.Second):
+				t.Fatalf("the webhook still runs %s after SIGTERM\nwebhook log:\n%s", shutdownDelay+30*time.Second, w.log.String())
+			}
+
 			// With the webhook stopped, runner pods are refused (failurePolicy
 			// Fail) and other pods are still admitted.
-			w.stop()
-			if err := r.Create(ctx, runnerPodFor(ns, "runner-3", false)); err == nil {
+			if err := r.Create(ctx, runnerPodFor(ns, "runner-4", false)); err == nil {
 				t.Error("a runner pod was admitted with the webhook down")
 			}
 			plain2 := runnerPodFor(ns, "not-a-runner-2", false)

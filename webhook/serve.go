@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -57,6 +58,7 @@ type serveConfig struct {
 	healthAddr     string
 	kubeconfig     string
 	logLevel       string
+	shutdownDelay  time.Duration
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
@@ -78,6 +80,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG when set, else in-cluster, else ~/.kube/config)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 5*time.Second, "on SIGTERM, keep serving this long with /readyz failing, so the API server stops calling this pod before it closes (0: stop at once)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -97,6 +100,9 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	case "provided":
 	default:
 		return c, fmt.Errorf("--cert-mode %q: use self or provided", c.certMode)
+	}
+	if c.shutdownDelay < 0 {
+		return c, fmt.Errorf("--shutdown-delay %s: must not be negative", c.shutdownDelay)
 	}
 	if c.port < 1 || c.port > 65535 {
 		return c, fmt.Errorf("--port %d: out of range", c.port)
@@ -255,8 +261,39 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	}); err != nil {
 		return err
 	}
+	// On SIGTERM the pod leaves the Service's endpoints, but the API server
+	// keeps calling it until that reaches it: serve on (not ready) for the
+	// shutdown delay, then stop. Stopping at once refused runner pods
+	// (failurePolicy Fail) on every rolling update.
+	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	var draining atomic.Bool
+	if err := mgr.AddReadyzCheck("shutdown", func(*http.Request) error {
+		if draining.Load() {
+			return errors.New("shutting down")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-mctx.Done():
+			return
+		}
+		draining.Store(true)
+		logger.Info("shutting down: serving on until the delay is over", "delay", c.shutdownDelay)
+		t := time.NewTimer(c.shutdownDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-mctx.Done():
+		}
+		stop()
+	}()
 	logger.Info("serving", "address", net.JoinHostPort(c.bindAddress, fmt.Sprint(c.port)), "paths", []string{MutatePath, ValidatePath})
-	return mgr.Start(ctx)
+	return mgr.Start(mctx)
 }
 
 func nonEmpty(s string) []string {
