@@ -3,7 +3,9 @@ package job
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,13 +16,29 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// IsPermanent tells whether the API server refused a Job for what it is
-// (invalid, a request it cannot take, or denied by an admission webhook,
-// which the API server answers 400 unless the webhook says otherwise), so
-// sending it again cannot succeed: the task is refused instead of retried.
-// A webhook that cannot be reached is a 500 and is retried.
+// IsPermanent tells whether the API server refused a Job for what it is,
+// so sending it again cannot succeed: the task is refused instead of
+// retried. That is a Job that does not validate (422, 400), or one an
+// admission webhook or a ValidatingAdmissionPolicy denied. A denial comes
+// with the status its webhook or policy chose, most often 403 Forbidden
+// (controller-runtime, Gatekeeper, Kyverno): the status alone would also
+// match an RBAC refusal or an exhausted quota, which can pass later, so
+// denials are told by the API server's own wording. A webhook that cannot be
+// reached is a 500 and is retried.
 func IsPermanent(err error) bool {
-	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		return true
+	}
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return false
+	}
+	s := st.Status()
+	if s.Code < 400 || s.Code >= 500 {
+		return false
+	}
+	return (strings.Contains(s.Message, `admission webhook "`) && strings.Contains(s.Message, `" denied the request`)) ||
+		(strings.Contains(s.Message, "ValidatingAdmissionPolicy '") && strings.Contains(s.Message, " denied request"))
 }
 
 // Create makes the task's Secret (if any) and Job as Build returned them.

@@ -1,0 +1,56 @@
+package job
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// statusError is an error as client-go returns it for an API server
+// answer with this code and message.
+func statusError(code int32, reason metav1.StatusReason, msg string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg}}
+}
+
+func TestIsPermanent(t *testing.T) {
+	t.Parallel()
+	jobs := schema.GroupResource{Group: "batch", Resource: "jobs"}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "rw-t-1", field.ErrorList{field.Invalid(field.NewPath("spec"), "x", "bad")}), true},
+		{"bad request", apierrors.NewBadRequest("no"), true},
+		{"webhook denial, 403 (controller-runtime, Gatekeeper)", statusError(http.StatusForbidden, metav1.StatusReasonForbidden,
+			`admission webhook "validation.gatekeeper.sh" denied the request: [owner] missing label owner`), true},
+		{"webhook denial without explanation, 400", statusError(http.StatusBadRequest, metav1.StatusReasonBadRequest,
+			`admission webhook "jobs.example.com" denied the request without explanation`), true},
+		{"webhook denial with a custom code", statusError(http.StatusConflict, metav1.StatusReasonConflict,
+			`admission webhook "jobs.example.com" denied the request: not now`), true},
+		{"validating admission policy, 403", statusError(http.StatusForbidden, metav1.StatusReasonForbidden,
+			`jobs.batch "rw-t-1" is forbidden: ValidatingAdmissionPolicy 'job-limits' with binding 'job-limits' denied request: too big`), true},
+		{"wrapped webhook denial", fmt.Errorf("creating job rw-t-1: %w", statusError(http.StatusForbidden, metav1.StatusReasonForbidden,
+			`admission webhook "v.example.com" denied the request: no`)), true},
+		{"RBAC refusal", apierrors.NewForbidden(jobs, "rw-t-1", errors.New(`User "system:serviceaccount:rw:dispatcher" cannot create resource "jobs"`)), false},
+		{"quota exceeded", apierrors.NewForbidden(jobs, "rw-t-1", errors.New("exceeded quota: runners, requested: count/jobs.batch=1, used: count/jobs.batch=10, limited: count/jobs.batch=10")), false},
+		{"namespace terminating", apierrors.NewForbidden(jobs, "rw-t-1", errors.New("unable to create new content in namespace runners because it is being terminated")), false},
+		{"webhook unreachable", apierrors.NewInternalError(errors.New(`failed calling webhook "v.example.com": connection refused`)), false},
+		{"a webhook's own 500 naming a denial", statusError(http.StatusInternalServerError, metav1.StatusReasonInternalError,
+			`admission webhook "v.example.com" denied the request: policy engine crashed`), false},
+		{"already exists", apierrors.NewAlreadyExists(jobs, "rw-t-1"), false},
+		{"timeout", apierrors.NewTimeoutError("slow", 1), false},
+		{"not an API error", errors.New("connection reset"), false},
+		{"nil", nil, false},
+	} {
+		if got := IsPermanent(c.err); got != c.want {
+			t.Errorf("%s: IsPermanent(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
