@@ -293,7 +293,8 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 
 			long := runnerTask(ns, "cancel-me", `sleep 300`)
 			lost := runnerTask(ns, "job-deleted", `sleep 300`)
-			for _, rt := range []*v1alpha1.RunnerTask{long, lost} {
+			ended := runnerTask(ns, "ends-while-down", `sleep 8`)
+			for _, rt := range []*v1alpha1.RunnerTask{ended, long, lost} {
 				if err := r.Create(ctx, rt); err != nil {
 					t.Fatal(err)
 				}
@@ -307,6 +308,8 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 			// Restart the dispatcher hard while the tasks run: the Job is the
 			// record, and the new process carries on with it. A Job deleted
 			// meanwhile fails its task; it is never created a second time.
+			// A task whose Job ends while the dispatcher is down, and that is
+			// cancelled before it is back, keeps its real outcome.
 			d.stop(os.Kill)
 			if err := r.Get(ctx, lost.Name, ns, lost); err != nil {
 				t.Fatal(err)
@@ -314,11 +317,27 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 			if _, err := suite.Kubectl(ctx, cfg, "delete", "job", "-n", ns, lost.Status.JobName, "--wait=true"); err != nil {
 				t.Fatal(err)
 			}
+			if err := r.Get(ctx, ended.Name, ns, ended); err != nil {
+				t.Fatal(err)
+			}
+			if terminalPhase(ended.Status.Phase) {
+				t.Fatalf("task %s ended before the dispatcher stopped (status %+v): the check below needs a longer task", ended.Name, ended.Status)
+			}
+			endedJob := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: ended.Status.JobName, Namespace: ns}}
+			complete := conditions.New(r).JobConditionMatch(endedJob, batchv1.JobComplete, corev1.ConditionTrue)
+			if err := harness.WaitFor(ctx, "the Job of "+ended.Name+" to complete", time.Minute, complete); err != nil {
+				t.Fatal(err)
+			}
+			cancelRunnerTask(ctx, t, cfg, ns, ended.Name)
 			d.start(ctx, t)
 			cancelRunnerTask(ctx, t, cfg, ns, long.Name)
 			got = waitPhase(ctx, t, cfg, long, d)
 			if got.Status.Phase != v1alpha1.PhaseCancelled {
 				t.Errorf("task cancel-me: status %+v", got.Status)
+			}
+			got = waitPhase(ctx, t, cfg, ended, d)
+			if got.Status.Phase != v1alpha1.PhaseSucceeded || got.Status.Reason != "Completed" {
+				t.Errorf("task %s, cancelled after its Job completed: status %+v, want Succeeded", ended.Name, got.Status)
 			}
 			got = waitPhase(ctx, t, cfg, lost, d)
 			if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != "Failed" || !strings.Contains(got.Status.Message, "deleted before it finished") {
@@ -369,8 +388,9 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			_ = resp.Body.Close()
-			// The second process counts only what it saw: the cancellation, the deleted Job and ok-2.
-			for _, w := range []string{`runwarden_dispatcher_tasks_finished_total{phase="Succeeded",reason="Completed"} 1`, `runwarden_dispatcher_tasks_finished_total{phase="Cancelled",reason="Cancelled"} 1`, `runwarden_dispatcher_tasks_finished_total{phase="Failed",reason="Failed"} 1`, "runwarden_dispatcher_capacity 5"} {
+			// The second process counts only what it saw: the cancellation, the deleted Job, the task that
+			// ended while it was down, and ok-2.
+			for _, w := range []string{`runwarden_dispatcher_tasks_finished_total{phase="Succeeded",reason="Completed"} 2`, `runwarden_dispatcher_tasks_finished_total{phase="Cancelled",reason="Cancelled"} 1`, `runwarden_dispatcher_tasks_finished_total{phase="Failed",reason="Failed"} 1`, "runwarden_dispatcher_capacity 5"} {
 				if !strings.Contains(string(body), w) {
 					t.Errorf("metrics lack %q", w)
 				}

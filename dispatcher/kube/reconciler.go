@@ -214,6 +214,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	if rt.Spec.Cancel {
 		if j != nil {
+			// A Job that ended before the cancellation was seen (say, while
+			// the dispatcher was down) keeps its real outcome.
+			out, err := r.observer.Outcome(ctx, j)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if out.Phase != "" {
+				logger.Info("task finished before its cancellation was seen", "job", j.Name, "phase", out.Phase, "reason", out.Reason)
+				return reconcile.Result{}, r.finish(ctx, rt, j, out)
+			}
 			if err := r.opts.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return reconcile.Result{}, fmt.Errorf("stopping job %s: %w", name, err)
 			}
