@@ -172,11 +172,20 @@ func NewClient(o ClientOptions) (*Client, error) {
 	if auth == nil {
 		auth = noAuth{}
 	}
-	c := &Client{base: u, id: o.DispatcherID, auth: auth, http: &http.Client{Transport: rt}}
+	c := &Client{base: u, id: o.DispatcherID, auth: auth, http: &http.Client{Transport: rt, CheckRedirect: noRedirects}}
 	if x, ok := auth.(*Exchange); ok {
 		x.client = c
 	}
 	return c, nil
+}
+
+// maxResponseBytes bounds what is read of one response.
+const maxResponseBytes = 8 << 20
+
+// noRedirects refuses redirects: the protocol has none, and following one
+// would send the credentials (and task events) wherever it points.
+func noRedirects(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("the orchestrator redirected to %s: the protocol has no redirects; check --orchestrator-url", req.URL.Redacted())
 }
 
 // Poll asks for up to free leases, holding up to wait for one.
@@ -252,9 +261,12 @@ func (c *Client) post(ctx context.Context, path, token string, in, out any, time
 		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
 		return err
+	}
+	if len(b) > maxResponseBytes {
+		return fmt.Errorf("orchestrator: %s: the response is larger than %d MiB", path, maxResponseBytes>>20)
 	}
 	if resp.StatusCode == http.StatusNoContent {
 		return nil

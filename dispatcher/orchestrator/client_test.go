@@ -1,13 +1,17 @@
 package orchestrator_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,3 +164,44 @@ func TestClientErrors(t *testing.T) {
 }
 
 func asError(err error, target **orchestrator.Error) bool { return errors.As(err, target) }
+
+// A redirect is refused (the credentials would follow it), and a response
+// over the size bound is an error that says so, not a truncated decode.
+func TestClientRefusesRedirectsAndHugeResponses(t *testing.T) {
+	t.Parallel()
+	var followed atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("/redirect/", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+	})
+	mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, r *http.Request) {
+		followed.Store(true)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("/huge/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"leases": [], "padding": "`))
+		_, _ = w.Write(bytes.Repeat([]byte("x"), 9<<20))
+		_, _ = w.Write([]byte(`"}`))
+	})
+	srv := httptest.NewTLSServer(mux)
+	t.Cleanup(srv.Close)
+	for _, c := range []struct{ path, want string }{
+		{"/redirect", "redirected"},
+		{"/huge", "larger than 8 MiB"},
+	} {
+		cl, err := orchestrator.NewClient(orchestrator.ClientOptions{
+			URL: srv.URL + c.path, DispatcherID: "d-1", Transport: srv.Client().Transport,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.Poll(context.Background(), 1, 1, nil, time.Second)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.path, err, c.want)
+		}
+	}
+	if followed.Load() {
+		t.Error("the client followed the redirect")
+	}
+}

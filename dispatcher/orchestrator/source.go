@@ -148,8 +148,10 @@ type task struct {
 	renewing bool
 	// recordMu serializes writes of the lease into the Job.
 	recordMu sync.Mutex
-	// lost is set when the lease is gone (410) and not handed back.
-	lost bool
+	// lost is set when the lease is gone (410) and not handed back;
+	// lostAt is when.
+	lost   bool
+	lostAt time.Time
 	// creating is set from the lease until the Job exists (or the task is
 	// refused without one).
 	creating bool
@@ -304,6 +306,10 @@ func (s *Source) enqueue(key types.NamespacedName) {
 	}
 }
 
+// minPollInterval is the least time between the starts of two polls that
+// came back empty.
+const minPollInterval = time.Second
+
 // pollLoop long-polls for leases while there is free capacity, backing off
 // on errors. Only a fatal error (refused credentials, another protocol
 // version) ends it.
@@ -330,7 +336,16 @@ func (s *Source) pollLoop(ctx context.Context) error {
 			}
 			continue
 		}
+		polled := time.Now()
 		leases, err := s.opts.Client.Poll(ctx, free, s.opts.MaxConcurrent, running, s.opts.PollWait)
+		if err == nil && len(leases) == 0 {
+			// An orchestrator (or a proxy) that answers at once instead of
+			// holding the poll would be polled in a tight loop.
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Until(polled.Add(minPollInterval))):
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -529,6 +544,13 @@ func (s *Source) refuse(ctx context.Context, t *task, cause error) {
 		if err == nil || IsConflict(err) {
 			break
 		}
+		if !IsRetryable(err) {
+			// Sending it again cannot help (say, the orchestrator does not
+			// know the task): the lease expires and the task is the
+			// orchestrator's again.
+			s.log.Error(err, "the orchestrator refused the report of a refused task; letting the task go", "task", t.id)
+			break
+		}
 		d := s.opts.Backoff.Delay(attempt, err)
 		select {
 		case <-ctx.Done():
@@ -631,7 +653,7 @@ func (s *Source) renew(ctx context.Context, t *task) {
 		if IsGone(err) {
 			// Expired: the orchestrator hands it back to this dispatcher
 			// (the task is in every poll's running list) with a new epoch.
-			t.lost = true
+			t.lost, t.lostAt = true, s.opts.Now()
 			s.log.Info("lease gone; waiting for the orchestrator to hand the task back", "task", t.id)
 			s.notify()
 			return
@@ -682,6 +704,15 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 			s.forgetLocked(t)
 		}
 		s.mu.Unlock()
+		if j.Annotations[AnnotationOutcome] != "" && j.DeletionTimestamp == nil {
+			// Stopped and reported, but not deleted yet (a restart came
+			// between the two): a suspended Job never finishes, so neither
+			// its TTL nor the history limits would ever remove it.
+			if err := s.opts.Kube.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return reconcile.Result{}, err
+			}
+			return reconcile.Result{}, nil
+		}
 		// The mark is in the cache now: prune again, so Jobs marked at
 		// nearly the same moment (each prune saw only its own mark) are
 		// counted together.
@@ -737,6 +768,21 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
 	}
 	return s.finish(ctx, t, j, out)
+}
+
+// awaitingReissue tells whether the task's lease is gone recently enough
+// that the orchestrator may still hand it back to this dispatcher: within a
+// lease (a newer lease issued meanwhile expires) and a poll (the next poll
+// lists the task as running), twice over.
+func (s *Source) awaitingReissue(t *task) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	secs := t.leaseSeconds
+	if secs <= 0 {
+		secs = 60
+	}
+	wait := 2 * (time.Duration(secs)*time.Second + s.opts.PollWait)
+	return t.lost && s.opts.Now().Before(t.lostAt.Add(wait))
 }
 
 func (s *Source) isLost(t *task) bool {
@@ -812,11 +858,21 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 	err := s.report(ctx, t, e)
 	switch {
 	case err == nil:
+	case IsConflict(err) && j != nil && s.awaitingReissue(t):
+		// The lease is gone and the orchestrator holds a newer one: most
+		// often this dispatcher's own, issued in a poll whose answer was
+		// lost. The orchestrator hands an expired lease back to the
+		// dispatcher that lists the task as running, which this one does
+		// until it lets go: letting go now would have the task handed to
+		// any dispatcher once that lease expires, and run twice.
+		s.log.Info("the outcome was refused as stale while the lease is gone; waiting for the orchestrator to hand it back", "task", t.id)
+		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
 	case IsConflict(err) && (j == nil || s.isLost(t)):
-		// A stale lease, and no Job left to report from or the lease gone:
-		// another holder has the task and reports it. The Job is left to
-		// that holder, unmarked; it gets its TTL so it does not stay for
-		// ever if no holder ever comes back to it.
+		// A stale lease, and no Job left to report from or the lease gone
+		// for longer than a hand-back takes: another holder has the task
+		// and reports it. The Job is left to that holder, unmarked; it gets
+		// its TTL so it does not stay for ever if no holder ever comes back
+		// to it.
 		s.log.Info("the outcome was refused as stale; another holder has the task", "task", t.id)
 		if j != nil && j.Spec.TTLSecondsAfterFinished == nil {
 			if err := job.GiveTTL(ctx, s.opts.Kube, j, s.opts.Jobs); err != nil {
