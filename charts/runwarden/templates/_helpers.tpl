@@ -45,3 +45,20 @@ securityContext:
   capabilities: {drop: [ALL]}
   seccompProfile: {type: RuntimeDefault}
 {{- end -}}
+
+{{/*
+The policy files: the shipped set (charts/runwarden/policies, kept equal to
+policies/ by make generate) with the overrides from values.
+*/}}
+{{- define "runwarden.policyFiles" -}}
+{{- range $path, $_ := .Files.Glob "policies/*.rego" }}
+{{- if not (hasKey $.Values.webhook.policyOverrides (base $path)) }}
+{{ base $path }}: |
+  {{- $.Files.Get $path | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- range $name, $src := .Values.webhook.policyOverrides }}
+{{ $name }}: |
+  {{- $src | nindent 2 }}
+{{- end }}
+{{- end }}

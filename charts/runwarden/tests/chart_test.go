@@ -128,6 +128,8 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "runner namespace is the release's", args: []string{"--set", "runnerNamespace=runwarden"}, want: "runnerNamespace must differ from the release namespace"},
 		{name: "dev mode without url", args: []string{"--set", "webhook.devMode.enabled=true"}, want: "webhook.devMode.url"},
 		{name: "policy override name", args: []string{"--set", "webhook.policyOverrides.evil=x"}, want: "'evil' does not match pattern"},
+		{name: "cert-manager without issuer", args: []string{"--set", "webhook.certificates.mode=certManager"}, want: "needs webhook.certificates.certManagerIssuer.name"},
+		{name: "comma in a repository pattern", args: []string{"--set-json", `dispatcher.repoAllowList=["^https://git\\.example\\.com/[a-z]{2,10}/infra\\.git$"]`}, want: "/dispatcher/repoAllowList/0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
