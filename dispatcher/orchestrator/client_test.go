@@ -174,11 +174,11 @@ func TestClientRefusesRedirectsAndHugeResponses(t *testing.T) {
 	mux.HandleFunc("/redirect/", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
 	})
-	mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, _ *http.Request) {
 		followed.Store(true)
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("/huge/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/huge/", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"leases": [], "padding": "`))
 		_, _ = w.Write(bytes.Repeat([]byte("x"), 9<<20))
