@@ -175,7 +175,16 @@ type Source struct {
 	trigger chan event.GenericEvent
 	slots   chan struct{}
 	root    context.Context
+	// ended remembers the leases of the last maxEnded tasks this process
+	// let go (endedOrder, oldest first), so a late second delivery of one
+	// is not taken for a new task: its Job may be gone (a cancelled task's
+	// is deleted), and would be created again.
+	ended      map[string]struct{}
+	endedOrder []string
 }
+
+// maxEnded bounds Source.ended.
+const maxEnded = 4096
 
 // New returns a Source.
 func New(opts Options) *Source {
@@ -184,6 +193,7 @@ func New(opts Options) *Source {
 		opts:    opts,
 		tasks:   map[string]*task{},
 		byJob:   map[types.NamespacedName]string{},
+		ended:   map[string]struct{}{},
 		wake:    make(chan struct{}, 1),
 		trigger: make(chan event.GenericEvent, 1024),
 		slots:   make(chan struct{}, opts.Workers),
@@ -376,7 +386,15 @@ func (s *Source) take(ctx context.Context, leases []Lease) {
 	var leasesOf []Lease
 	s.mu.Lock()
 	for _, l := range leases {
+		if l.Task.ID == "" || l.LeaseID == "" {
+			s.log.Error(nil, "the orchestrator sent a lease without a task or lease ID; ignored", "task", l.Task.ID, "lease", l.LeaseID)
+			continue
+		}
 		t := s.tasks[l.Task.ID]
+		if _, ok := s.ended[l.LeaseID]; ok && t == nil {
+			s.log.Info("a lease of a task that has ended was delivered again; ignored", "task", l.Task.ID, "lease", l.LeaseID)
+			continue
+		}
 		switch {
 		case t != nil && t.leaseID == l.LeaseID:
 			// A duplicate delivery of a lease already held.
@@ -561,6 +579,7 @@ func (s *Source) refuse(ctx context.Context, t *task, cause error) {
 	s.opts.Recorder.Finished(job.PhaseFailed, job.ReasonRefused)
 	s.mu.Lock()
 	delete(s.tasks, t.id)
+	s.endedLocked(t.leaseID)
 	s.mu.Unlock()
 	s.notify()
 }
@@ -930,10 +949,27 @@ func (s *Source) forgetLocked(t *task) {
 	}
 	if s.tasks[t.id] == t {
 		delete(s.tasks, t.id)
+		s.endedLocked(t.leaseID)
 	}
 	if s.byJob[t.key] == t.id {
 		delete(s.byJob, t.key)
 	}
+}
+
+// endedLocked remembers the lease of a task let go. s.mu is held.
+func (s *Source) endedLocked(leaseID string) {
+	if leaseID == "" {
+		return
+	}
+	if _, ok := s.ended[leaseID]; ok {
+		return
+	}
+	if len(s.endedOrder) == maxEnded {
+		delete(s.ended, s.endedOrder[0])
+		s.endedOrder = s.endedOrder[1:]
+	}
+	s.ended[leaseID] = struct{}{}
+	s.endedOrder = append(s.endedOrder, leaseID)
 }
 
 func (s *Source) rootCtx() context.Context {
