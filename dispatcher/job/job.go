@@ -34,6 +34,9 @@ const (
 	LabelTaskID = "runwarden.dev/task-id"
 	// LabelDispatcher names the dispatcher that owns the Job.
 	LabelDispatcher = "runwarden.dev/dispatcher"
+	// AnnotationPreflight marks the preflight's throwaway Job: no source
+	// takes it for a task's.
+	AnnotationPreflight = "runwarden.dev/preflight"
 	// AnnotationTaskID is the task ID as the source gave it.
 	AnnotationTaskID = "runwarden.dev/task-id"
 	// AnnotationRepoURL is the task's git repository.

@@ -91,6 +91,7 @@ func preflightOnce(ctx context.Context, o PreflightOptions) (bool, string, error
 		return false, "", fmt.Errorf("%w: the pod template cannot make a Job: %w", ErrPreflight, err)
 	}
 	j.Spec.TTLSecondsAfterFinished = ptr.To[int32](60)
+	j.Annotations[job.AnnotationPreflight] = "true"
 	if err := o.Client.Create(ctx, j); err != nil {
 		if apierrors.IsForbidden(err) {
 			return false, "", fmt.Errorf("%w: the dispatcher may not create Jobs in %s (RBAC): %w", ErrPreflight, o.Namespace, err)

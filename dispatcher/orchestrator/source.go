@@ -273,7 +273,8 @@ func (s *Source) restore(ctx context.Context) error {
 // adoptLocked tracks a Job's task from its annotations. s.mu is held.
 func (s *Source) adoptLocked(j *batchv1.Job) *task {
 	id := j.Annotations[job.AnnotationTaskID]
-	if id == "" {
+	if id == "" || j.Annotations[job.AnnotationPreflight] != "" {
+		// Not a task's Job: the preflight's, left by a restart during it.
 		return nil
 	}
 	if t := s.tasks[id]; t != nil {

@@ -5,6 +5,10 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
 )
 
 // A lease of a task this process let go, delivered again, is not taken for
@@ -51,5 +55,24 @@ func TestEndedLeasesAreBounded(t *testing.T) {
 		if _, ok := s.ended[id]; !ok {
 			t.Errorf("lease %s forgotten", id)
 		}
+	}
+}
+
+// The preflight's Job, left behind by a restart during the preflight,
+// carries the dispatcher's label but is no task's: it is never adopted
+// (it was, and reported to the orchestrator as task "preflight/...").
+func TestPreflightJobIsNotAdopted(t *testing.T) {
+	t.Parallel()
+	s := New(Options{})
+	mk := func(name string, ann map[string]string) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "runners", Annotations: ann}}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if got := s.adoptLocked(mk("rw-preflight", map[string]string{job.AnnotationTaskID: "preflight/d-1/0a1b2c3d", job.AnnotationPreflight: "true"})); got != nil {
+		t.Errorf("the preflight Job was adopted as task %q", got.id)
+	}
+	if got := s.adoptLocked(mk("rw-t-1", map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "2"})); got == nil || got.id != "t-1" || got.epoch != 2 {
+		t.Errorf("a task's Job was not adopted: %+v", got)
 	}
 }
