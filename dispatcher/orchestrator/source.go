@@ -433,11 +433,17 @@ func (s *Source) take(ctx context.Context, leases []Lease) {
 	}
 }
 
-func renewInterval(leaseSeconds int) time.Duration {
+// leaseDuration is a lease's duration; an orchestrator that sends none
+// means 60 s.
+func leaseDuration(leaseSeconds int) time.Duration {
 	if leaseSeconds <= 0 {
 		leaseSeconds = 60
 	}
-	return time.Duration(leaseSeconds) * time.Second / 3
+	return time.Duration(leaseSeconds) * time.Second
+}
+
+func renewInterval(leaseSeconds int) time.Duration {
+	return leaseDuration(leaseSeconds) / 3
 }
 
 // recordLease writes the task's current lease into its Job's annotations.
@@ -579,8 +585,7 @@ func (s *Source) refuse(ctx context.Context, t *task, cause error) {
 	}
 	s.opts.Recorder.Finished(job.PhaseFailed, job.ReasonRefused)
 	s.mu.Lock()
-	delete(s.tasks, t.id)
-	s.endedLocked(t.leaseID)
+	s.forgetLocked(t)
 	s.mu.Unlock()
 	s.notify()
 }
@@ -797,11 +802,7 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 func (s *Source) awaitingReissue(t *task) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	secs := t.leaseSeconds
-	if secs <= 0 {
-		secs = 60
-	}
-	wait := 2 * (time.Duration(secs)*time.Second + s.opts.PollWait)
+	wait := 2 * (leaseDuration(t.leaseSeconds) + s.opts.PollWait)
 	return t.lost && s.opts.Now().Before(t.lostAt.Add(wait))
 }
 
