@@ -143,8 +143,30 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	if c.maxConcurrent < 1 {
 		return c, fmt.Errorf("--max-concurrent %d: must be at least 1", c.maxConcurrent)
 	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--default-deadline", c.deadline}, {"--job-ttl", c.ttl}, {"--unschedulable-timeout", c.unschedulable}, {"--preflight-timeout", c.preflightWait}} {
+		if d.v <= 0 {
+			return c, fmt.Errorf("%s %s: must be more than 0", d.flag, d.v)
+		}
+	}
+	if c.qps <= 0 || c.burst < 1 {
+		return c, fmt.Errorf("--kube-api-qps %g, --kube-api-burst %d: must be more than 0", c.qps, c.burst)
+	}
 	if err := c.orch.check(c.source, c.namespace); err != nil {
 		return c, err
+	}
+	if c.source != "orchestrator" {
+		var set []string
+		fs.Visit(func(f *flag.Flag) {
+			if orchestratorOnly[f.Name] {
+				set = append(set, "--"+f.Name)
+			}
+		})
+		if len(set) > 0 {
+			return c, fmt.Errorf("%s: need --source=orchestrator", strings.Join(set, ", "))
+		}
 	}
 	c.envAllow = splitList(envAllow)
 	for _, p := range splitList(repoAllow) {
@@ -157,6 +179,13 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	return c, nil
 }
 
+// orchestratorOnly are the flags that only the orchestrator source reads.
+var orchestratorOnly = map[string]bool{
+	"orchestrator-url": true, "orchestrator-key": true, "orchestrator-key-id": true,
+	"orchestrator-token-file": true, "orchestrator-exchange-token-file": true, "orchestrator-ca": true,
+	"orchestrator-proxy": true, "poll-wait": true, "retry-max-delay": true, "stream-logs": true,
+}
+
 func (o orchestratorFlags) check(source, namespace string) error {
 	auth := 0
 	for _, f := range []string{o.keyFile, o.tokenFile, o.exchangeFile} {
@@ -166,9 +195,6 @@ func (o orchestratorFlags) check(source, namespace string) error {
 	}
 	switch source {
 	case "kube":
-		if o.url != "" || auth > 0 {
-			return errors.New("--orchestrator-* flags need --source=orchestrator")
-		}
 		return nil
 	case "orchestrator":
 	default:

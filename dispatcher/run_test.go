@@ -34,6 +34,12 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 		{name: "invalid template", args: []string{"--dispatcher-id", "d", "--pod-template", badTmpl}, code: 2, want: []string{`no container named "main"`, "restartPolicy"}},
 		{name: "unknown template field", args: []string{"--dispatcher-id", "d", "--pod-template", typo}, code: 2, want: []string{"containerz"}},
 		{name: "missing template", args: []string{"--dispatcher-id", "d", "--pod-template", filepath.Join(dir, "none.yaml")}, code: 2, want: []string{"none.yaml"}},
+		{name: "zero deadline", args: []string{"--dispatcher-id", "d", "--default-deadline", "0s"}, code: 2, want: []string{"--default-deadline 0s: must be more than 0"}},
+		{name: "negative ttl", args: []string{"--dispatcher-id", "d", "--job-ttl", "-1h"}, code: 2, want: []string{"--job-ttl -1h0m0s"}},
+		{name: "zero unschedulable timeout", args: []string{"--dispatcher-id", "d", "--unschedulable-timeout", "0s"}, code: 2, want: []string{"--unschedulable-timeout"}},
+		{name: "zero preflight timeout", args: []string{"--dispatcher-id", "d", "--preflight-timeout", "0s"}, code: 2, want: []string{"--preflight-timeout"}},
+		{name: "zero qps", args: []string{"--dispatcher-id", "d", "--kube-api-qps", "0"}, code: 2, want: []string{"--kube-api-qps 0"}},
+		{name: "orchestrator flags with kube source", args: []string{"--dispatcher-id", "d", "--poll-wait", "5s", "--stream-logs=false"}, code: 2, want: []string{"--poll-wait, --stream-logs: need --source=orchestrator"}},
 		{name: "stray argument", args: []string{"--dispatcher-id", "d", "extra"}, code: 2, want: []string{"unexpected arguments"}},
 	}
 	for _, tt := range tests {
