@@ -93,10 +93,7 @@ func preflightOnce(ctx context.Context, o PreflightOptions) (bool, string, error
 	j.Spec.TTLSecondsAfterFinished = ptr.To[int32](60)
 	j.Annotations[job.AnnotationPreflight] = "true"
 	if err := o.Client.Create(ctx, j); err != nil {
-		if apierrors.IsForbidden(err) {
-			return false, "", fmt.Errorf("%w: the dispatcher may not create Jobs in %s (RBAC): %w", ErrPreflight, o.Namespace, err)
-		}
-		return false, "", fmt.Errorf("%w: creating a Job in %s: %w", ErrPreflight, o.Namespace, err)
+		return false, "", createRefused(o.Namespace, err)
 	}
 	defer func() {
 		_ = o.Client.Delete(context.WithoutCancel(ctx), j, client.PropagationPolicy(metav1.DeletePropagationBackground))
@@ -126,4 +123,19 @@ func preflightOnce(ctx context.Context, o PreflightOptions) (bool, string, error
 		}
 	}
 	return false, warning, nil
+}
+
+// createRefused names the cause of a failed Job creation: a 403 is RBAC,
+// an exhausted quota, or an admission webhook or policy that refuses the
+// Job itself; each needs a different fix.
+func createRefused(namespace string, err error) error {
+	switch {
+	case job.IsPermanent(err):
+		return fmt.Errorf("%w: the runner Job is not admitted in %s (an admission webhook or policy on Jobs): %w", ErrPreflight, namespace, err)
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
+		return fmt.Errorf("%w: the runner Job is over a ResourceQuota in %s: %w", ErrPreflight, namespace, err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("%w: the dispatcher may not create Jobs in %s (RBAC): %w", ErrPreflight, namespace, err)
+	}
+	return fmt.Errorf("%w: creating a Job in %s: %w", ErrPreflight, namespace, err)
 }
