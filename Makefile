@@ -56,11 +56,8 @@ policy-test: ## Run the Rego tests of policies/ with opa, failing below 90% cove
 .PHONY: e2e
 e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default local).
 	hack/tools.sh kubernetes etcd kwok coredns opentofu helm3 helm4
-	@# One e2e run at a time on a machine (one real node, one e2e cluster name): a second one waits.
-	@mkdir -p "$(STATE_DIR)"; flock -n "$(STATE_DIR)/e2e.lock" true || echo "e2e: another e2e run holds $(STATE_DIR)/e2e.lock; waiting for it"
-	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} flock "$(STATE_DIR)/e2e.lock" $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
-	@if [ "$${RUNWARDEN_E2E_CLUSTER:-local}" = local ] && [ "$${RUNWARDEN_E2E_KEEP:-}" != true ]; then \
-		hack/check-clean.sh --unless-running; fi
+	@# One e2e run at a time on a machine; the cluster is stopped however the run ends (hack/e2e.sh).
+	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} hack/e2e.sh -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/...
 
 .PHONY: bench
 bench: bench-postrender bench-webhook bench-dispatcher ## Run every benchmark.
@@ -69,7 +66,7 @@ bench: bench-postrender bench-webhook bench-dispatcher ## Run every benchmark.
 bench-dispatcher: ## Benchmark tasks to Jobs (both sources) beside plain client-go loops, on the local cluster (RUNWARDEN_BENCH_TASKS, default 500; RUNWARDEN_BENCH_DRAIN=10000 adds the drain).
 	hack/tools.sh kubernetes etcd kwok coredns opentofu
 	@mkdir -p $(BIN_DIR)
-	RUNWARDEN_REAL_NODE=false $(GO) test -tags e2e -run '^$$' -bench BenchmarkDispatcherJobs -benchtime 1x -timeout 30m ./e2e/ | tee bin/bench-dispatcher.txt
+	RUNWARDEN_REAL_NODE=false hack/e2e.sh -run '^$$' -bench BenchmarkDispatcherJobs -benchtime 1x -timeout 30m ./e2e/ | tee bin/bench-dispatcher.txt
 
 .PHONY: bench-webhook
 bench-webhook: ## Benchmark the webhook: handler and policy evaluation, and a TLS load test beside opa run --server.
@@ -137,7 +134,9 @@ kubeconfig: ## Print the local cluster's kubeconfig path.
 
 .PHONY: demo
 demo: ## Start the local cluster, install runwarden through the post-renderer, run tasks, show the result.
-	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} hack/demo.sh
+	@mkdir -p "$(STATE_DIR)"
+	@# in-use-NAME: while the demo runs, an e2e run does not take its real node.
+	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} flock -o "$(STATE_DIR)/in-use-$${RUNWARDEN_CLUSTER_NAME:-runwarden}.lock" hack/demo.sh
 
 .PHONY: demo-down
 demo-down: ## Remove the demo: the local cluster and everything it holds.

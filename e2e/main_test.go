@@ -9,6 +9,8 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"testing"
 
 	"sigs.k8s.io/e2e-framework/pkg/env"
@@ -36,6 +38,26 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e: %s cluster %q\n", c.Kind, c.Name)
 	}
 	suite = c
+	// An interrupted run (Ctrl-C, a CI job stopped) never reaches Finish:
+	// stop the local cluster it started before going.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		signal.Stop(sigs) // a second signal ends the process at once
+		fmt.Fprintf(os.Stderr, "e2e: %v: stopping the cluster\n", s)
+		if err := harness.StopLocal(c); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+		}
+		os.Exit(130)
+	}()
 	testenv = harness.NewEnvironment(c)
-	os.Exit(testenv.Run(m))
+	code := testenv.Run(m)
+	if err := harness.TeardownError(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: stopping the cluster failed:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

@@ -10,21 +10,40 @@ state_dir=${RUNWARDEN_STATE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/runwarden}
 tools_dir=$(dirname "$("$root/hack/tools.sh" path kubernetes)")
 left=0
 
-# --unless-running: say so and pass when a local cluster still runs (a
-# developer's own cluster beside the e2e suite's), since its processes
-# are meant to be there.
-if [[ ${1:-} == --unless-running ]]; then
-	running=$(KWOK_WORKDIR=$state_dir/kwok "$("$root/hack/tools.sh" path kwok)/kwokctl" get clusters 2>/dev/null || true)
-	if [[ -n $running ]]; then
-		echo "check-clean: skipped, local clusters still run: $(echo $running)" >&2
-		exit 0
-	fi
-fi
+for c in pgrep ss; do
+	command -v "$c" >/dev/null || { echo "check-clean: $c is missing (Debian packages procps, iproute2)" >&2; exit 1; }
+done
 
+unless_running=false
+own=""
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--unless-running) unless_running=true; shift ;;
+	--name) own=${2:?--name needs a cluster name}; shift 2 ;;
+	*) echo "hack/check-clean.sh: unknown argument \"$1\"" >&2; exit 2 ;;
+	esac
+done
 report() {
 	echo "check-clean: left behind: $*" >&2
 	left=1
 }
+
+# --name NAME: the cluster whose run just ended; it must be gone.
+# --unless-running: pass when other local clusters still run (a developer's
+# own beside the e2e suite's), since their processes are meant to be there.
+running=$(KWOK_WORKDIR=$state_dir/kwok "$("$root/hack/tools.sh" path kwok)/kwokctl" get clusters 2>/dev/null || true)
+others=()
+for c in $running; do
+	if [[ $c == "$own" ]]; then
+		report "cluster $own still runs"
+	else
+		others+=("$c")
+	fi
+done
+if [[ $unless_running == true && ${#others[@]} -gt 0 ]]; then
+	echo "check-clean: other local clusters still run (${others[*]}); their processes, mounts and rules are not checked" >&2
+	exit $left
+fi
 
 # Cluster programs run from the cache folders or name them in their
 # arguments (containerd and its shims); builds and linters do not count.
@@ -45,6 +64,13 @@ fi
 if command -v iptables-save >/dev/null 2>&1; then
 	rules=$(iptables-save 2>/dev/null | grep -c -e 'KUBE-' -e 'CNI-' || true)
 	[[ $rules -eq 0 ]] || report "$rules iptables lines naming KUBE- or CNI- chains"
+fi
+
+links=$(find /var/log/containers -maxdepth 1 -type l -lname "$state_dir/*" 2>/dev/null || true)
+[[ -z $links ]] || report "container log links in /var/log/containers:"$'\n'"$links"
+
+if [[ ! -f $state_dir/real-node.owner && -f $state_dir/real-node.sysctl ]]; then
+	report "kernel settings the kubelet changed, not restored (saved in $state_dir/real-node.sysctl)"
 fi
 
 ports=$(ss -Hltnu 2>/dev/null | awk '{print $5}' | grep -E '(^|:)(10248|10249|10250|10256)$|^10\.88\.0\.1:' || true)

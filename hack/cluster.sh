@@ -210,10 +210,15 @@ down() {
 		return 0
 	fi
 	if exists; then
+		local deleted=true
 		kwokctl delete cluster --kubeconfig "$cluster_dir/kwokctl-kubeconfig" --name "$name" >"$state_dir/kwok/delete-$name.log" 2>&1 ||
-			{ cat "$state_dir/kwok/delete-$name.log" >&2; }
+			{ cat "$state_dir/kwok/delete-$name.log" >&2; deleted=false; }
 		rm -f "$state_dir/kwok/delete-$name.log"
 		wait_gone
+		if [[ $deleted == false ]]; then
+			echo "cluster $name: kwokctl delete failed (above); its processes are stopped, its state is left in $KWOK_WORKDIR/clusters/$name" >&2
+			return 1
+		fi
 		echo "cluster $name: stopped and removed" >&2
 	else
 		echo "cluster $name: not running" >&2

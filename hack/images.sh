@@ -14,9 +14,11 @@
 # `docker load` take them too. Each image's tag is a hash of its inputs, so
 # an archive is rebuilt only when an input changes.
 set -euo pipefail
+shopt -s inherit_errexit
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-tools_dir=$(dirname "$("$root/hack/tools.sh" path kubernetes)")
+tools_dir=$("$root/hack/tools.sh" path kubernetes)
+tools_dir=$(dirname "$tools_dir")
 images_dir=$tools_dir/images
 busybox=${RUNWARDEN_BUSYBOX:-/bin/busybox}
 all_images=(pause runner webhook postrender dispatcher)
@@ -29,7 +31,13 @@ inputs() {
 		cat "$root/hack/pause/main.go" "$root"/hack/image/*.go
 		;;
 	runner)
-		echo "opentofu $("$root/hack/tools.sh" path opentofu)"
+		local tofu
+		tofu=$("$root/hack/tools.sh" path opentofu)
+		echo "opentofu $tofu"
+		if [[ ! -x $busybox ]] || ! file_is_static "$busybox"; then
+			echo "hack/images.sh: the runner image needs a static busybox at $busybox (Debian package busybox-static)" >&2
+			return 1
+		fi
 		sha256sum "$busybox"
 		cat "$root"/hack/image/*.go
 		declare -f recipe
@@ -48,68 +56,95 @@ inputs() {
 }
 
 tag() {
-	local h
+	local h tofu
 	h=$(inputs "$1" | sha256sum)
 	case $1 in
-	runner) echo "tofu-$(basename "$("$root/hack/tools.sh" path opentofu)" | sed 's/^opentofu-//')-${h:0:12}" ;;
+	runner)
+		tofu=$("$root/hack/tools.sh" path opentofu)
+		tofu=$(basename "$tofu")
+		echo "tofu-${tofu#opentofu-}-${h:0:12}"
+		;;
 	*) echo "${h:0:12}" ;;
 	esac
 }
 
-ref() { echo "localhost/runwarden/$1:$(tag "$1")"; }
+# A failed command inside an argument does not stop the script, even with
+# errexit: every $(...) below is a plain assignment of its own.
+ref() {
+	local t
+	t=$(tag "$1")
+	echo "localhost/runwarden/$1:$t"
+}
 
-archive_path() { echo "$images_dir/$1-$(tag "$1").tar"; }
+archive_path() {
+	local t
+	t=$(tag "$1")
+	echo "$images_dir/$1-$t.tar"
+}
 
 # recipe builds image $1 into archive $2.
 recipe() {
-	local image=$1 out=$2 work
+	local image=$1 out=$2 work r t tofu
+	t=$(tag "$image")
+	r="localhost/runwarden/$image:$t"
 	work=$(mktemp -d)
+	# shellcheck disable=SC2064 # expand now: $work is local
+	trap "rm -rf '$work'; trap - RETURN" RETURN
 	case $image in
 	pause)
 		(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/pause" ./hack/pause)
-		(cd "$root" && go run ./hack/image --ref "$(ref pause)" --out "$out" \
+		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" \
 			--file "$work/pause=/pause" --entrypoint /pause --uid 65535 --user pause \
 			--label org.opencontainers.image.title=runwarden-pause)
 		;;
 	runner)
 		"$root/hack/tools.sh" opentofu
+		tofu=$("$root/hack/tools.sh" path opentofu)
 		if [[ ! -x $busybox ]] || ! file_is_static "$busybox"; then
 			echo "hack/images.sh: the runner image needs a static busybox at $busybox (Debian package busybox-static)" >&2
 			return 1
 		fi
-		(cd "$root" && go run ./hack/image --ref "$(ref runner)" --out "$out" \
+		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" \
 			--busybox "$busybox" \
-			--file "$("$root/hack/tools.sh" path opentofu)/tofu=/usr/local/bin/tofu" \
+			--file "$tofu/tofu=/usr/local/bin/tofu" \
 			--uid 65532 --user runner --workdir /home/runner --cmd /bin/sh \
 			--env HOME=/home/runner \
 			--label org.opencontainers.image.title=runwarden-runner)
 		;;
 	webhook | postrender | dispatcher)
-		(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/runwarden/runwarden/internal/version.Version=$(tag "$image")" \
+		(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/runwarden/runwarden/internal/version.Version=$t" \
 			-o "$work/runwarden-$image" "./$image")
-		(cd "$root" && go run ./hack/image --ref "$(ref "$image")" --out "$out" \
+		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" \
 			--file "$work/runwarden-$image=/usr/local/bin/runwarden-$image" \
 			--entrypoint "/usr/local/bin/runwarden-$image" --uid 65532 --user runwarden \
 			--label "org.opencontainers.image.title=runwarden-$image" \
 			--label "org.opencontainers.image.source=https://github.com/runwarden/runwarden")
 		;;
 	esac
-	rm -rf "$work"
 }
 
 file_is_static() { ! ldd "$1" >/dev/null 2>&1; }
 
 build() {
-	local image=$1 out
-	out=$(archive_path "$image") || return 2
+	local image=$1 out r
+	out=$(archive_path "$image")
 	[[ -f $out ]] && return 0
 	mkdir -p "$images_dir"
+	# One build of an image at a time (two runs would write one archive).
+	exec {lock}>"$images_dir/.$image.lock"
+	flock "$lock"
+	if [[ -f $out ]]; then
+		exec {lock}>&-
+		return 0
+	fi
 	local start=$SECONDS
-	echo "images: building $(ref "$image")" >&2
+	r=$(ref "$image")
+	echo "images: building $r" >&2
 	recipe "$image" "$out" >/dev/null
 	# Older archives of the same image are replaced by this one.
 	find "$images_dir" -maxdepth 1 -name "$image-*.tar" ! -name "$(basename "$out")" -delete
 	echo "images: built $image in $((SECONDS - start))s ($out)" >&2
+	exec {lock}>&-
 }
 
 load() {
@@ -121,14 +156,15 @@ load() {
 		esac
 	done
 	[[ -n $address ]] || { echo "hack/images.sh load: --address SOCK is required" >&2; return 2; }
-	local image r
+	local image r archive
 	for image in "${images[@]}"; do
 		build "$image"
 		r=$(ref "$image")
+		archive=$(archive_path "$image")
 		if ctr --address "$address" --namespace k8s.io --connect-timeout 5s --timeout 300s images list -q 2>/dev/null | grep -qxF "$r"; then
 			continue
 		fi
-		ctr --address "$address" --namespace k8s.io --connect-timeout 5s --timeout 300s images import --snapshotter native "$(archive_path "$image")" >/dev/null
+		ctr --address "$address" --namespace k8s.io --connect-timeout 5s --timeout 300s images import --snapshotter native "$archive" >/dev/null
 		echo "images: loaded $r" >&2
 	done
 }
@@ -137,7 +173,10 @@ cmd=${1:-}
 shift || true
 case $cmd in
 ref) ref "${1:?usage: hack/images.sh ref IMAGE}" ;;
-archive) build "${1:?usage: hack/images.sh archive IMAGE}" && archive_path "$1" ;;
+archive)
+	build "${1:?usage: hack/images.sh archive IMAGE}"
+	archive_path "$1"
+	;;
 build)
 	[[ $# -gt 0 ]] || set -- "${all_images[@]}"
 	for i in "$@"; do build "$i"; done

@@ -42,9 +42,26 @@ node_dir=$cluster_dir/node
 kubeconfig=$cluster_dir/kubeconfig
 owner_file=$state_dir/real-node.owner
 run_marker=$state_dir/real-node.run-containerd
+# Host folders the kubelet and the CNI plugins write to whatever they are
+# configured with (device plugin socket, /var/log/containers links, CNI
+# result cache): those that did not exist before the real node first came up
+# are removed when it goes.
+host_paths=(/var/lib/kubelet /var/log/containers /var/lib/cni)
+created_file=$state_dir/real-node.created
+# Kernel settings the kubelet sets at start (protectKernelDefaults is off):
+# saved when the real node first comes up, put back when it goes.
+kernel_keys=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
+sysctl_file=$state_dir/real-node.sysctl
 kube_bin=$("$root/hack/tools.sh" path kubernetes)
 coredns_bin=$("$root/hack/tools.sh" path coredns)
 sock=$node_dir/containerd/containerd.sock
+
+# Two clusters coming up at once would both take the real node: one `up` at
+# a time. flock -o: the node's programs started below do not inherit the lock.
+if [[ $cmd == up && ${RUNWARDEN_NODE_UP_LOCKED:-} != "$name" ]]; then
+	mkdir -p "$state_dir"
+	exec env RUNWARDEN_NODE_UP_LOCKED="$name" flock -o "$state_dir/real-node.lock" "$0" up --name "$name"
+fi
 
 kubectl() { "$kube_bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 ctr() { command ctr --address "$sock" --namespace k8s.io --connect-timeout 2s --timeout 60s "$@"; }
@@ -260,6 +277,9 @@ write_configs() {
 	clusterCIDR: $POD_SUBNET
 	hostnameOverride: $NODE_NAME
 	bindAddress: 127.0.0.1
+	# NodePorts on the bridge only: on 127.0.0.1 they would need the host's
+	# net.ipv4.conf.all.route_localnet changed.
+	nodePortAddresses: [$GATEWAY/32]
 	healthzBindAddress: 127.0.0.1:10256
 	metricsBindAddress: 127.0.0.1:10249
 	clientConnection:
@@ -284,6 +304,42 @@ write_configs() {
 	EOF
 }
 
+# remember_host records what the real node changes on the host before it
+# first does: host folders it creates, kernel settings it sets.
+remember_host() {
+	local p k v
+	if [[ ! -f $created_file ]]; then
+		for p in "${host_paths[@]}"; do
+			[[ -e $p ]] || echo "$p"
+		done >"$created_file.tmp"
+		mv "$created_file.tmp" "$created_file"
+	fi
+	if [[ ! -f $sysctl_file ]]; then
+		for k in "${kernel_keys[@]}"; do
+			v=$(cat "/proc/sys/$k")
+			echo "$k $v"
+		done >"$sysctl_file.tmp"
+		mv "$sysctl_file.tmp" "$sysctl_file"
+	fi
+}
+
+# restore_host undoes what remember_host recorded.
+restore_host() {
+	local p k v
+	if [[ -f $created_file ]]; then
+		while read -r p; do
+			[[ -n $p ]] && rm -rf "$p"
+		done <"$created_file"
+		rm -f "$created_file"
+	fi
+	if [[ -f $sysctl_file ]]; then
+		while read -r k v; do
+			[[ -n $k ]] && { echo "$v" >"/proc/sys/$k" || log "could not restore $k to $v"; }
+		done <"$sysctl_file"
+		rm -f "$sysctl_file"
+	fi
+}
+
 image_ref() { "$root/hack/images.sh" ref "$1"; }
 
 up() {
@@ -299,6 +355,10 @@ up() {
 			# Left behind by a run that was killed: clear its mounts, bridge and rules.
 			log "clearing what cluster \"$other\" left of the real node"
 			"$root/hack/node.sh" down --name "$other"
+		elif ! flock -n "$state_dir/in-use-$other.lock" true; then
+			echo "hack/node.sh: cluster \"$other\" has the real node and a run is using it (make demo, make e2e or make test); only one cluster per machine can have it." >&2
+			echo "hack/node.sh: wait for that run to end, or start this one without a real node (RUNWARDEN_REAL_NODE=false)." >&2
+			exit 1
 		elif [[ ${RUNWARDEN_TAKE_REAL_NODE:-} == true ]]; then
 			log "stopping cluster \"$other\", which has the real node (only one cluster per machine can)"
 			"$root/hack/cluster.sh" down --name "$other"
@@ -309,6 +369,7 @@ up() {
 		fi
 	fi
 	echo "$name" >"$owner_file"
+	remember_host
 	# containerd 1.6 always puts its shims' sockets under /run/containerd/s;
 	# remember whether that folder was ours to remove at teardown.
 	if [[ ! -e /run/containerd && ! -e $run_marker ]]; then
@@ -325,7 +386,7 @@ up() {
 	"$root/hack/images.sh" load pause runner --address "$sock"
 
 	start kubelet "$kube_bin/kubelet" --config "$node_dir/kubelet/config.yaml" \
-		--kubeconfig "$kubeconfig" --root-dir "$node_dir/kubelet/root" \
+		--kubeconfig "$kubeconfig" --root-dir "$node_dir/kubelet/root" --cert-dir "$node_dir/kubelet/pki" \
 		--hostname-override "$NODE_NAME" --node-ip "$GATEWAY" --v 1
 	start kube-proxy "$kube_bin/kube-proxy" --config "$node_dir/kube-proxy.yaml"
 	start coredns "$coredns_bin/coredns" -conf "$node_dir/coredns/Corefile"
@@ -347,9 +408,11 @@ drain() {
 	[[ -f $kubeconfig ]] || return 0
 	kubectl get --raw /readyz >/dev/null 2>&1 || return 0
 	local pods
-	pods=$(kubectl get pods -A --field-selector "spec.nodeName=$NODE_NAME" -o name 2>/dev/null | wc -l)
+	pods=$({ kubectl get pods -A --field-selector "spec.nodeName=$NODE_NAME" -o name 2>/dev/null || true; } | wc -l)
 	[[ $pods -gt 0 ]] || return 0
 	log "removing $pods pods"
+	# Cordoned first, or the pods of Deployments pinned to the node come back.
+	kubectl cordon "$NODE_NAME" >/dev/null 2>&1 || true
 	kubectl delete pods -A --field-selector "spec.nodeName=$NODE_NAME" --grace-period=1 --wait=false >/dev/null 2>&1 || true
 	# A pod leaves the API only once the kubelet has stopped its containers.
 	wait_for "the node's pods to stop" 150 no_pods || true
@@ -409,8 +472,11 @@ down() {
 	done
 	# Veths of pods whose namespaces are gone vanish with them; the bridge goes last.
 	ip link delete "$BRIDGE" 2>/dev/null || true
+	# The kubelet links every container's log into /var/log/containers.
+	find /var/log/containers -maxdepth 1 -type l -lname "$node_dir/*" -delete 2>/dev/null || true
 	rm -rf "$node_dir"
 	if [[ -f $owner_file && $(cat "$owner_file") == "$name" ]]; then
+		restore_host
 		rm -f "$owner_file"
 		if [[ -f $run_marker ]]; then
 			rmdir /run/containerd/s /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd 2>/dev/null || true

@@ -130,6 +130,7 @@ node_packages=(
 	iptables:/usr/sbin/iptables
 	conntrack:/usr/sbin/conntrack
 	iproute2:/usr/sbin/ip
+	procps:/usr/bin/pgrep
 )
 
 # ensure_node_packages installs the real node's Debian packages that are

@@ -52,7 +52,8 @@ cg=$(hack/tools.sh path controller-gen)/controller-gen
 if [[ -x $cg ]]; then
 	gen=$(mktemp -d)
 	cp -r dispatcher/api "$gen/before"
-	"$cg" object paths=./dispatcher/api/... && "$cg" crd paths=./dispatcher/api/... output:crd:dir=dispatcher/api/v1alpha1/crd
+	"$cg" object paths=./dispatcher/api/... || { echo "verify: controller-gen object failed" >&2; fail=1; }
+	"$cg" crd paths=./dispatcher/api/... output:crd:dir=dispatcher/api/v1alpha1/crd || { echo "verify: controller-gen crd failed" >&2; fail=1; }
 	if ! diff -r "$gen/before" dispatcher/api >/dev/null; then
 		echo "verify: dispatcher/api's generated files were stale (now regenerated; review and commit them, or run 'make generate')" >&2
 		fail=1

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"sigs.k8s.io/e2e-framework/pkg/env"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
@@ -162,8 +163,37 @@ func localUp(c Config) env.Func {
 
 func localDown(c Config) env.Func {
 	return func(ctx context.Context, _ *envconf.Config) (context.Context, error) {
-		return ctx, clusterScript(ctx, c, "down")
+		err := clusterScript(ctx, c, "down")
+		if err != nil {
+			teardown.Lock()
+			teardown.err = err
+			teardown.Unlock()
+		}
+		return ctx, err
 	}
+}
+
+// teardown holds the error of stopping the local cluster: e2e-framework only
+// logs the errors of Finish steps, and a cluster left running must fail the run.
+var teardown struct {
+	sync.Mutex
+	err error
+}
+
+// TeardownError returns why stopping the local cluster failed, if it did.
+func TeardownError() error {
+	teardown.Lock()
+	defer teardown.Unlock()
+	return teardown.err
+}
+
+// StopLocal stops the local cluster c names, when the suite started it and
+// may remove it (not kept): what Finish does, for a run that is interrupted.
+func StopLocal(c Config) error {
+	if c.Kind != ClusterLocal || c.Keep {
+		return nil
+	}
+	return clusterScript(context.Background(), c, "down")
 }
 
 func clusterScript(ctx context.Context, c Config, verb string) error {
