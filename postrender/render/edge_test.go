@@ -65,6 +65,38 @@ func TestRenderEdgeCasesMatchKustomizeBuild(t *testing.T) {
 			input: configMaps(4) + "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n  replicas: 1\n" +
 				"  selector:\n    matchLabels: {app: a}\n  template:\n    metadata:\n      labels: {app: a}\n    spec:\n      containers:\n      - name: c\n        image: x\n",
 		},
+		{
+			name: "reference written by a targeted patch", overlay: "patch-ref", split: true,
+			input: "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: runner\n" + configMaps(4) + deployment("web"),
+		},
+		{
+			name: "reference written by commonAnnotations", overlay: "annotation-ref", split: true,
+			input: "apiVersion: v1\nkind: Secret\nmetadata:\n  name: basic-auth\n" + configMaps(4) +
+				"---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: web\nspec:\n  defaultBackend:\n    service:\n      name: web\n      port:\n        number: 80\n",
+		},
+		{
+			name: "reference to a name a patch gives", overlay: "rename",
+			input: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n" + configMaps(4) +
+				"---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: x\n    envFrom:\n    - configMapRef:\n        name: b\n",
+		},
+		{
+			name: "reference through a YAML alias", overlay: "prefix", split: true,
+			input: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\n" + configMaps(4) +
+				"---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels: {config: &cfg web-config}\nspec:\n  containers:\n  - name: c\n    image: x\n    envFrom:\n    - configMapRef:\n        name: *cfg\n",
+		},
+		{
+			name: "a Namespace with a namespace renamed onto another", overlay: "namespace",
+			input: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: monitoring\n  namespace: default\n" + configMaps(4) +
+				"---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: logging\n",
+		},
+		{
+			name: "empty documents", overlay: "prefix", split: true,
+			input: configMaps(4) + "---\n{}\n---\nnull\n---\n[]\n---\n# only a comment\n~\n",
+		},
+		{
+			name: "the deprecated bases field", overlay: "bases", split: true,
+			input: configMaps(5),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,5 +174,42 @@ func TestSkippedKeysAreNotNameReferences(t *testing.T) {
 				t.Errorf("Kustomize follows names at %s, but the grouping skips %q", p[1], seg)
 			}
 		}
+	}
+}
+
+// deployment returns a Deployment named name, for inputs.
+func deployment(name string) string {
+	return "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: " + name + "\nspec:\n  selector:\n    matchLabels: {app: a}\n" +
+		"  template:\n    metadata:\n      labels: {app: a}\n    spec:\n      containers:\n      - name: c\n        image: x\n"
+}
+
+// An overlay reached through a symbolic link gets Helm's manifests, not a
+// file of the same name left in the folder the link points to (the shell
+// script's all.yaml).
+func TestOverlayThroughSymlink(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	real := filepath.Join(root, "real")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{
+		"kustomization.yaml": "resources:\n- all.yaml\nnamePrefix: p-\n",
+		"all.yaml":           "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stale\n",
+	} {
+		if err := os.WriteFile(filepath.Join(real, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(root, "link")
+	if err := os.Symlink("real", link); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := Render(t.Context(), Options{Overlay: link}, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: p-a\n"; string(out) != want {
+		t.Errorf("got\n%s\nwant\n%s", out, want)
 	}
 }

@@ -37,6 +37,9 @@ func readKustomization(fs filesys.FileSystem, dir string) (*types.Kustomization,
 	if err := k.Unmarshal(b); err != nil {
 		return nil, path, &OverlayError{File: path, Err: err}
 	}
+	// As Kustomize's loader: deprecated fields (bases, imageTags) move to
+	// their successors.
+	k.FixKustomization()
 	return &k, path, nil
 }
 
@@ -69,6 +72,24 @@ func shardable(fs filesys.FileSystem, dir string, k *types.Kustomization, depth 
 		return false, "openapi"
 	case k.SortOptions != nil && k.SortOptions.Order != types.LegacySortOrder:
 		return false, "sortOptions other than legacy"
+	}
+	// A patch that renames a resource (or changes its kind) makes references
+	// to the new name, which the grouping cannot see.
+	for _, p := range append(slices.Clone(k.Patches), k.PatchesJson6902...) { //nolint:staticcheck // deprecated, yet kustomize build still honours it
+		if p.Options != nil && (p.Options.AllowNameChange || p.Options.AllowKindChange) {
+			return false, "a patch that may rename resources"
+		}
+		text := p.Patch
+		if p.Path != "" {
+			b, err := fs.ReadFile(filepath.Join(dir, p.Path))
+			if err != nil {
+				return false, "patch " + p.Path + " unreadable"
+			}
+			text = string(b)
+		}
+		if renames(text) {
+			return false, "a JSON 6902 patch that renames resources"
+		}
 	}
 	for _, r := range k.Resources {
 		// A base's own kustomization can carry settings (configurations,
@@ -104,28 +125,52 @@ func shardable(fs filesys.FileSystem, dir string, k *types.Kustomization, depth 
 	return true, ""
 }
 
-// patchTargets returns the names of the resources that strategic merge
-// patches without a target selector and replicas entries name, in the
-// overlay and its components: such a transformation fails when its resource
-// is missing, so those resources go into every group.
-func patchTargets(fs filesys.FileSystem, dir string, k *types.Kustomization) map[string]bool {
-	names := map[string]bool{}
-	addTargets(fs, dir, k, names, 0)
-	return names
+// renames reports whether a patch is a JSON 6902 patch with an operation
+// on a resource's name, its kind, or its whole metadata.
+func renames(text string) bool {
+	n, err := yaml.Parse(text)
+	if err != nil || n.YNode().Kind != yaml.SequenceNode {
+		return false
+	}
+	for _, op := range n.YNode().Content {
+		if op.Kind != yaml.MappingNode {
+			continue
+		}
+		for i := 0; i+1 < len(op.Content); i += 2 {
+			if k := op.Content[i].Value; k != "path" && k != "from" {
+				continue
+			}
+			switch p := op.Content[i+1].Value; {
+			case p == "", p == "/", p == "/metadata", p == "/kind",
+				p == "/metadata/name", strings.HasPrefix(p, "/metadata/name/"):
+				return true
+			}
+		}
+	}
+	return false
 }
 
-func addTargets(fs filesys.FileSystem, dir string, k *types.Kustomization, names map[string]bool, depth int) {
+// overlayValues returns every scalar value in the overlay's own files: its
+// kustomization, the patches and resources it lists, and those of its
+// components and bases. Resources with one of these names go into every
+// group: an untargeted strategic merge patch or a replicas entry fails
+// when its resource is missing, and a value the overlay writes into Helm's
+// documents (a patch's serviceAccountName, a commonAnnotations value) may
+// be a reference Kustomize follows, which the grouping of Helm's documents
+// alone cannot see.
+func overlayValues(fs filesys.FileSystem, dir, resourceName string) map[string]bool {
+	values := map[string]bool{}
+	addValues(fs, dir, resourceName, values, 0)
+	return values
+}
+
+func addValues(fs filesys.FileSystem, dir, resourceName string, values map[string]bool, depth int) {
 	if depth > 8 {
 		return
 	}
-	for _, r := range k.Replicas {
-		names[r.Name] = true
-	}
-	for _, c := range k.Components {
-		cdir := filepath.Join(dir, c)
-		if ck, _, err := readKustomization(fs, cdir); err == nil {
-			addTargets(fs, cdir, ck, names, depth+1)
-		}
+	k, path, err := readKustomization(fs, dir)
+	if err != nil {
+		return
 	}
 	add := func(text string) {
 		nodes, err := (&yamlReader{text: text}).all()
@@ -133,33 +178,57 @@ func addTargets(fs filesys.FileSystem, dir string, k *types.Kustomization, names
 			return
 		}
 		for _, n := range nodes {
-			if name := n.GetName(); name != "" {
-				names[name] = true
-			}
+			allScalars(n.YNode(), 0, func(v string) { values[v] = true })
 		}
 	}
-	read := func(path string) {
-		if b, err := fs.ReadFile(filepath.Join(dir, path)); err == nil {
+	read := func(p string) {
+		if b, err := fs.ReadFile(filepath.Join(dir, p)); err == nil {
 			add(string(b))
 		}
 	}
-	for _, p := range k.Patches {
-		if p.Target != nil {
-			continue
-		}
+	read(filepath.Base(path))
+	for _, p := range append(slices.Clone(k.Patches), k.PatchesJson6902...) { //nolint:staticcheck // deprecated, yet kustomize build still honours it
 		if p.Path != "" {
 			read(p.Path)
 		}
-		if p.Patch != "" {
-			add(p.Patch)
-		}
+		add(p.Patch)
 	}
 	for _, p := range k.PatchesStrategicMerge { //nolint:staticcheck // deprecated, yet kustomize build still honours it
-		s := string(p)
-		if fs.Exists(filepath.Join(dir, s)) {
+		if s := string(p); fs.Exists(filepath.Join(dir, s)) {
 			read(s)
 		} else {
 			add(s)
+		}
+	}
+	for _, r := range k.Resources {
+		rdir := filepath.Join(dir, r)
+		switch {
+		case depth == 0 && filepath.Clean(r) == filepath.Clean(resourceName):
+			// Helm's manifests.
+		case fs.IsDir(rdir):
+			addValues(fs, rdir, resourceName, values, depth+1)
+		case fs.Exists(rdir):
+			read(r)
+		}
+	}
+	for _, c := range k.Components {
+		addValues(fs, filepath.Join(dir, c), resourceName, values, depth+1)
+	}
+}
+
+// allScalars calls fn with every scalar value of n, aliases followed.
+func allScalars(n *yaml.Node, depth int, fn func(string)) {
+	if n == nil || depth > 64 {
+		return
+	}
+	switch n.Kind {
+	case yaml.ScalarNode:
+		fn(n.Value)
+	case yaml.AliasNode:
+		allScalars(n.Alias, depth+1, fn)
+	default:
+		for _, c := range n.Content {
+			allScalars(c, depth+1, fn)
 		}
 	}
 }
@@ -210,6 +279,11 @@ func scalars(n *yaml.Node, fn func(string)) {
 		}
 	case yaml.ScalarNode:
 		fn(n.Value)
+	case yaml.AliasNode:
+		// Kustomize resolves aliases before it follows references.
+		if n.Alias != nil && n.Alias.Kind != yaml.AliasNode {
+			scalars(n.Alias, fn)
+		}
 	}
 }
 
@@ -239,7 +313,17 @@ func groups(docs []doc) [][]int {
 		}
 	}
 	byName := map[string]int{}
+	firstNamespace := -1
 	for i, d := range docs {
+		if d.kind == "Namespace" {
+			// The namespace field renames Namespaces: two of them may
+			// become one id, which a single build reports.
+			if firstNamespace < 0 {
+				firstNamespace = i
+			} else {
+				union(i, firstNamespace)
+			}
+		}
 		if d.name == "" {
 			continue
 		}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 
@@ -120,6 +121,11 @@ func Render(ctx context.Context, opts Options, input []byte) ([]byte, Stats, err
 	if !disk.IsDir(dir) {
 		return nil, st, fmt.Errorf("%w: %s", ErrOverlayMissing, opts.Overlay)
 	}
+	// Kustomize's loader works in the folder with symbolic links resolved:
+	// the in-memory manifests must be offered at that path.
+	if dir, err = filepath.EvalSymlinks(dir); err != nil {
+		return nil, st, fmt.Errorf("overlay %s: %w", opts.Overlay, err)
+	}
 	k, kfile, err := readKustomization(disk, dir)
 	if err != nil {
 		return nil, st, err
@@ -137,6 +143,10 @@ func Render(ctx context.Context, opts Options, input []byte) ([]byte, Stats, err
 	}
 	if err := parseAll(docs, opts.Workers); err != nil {
 		return nil, st, err
+	}
+	docs = slices.DeleteFunc(docs, func(d doc) bool { return d.empty })
+	if len(docs) == 0 {
+		return nil, st, fmt.Errorf("%w: every document is empty", ErrEmptyInput)
 	}
 	var hooks []doc
 	if opts.Hooks == HooksPassthrough {
@@ -227,7 +237,7 @@ func build(ctx context.Context, opts Options, dir string, k *types.Kustomization
 	}
 
 	// Documents strategic merge patches name without a target go into every shard.
-	anchored := patchTargets(disk, dir, k)
+	anchored := overlayValues(disk, dir, opts.ResourceName)
 	var anchors, rest []int
 	for i, d := range docs {
 		if anchored[d.name] {

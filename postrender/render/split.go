@@ -44,6 +44,7 @@ type doc struct {
 	name  string
 	hook  bool // carries the helm.sh/hook annotation
 	list  bool // a List whose items Kustomize reads as resources
+	empty bool // null, {} or []: dropped, as Kustomize drops them
 }
 
 // splitDocuments cuts a YAML stream at its "---" separators, keeping each
@@ -106,6 +107,11 @@ func (d *doc) parse() error {
 	node, err := yaml.Parse(string(d.raw))
 	if err != nil {
 		return d.errorf("%w", err)
+	}
+	if node.IsNilOrEmpty() {
+		// null, {}, []: Kustomize drops such documents.
+		d.empty = true
+		return nil
 	}
 	if node.YNode().Kind != yaml.MappingNode {
 		return d.errorf("a manifest must be a mapping, found %s", kindName(node.YNode().Kind))
