@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/runwarden/runwarden/internal/version"
@@ -18,9 +19,12 @@ import (
 const (
 	// EnvKustomize is the default of --kustomize.
 	EnvKustomize = "RUNWARDEN_KUSTOMIZE"
-	// envHelmPluginName is set by Helm when it runs a plugin; it tells the
-	// command it runs as a Helm v4 post-renderer plugin.
+	// envHelmPluginName and envHelmPluginDir are set by Helm when it runs
+	// a plugin (see asHelmPlugin).
 	envHelmPluginName = "HELM_PLUGIN_NAME"
+	envHelmPluginDir  = "HELM_PLUGIN_DIR"
+	// pluginName is the name in postrender/plugin/plugin.yaml.
+	pluginName = "runwarden-postrender"
 )
 
 // Error formats for --error-format.
@@ -66,7 +70,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.StringVar(&c.overlay, "kustomize", getenv(EnvKustomize), "overlay `folder` holding a kustomization (default $"+EnvKustomize+")")
 	fs.StringVar(&c.resourceName, "resource-name", "all.yaml", "file `name` under which the overlay sees Helm's manifests")
 	fs.StringVar(&c.hooks, "hooks", string(render.HooksKustomize), "Helm hooks: \"kustomize\" applies the overlay to them, \"passthrough\" returns them untouched")
-	fs.StringVar(&c.errorFormat, "error-format", errorAuto, "how errors reach the user: \"text\" (standard error, exit 1), \"manifest\" (a manifest Helm refuses, naming the error; for Helm v4 plugins, whose standard error Helm drops), \"auto\" (manifest when run as a Helm plugin)")
+	fs.StringVar(&c.errorFormat, "error-format", errorAuto, "how errors reach the user: \"text\" (standard error, exit 1), \"manifest\" (a manifest Helm refuses, naming the error; for Helm v4 plugins, whose standard error Helm drops), \"auto\" (manifest when run as the runwarden-postrender Helm plugin)")
 	fs.IntVar(&c.shardSize, "shard-size", 64, "documents per group when the input is split for speed; 0 never splits")
 	fs.BoolVar(&c.verbose, "v", false, "print how the input was processed on standard error")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
@@ -91,7 +95,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	case errorText, errorFormatManifest:
 	case errorAuto:
 		c.errorFormat = errorText
-		if getenv(envHelmPluginName) != "" {
+		if asHelmPlugin(getenv) {
 			c.errorFormat = errorFormatManifest
 		}
 	default:
@@ -103,13 +107,40 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	return c, nil
 }
 
+// asHelmPlugin reports whether this process is Helm v4 running the
+// runwarden-postrender plugin: the plugin named so, or this binary inside
+// the plugin folder Helm names. Helm v3 sets the same variables for every
+// plugin command, and a plugin (helm-secrets, helm-diff) that runs `helm
+// template --post-renderer runwarden-postrender` passes its own on: there
+// the errors must go to standard error with a failing exit code.
+func asHelmPlugin(getenv func(string) string) bool {
+	if getenv(envHelmPluginName) == pluginName {
+		return true
+	}
+	dir := getenv(envHelmPluginDir)
+	if dir == "" {
+		return false
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return false
+	}
+	if d, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = d
+	}
+	if e, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = e
+	}
+	return strings.HasPrefix(exe, filepath.Clean(dir)+string(filepath.Separator))
+}
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c, err := parse(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		if getenv(envHelmPluginName) != "" && c.errorFormat != errorText {
+		if asHelmPlugin(getenv) && c.errorFormat != errorText {
 			// A Helm v4 plugin's standard error is dropped: a missing
 			// RUNWARDEN_KUSTOMIZE must still reach the user.
 			c.errorFormat = errorFormatManifest
@@ -136,6 +167,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		Hooks:        render.HookMode(c.hooks),
 		ShardSize:    shard,
 	}, input)
+	if err == nil && ctx.Err() != nil {
+		// Interrupted during a build that does not stop midway: no output.
+		err = fmt.Errorf("interrupted: %w", context.Cause(ctx))
+	}
 	if err != nil {
 		return fail(c, stdout, stderr, err)
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -47,6 +49,17 @@ func TestRun(t *testing.T) {
 			env:  map[string]string{envHelmPluginName: "runwarden-postrender"}, stdin: manifest,
 			wantStdout: []string{"postrenderer.helm.sh/postrender-filename: 'runwarden-postrender: no overlay: pass --kustomize DIR or set " + EnvKustomize + "'"},
 			wantStderr: []string{"no overlay"},
+		},
+		{
+			name: "as the plugin found by its folder an error becomes a manifest", args: []string{"--kustomize", overlay},
+			env: map[string]string{envHelmPluginName: "renamed", envHelmPluginDir: filepath.Dir(testBinary())}, stdin: "",
+			wantStdout: []string{"postrenderer.helm.sh/postrender-filename: 'runwarden-postrender: no manifests on standard input'"},
+		},
+		{
+			// helm-secrets and the like run `helm template --post-renderer`
+			// with their own plugin variables set, under Helm v3.
+			name: "under another Helm plugin errors fail the command", args: []string{"--kustomize", overlay},
+			env: map[string]string{envHelmPluginName: "secrets", envHelmPluginDir: t.TempDir()}, wantCode: 1, wantStderr: []string{"no manifests"},
 		},
 		{
 			name: "text errors even as a plugin when asked", args: []string{"--kustomize", overlay, "--error-format", "text"},
@@ -108,4 +121,12 @@ func TestDocsNameEveryFlag(t *testing.T) {
 	if len(helpdoc.Flags(help)) < 5 || len(missing) > 0 {
 		t.Errorf("docs/postrender.md lacks flags %v (help:\n%s)", missing, help)
 	}
+}
+
+func testBinary() string {
+	exe, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	return exe
 }
