@@ -22,7 +22,10 @@ func main() {
 		<-ctx.Done()
 		stop() // a second signal ends the process at once
 	}()
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	stderr := os.Stderr
+	restore := dedupStderr()
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, stderr)
+	restore()
 	stop()
 	os.Exit(code)
 }

@@ -130,3 +130,12 @@ func testBinary() string {
 	}
 	return exe
 }
+
+func TestCopyOnceDropsRepeatedLines(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	copyOnce(&out, strings.NewReader("# Warning: a\n# Warning: b\n# Warning: a\nlast"))
+	if got, want := out.String(), "# Warning: a\n# Warning: b\nlast\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
