@@ -19,8 +19,11 @@ volumes contains projected_token("aws-iam-token", "sts.amazonaws.com", 86400, "t
 
 volume_mounts contains mount("aws-iam-token", "/var/run/secrets/eks.amazonaws.com/serviceaccount") if aws_identity
 
-# Azure Workload Identity. Mode "label" (AKS, where Azure's webhook runs)
-# only asks that webhook for the pod; mode "inject" does what it would.
+# Azure Workload Identity. Mode "inject" (the default) does what Azure's
+# webhook would. Mode "label" only labels the pod for Azure's webhook, which
+# sees the label only if it runs after this one: the API server calls
+# mutating webhooks in the order of their configurations' names, and never
+# calls again one its object selector skipped.
 azure_client_id := sa_annotations["azure.workload.identity/client-id"]
 
 azure_identity if {
@@ -28,7 +31,7 @@ azure_identity if {
 	azure_client_id != ""
 }
 
-azure_mode := object.get(cfg, ["workloadIdentity", "azure", "mode"], "label")
+azure_mode := object.get(cfg, ["workloadIdentity", "azure", "mode"], "inject")
 
 pod_labels contains ["azure.workload.identity/use", "true"] if {
 	azure_identity

@@ -58,10 +58,19 @@ test_aws_static_keys_from_secret_with_default_region if {
 }
 
 test_azure_label_mode if {
-	inp := json.patch(input_with({"workloadIdentity": {"azure": {"enabled": true}}}), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"azure.workload.identity/client-id": "cid"}}])
+	inp := json.patch(input_with({"workloadIdentity": {"azure": {"enabled": true, "mode": "label"}}}), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"azure.workload.identity/client-id": "cid"}}])
 	d := admission.decision with input as inp
 	d.mutations.labels == {"azure.workload.identity/use": "true"}
 	d.mutations.env == []
+}
+
+# Without a mode, the pod gets what Azure's webhook would inject: a label
+# added here is seen by Azure's webhook only if it runs after this one.
+test_azure_default_mode_injects if {
+	inp := json.patch(input_with({"workloadIdentity": {"azure": {"enabled": true}}}), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"azure.workload.identity/client-id": "cid"}}])
+	d := admission.decision with input as inp
+	not d.mutations.labels["azure.workload.identity/use"]
+	"AZURE_CLIENT_ID" in {e.env.name | some e in d.mutations.env}
 }
 
 test_azure_inject_mode if {
