@@ -19,6 +19,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/cover"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/tester"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Query is the rule every policy set must define.
@@ -34,6 +36,8 @@ var (
 	ErrTestsFailed = errors.New("policy tests fail")
 	// ErrNoDecision: the policies define no decision for the input.
 	ErrNoDecision = errors.New("the policies returned no decision")
+	// errDecisionShape: the decision is not of the Decision type's shape.
+	errDecisionShape = errors.New("reading the decision")
 )
 
 // Set is a loaded, compiled and tested set of policies, ready to evaluate.
@@ -121,6 +125,20 @@ func Load(ctx context.Context, fsys fs.FS, origin string) (*Set, error) {
 	s.query, err = rego.New(opts...).PrepareForEval(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: preparing %s: %w", ErrCompile, Query, err)
+	}
+	// A set that compiles but decides nothing (a misspelt package, a
+	// decision of the wrong shape) would refuse every pod: refuse it here,
+	// so the set in force stays.
+	if len(compiler.GetRulesExact(ast.MustParseRef(Query))) == 0 {
+		return nil, fmt.Errorf("%w: the policies define no %s", ErrNoDecision, Query)
+	}
+	// A decision of the wrong shape shows on any pod; one that is undefined
+	// or fails for this pod may still be right with the platform's
+	// configuration, which the set is not loaded with.
+	if v, err := toValue(probeInput()); err != nil {
+		return nil, err
+	} else if _, err := s.eval(ctx, v); errors.Is(err, errDecisionShape) {
+		return nil, fmt.Errorf("%w: for a plain runner pod: %w", ErrCompile, err)
 	}
 	s.reads, s.Cached = inputReads(s.modules)
 	s.paths = gjsonPaths(s.reads)
@@ -244,11 +262,11 @@ func (s *Set) eval(ctx context.Context, v ast.Value) (Decision, error) {
 	}
 	b, err := json.Marshal(rs[0].Expressions[0].Value)
 	if err != nil {
-		return Decision{}, fmt.Errorf("reading the decision: %w", err)
+		return Decision{}, fmt.Errorf("%w: %w", errDecisionShape, err)
 	}
 	var d Decision
 	if err := json.Unmarshal(b, &d); err != nil {
-		return Decision{}, fmt.Errorf("reading the decision: %w", err)
+		return Decision{}, fmt.Errorf("%w: %w", errDecisionShape, err)
 	}
 	return d, nil
 }
@@ -273,4 +291,20 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// probeInput is a plain runner pod, with no platform configuration, that
+// a set must be able to decide on to be put in force.
+func probeInput() *Input {
+	return &Input{
+		Operation: "CREATE",
+		Pod: &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "runners", Labels: map[string]string{"runwarden.dev/runner": "true"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "runner"}}, RestartPolicy: corev1.RestartPolicyNever},
+		},
+		Namespace:      NamespaceInfo{Name: "runners", Labels: map[string]string{}, Annotations: map[string]string{}},
+		ServiceAccount: ObjectInfo{Name: "default", Annotations: map[string]string{}},
+		Config:         map[string]any{},
+		SecretRefs:     []SecretRef{},
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -77,6 +78,8 @@ func TestLoadRefusesBadSets(t *testing.T) {
 			"a.rego":      {Data: []byte(minimal)},
 			"a_test.rego": {Data: []byte("package runwarden.admission_test\n\nimport data.runwarden.admission\n\ntest_fails if admission.decision.warnings == [\"something else\"]\n")},
 		}, is: ErrTestsFailed},
+		{name: "misspelt package", fs: fstest.MapFS{"a.rego": {Data: []byte(strings.Replace(minimal, "package runwarden.admission", "package runwarden.admision", 1))}}, is: ErrNoDecision},
+		{name: "decision of the wrong shape", fs: fstest.MapFS{"a.rego": {Data: []byte("package runwarden.admission\n\ndecision := {\"deny\": \"nope\"}\n")}}, is: ErrCompile},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -49,14 +49,16 @@ func NewStore(ctx context.Context, opts StoreOptions) (*Store, error) {
 	opts.setDefaults()
 	s := &Store{opts: opts}
 	fsys, origin := s.source()
+	if opts.Dir != "" {
+		// Before loading: a change made while the set loads is then seen
+		// by the next Check, not taken for the set in force.
+		s.content, _ = folderDigest(fsys)
+	}
 	set, err := Load(ctx, fsys, origin)
 	if err != nil {
 		return nil, err
 	}
 	s.cur.Store(set)
-	if opts.Dir != "" {
-		s.content, _ = folderDigest(fsys)
-	}
 	return s, nil
 }
 
