@@ -225,7 +225,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	// GetWebhookServer also adds the server to the manager's runnables.
 	server := mgr.GetWebhookServer()
 	for path, mutate := range map[string]bool{MutatePath: true, ValidatePath: false} {
-		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: mgr.GetClient(), Config: platform, Mutate: mutate, Recorder: rec})
+		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec})
 		server.Register(path, rwadmission.Pooled(&webhook.Admission{Handler: h}, 0))
 	}
 	if err := mgr.Add(manager.RunnableFunc(store.Run)); err != nil {

@@ -173,8 +173,8 @@ func BuildInput(ctx context.Context, r client.Reader, pod *corev1.Pod, op, user 
 	ns := &corev1.Namespace{}
 	switch err := r.Get(ctx, client.ObjectKey{Name: pod.Namespace}, ns); {
 	case apierrors.IsNotFound(err):
-		// No pod is created in a namespace that does not exist: the cache
-		// is behind. The namespace's limits (secret stores, patterns) are
+		// No pod is created in a namespace that does not exist: r is
+		// behind. The namespace's limits (secret stores, patterns) are
 		// unknown, so the pod is refused rather than given none.
 		return nil, fmt.Errorf("namespace %s could not be read: the webhook's cache does not hold it yet, so its limits are unknown; retry: %w", pod.Namespace, err)
 	case err != nil:
@@ -204,4 +204,26 @@ func orEmpty(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
+}
+
+// CacheThenLive reads from cache, and asks live (the API server) for what
+// the cache does not hold: a namespace or service account created moments
+// before the pod may not have reached the cache yet, and reading it as
+// missing would give the pod other credentials than its service account's.
+func CacheThenLive(cache, live client.Reader) client.Reader {
+	return cacheThenLive{cache: cache, live: live}
+}
+
+type cacheThenLive struct{ cache, live client.Reader }
+
+func (r cacheThenLive) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	err := r.cache.Get(ctx, key, obj, opts...)
+	if apierrors.IsNotFound(err) {
+		return r.live.Get(ctx, key, obj, opts...)
+	}
+	return err
+}
+
+func (r cacheThenLive) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return r.cache.List(ctx, list, opts...)
 }

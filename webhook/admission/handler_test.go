@@ -11,8 +11,10 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -254,5 +256,25 @@ func TestHandlerDeniesAMountPathThePodAlreadyUses(t *testing.T) {
 	}
 	if msg := resp.Result.Message; !strings.Contains(msg, "container main already mounts volume own-token at /var/run/secrets/eks.amazonaws.com/serviceaccount, where the platform mounts aws-iam-token") {
 		t.Errorf("denial %q does not name the clash", msg)
+	}
+}
+
+// A service account the cache does not hold yet is read from the API
+// server: its annotations decide the pod's credentials.
+func TestCacheThenLiveReadsWhatTheCacheLacks(t *testing.T) {
+	t.Parallel()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "runners", Name: "deployer", Annotations: map[string]string{"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}}}
+	cache := fake.NewClientBuilder().Build()
+	live := fake.NewClientBuilder().WithObjects(sa).Build()
+	got := &corev1.ServiceAccount{}
+	if err := CacheThenLive(cache, live).Get(t.Context(), client.ObjectKeyFromObject(sa), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations["eks.amazonaws.com/role-arn"] == "" {
+		t.Errorf("annotations %v, want the live service account's", got.Annotations)
+	}
+	err := CacheThenLive(cache, live).Get(t.Context(), client.ObjectKey{Namespace: "runners", Name: "none"}, &corev1.ServiceAccount{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("missing everywhere: %v, want NotFound", err)
 	}
 }
