@@ -232,6 +232,18 @@ test_shape_allows_a_good_pod if {
 	d.deny == []
 }
 
+# The chart's runner resources (requests, a memory limit, no cpu limit)
+# meet requireResources; a missing memory limit does not.
+test_shape_requires_requests_and_a_memory_limit if {
+	cfg := {"shape": {"requireResources": true}}
+	chart := json.patch(input_with(cfg), [{"op": "replace", "path": "/pod/spec/containers/0/resources", "value": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}}])
+	ok := admission.decision with input as chart
+	ok.deny == []
+	no_limit := json.patch(chart, [{"op": "remove", "path": "/pod/spec/containers/0/resources/limits"}])
+	d := admission.decision with input as no_limit
+	[v.field | some v in d.deny] == ["resources.limits.memory"]
+}
+
 test_audit_mode_turns_denials_into_warnings if {
 	inp := json.patch(input_with({"mode": "audit"}), [{"op": "add", "path": "/pod/spec/hostPID", "value": true}])
 	d := admission.decision with input as inp
