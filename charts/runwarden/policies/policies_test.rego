@@ -173,6 +173,27 @@ test_bad_tolerations_annotation_warns if {
 	d.mutations.tolerations == []
 }
 
+# A node selector annotation that does not read as key=value pairs with
+# distinct keys is a warning, and the configured pool stays.
+test_every_bad_node_selector_annotation_keeps_the_configured_pool if {
+	cfg := {"scheduling": {"nodeSelector": {"runwarden.dev/pool": "runner"}}}
+	every bad in ["pool: team-a", "pool=a,pool=b", "=x", "a=b=c", " , "] {
+		inp := json.patch(input_with(cfg), [{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/node-selector": bad}}])
+		d := admission.decision with input as inp
+		d.mutations.nodeSelector == {"runwarden.dev/pool": "runner"}
+		count(d.warnings) == 1
+	}
+}
+
+# Items of the tolerations annotation that are not tolerations are left out
+# with a warning; the others are kept.
+test_tolerations_annotation_items_that_are_not_tolerations if {
+	inp := json.patch(input_with({}), [{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/tolerations": `["team-a", {"key": 1}, {"key": "team-a", "operator": "Exists", "tolerationSeconds": 30}]`}}])
+	d := admission.decision with input as inp
+	[t.key | some t in d.mutations.tolerations] == ["team-a"]
+	count(d.warnings) == 2
+}
+
 ref(store, name, err) := {"container": "main", "env": "DB_PASSWORD", "store": store, "name": name, "raw": "x", "error": err}
 
 test_secret_refs_allowed_by_default if {
