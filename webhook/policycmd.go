@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -35,7 +37,10 @@ func readYAML(path string, into any) error {
 }
 
 // policyEval prints the decision the policies make for a pod, and the pod
-// after the mutations. It exits 1 when the pod would be denied.
+// after the mutations. It exits 1 when the pod would be denied, 2 for bad
+// arguments or files, 3 when the policies cannot decide (they do not load,
+// or their evaluation fails): a check that expects a denial must not pass
+// on broken policies.
 func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("runwarden-webhook policy eval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -61,8 +66,15 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "runwarden-webhook policy eval: reading the pod: %v\n", err)
 		return 2
 	}
+	ns := &corev1.Namespace{}
+	if *nsFile != "" {
+		if err := readYAML(*nsFile, ns); err != nil {
+			fmt.Fprintf(stderr, "runwarden-webhook policy eval: reading the namespace: %v\n", err)
+			return 2
+		}
+	}
 	if pod.Namespace == "" {
-		pod.Namespace = "default"
+		pod.Namespace = cmp.Or(ns.Name, "default")
 	}
 	cfg, err := readPlatformConfig(*cfgFile)
 	if err != nil {
@@ -72,17 +84,11 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	in, err := rwadmission.BuildInput(ctx, nil, pod, "CREATE", *user, nil, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
-		return 1
+		return 3
 	}
-	if *nsFile != "" {
-		ns := &corev1.Namespace{}
-		if err := readYAML(*nsFile, ns); err != nil {
-			fmt.Fprintf(stderr, "runwarden-webhook policy eval: reading the namespace: %v\n", err)
-			return 2
-		}
-		in.Namespace = policy.NamespaceInfo{Name: pod.Namespace, Labels: orEmpty(ns.Labels), Annotations: orEmpty(ns.Annotations)}
-	}
-	in.ServiceAccount = policy.ObjectInfo{Name: pod.Spec.ServiceAccountName, Annotations: map[string]string{}}
+	in.Namespace = policy.NamespaceInfo{Name: pod.Namespace, Labels: orEmpty(ns.Labels), Annotations: orEmpty(ns.Annotations)}
+	// As the webhook reads it: the pod's service account, or default.
+	in.ServiceAccount = policy.ObjectInfo{Name: cmp.Or(pod.Spec.ServiceAccountName, "default"), Annotations: map[string]string{}}
 	if *saFile != "" {
 		sa := &corev1.ServiceAccount{}
 		if err := readYAML(*saFile, sa); err != nil {
@@ -94,17 +100,22 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	set, err := loadSet(ctx, *dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
-		return 1
+		return 3
 	}
 	d, err := set.Eval(ctx, in)
 	if err != nil {
 		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
-		return 1
+		return 3
 	}
 	out, _ := yaml.Marshal(map[string]any{"decision": d})
 	fmt.Fprintf(stdout, "%s", out)
 	if len(d.Deny) > 0 {
 		fmt.Fprintln(stdout, "# the pod would be DENIED")
+		return 1
+	}
+	// The webhook denies a pod whose own volumes clash with the mutations.
+	if clashes := rwadmission.MountClashes(pod, d.Mutations); len(clashes) > 0 {
+		fmt.Fprintf(stdout, "# the pod would be DENIED: %s\n", strings.Join(clashes, "; "))
 		return 1
 	}
 	rwadmission.Apply(pod, d.Mutations)
