@@ -37,13 +37,13 @@ func TestRun(t *testing.T) {
 			wantStdout: []string{"no-host-namespaces", "secret-ref-malformed", "expected ${azure:<secret-name>@<vault-name>}", "DENIED"},
 		},
 		{
-			name: "policy eval of a pod whose volumes clash with the mutations",
-			args: []string{"policy", "eval", "--pod", "testdata/clashing-pod.yaml", "--service-account", "testdata/service-account.yaml", "--config", "testdata/platform.yaml"},
+			name:     "policy eval of a pod whose volumes clash with the mutations",
+			args:     []string{"policy", "eval", "--pod", "testdata/clashing-pod.yaml", "--service-account", "testdata/service-account.yaml", "--config", "testdata/platform.yaml"},
 			wantCode: 1, wantStdout: []string{"DENIED", "/var/run/secrets/eks.amazonaws.com/serviceaccount"},
 		},
 		{
-			name: "policy eval with policies that do not load is not a denial",
-			args: []string{"policy", "eval", "--pod", "testdata/invalid-pod.yaml", "--policies", "testdata"},
+			name:     "policy eval with policies that do not load is not a denial",
+			args:     []string{"policy", "eval", "--pod", "testdata/invalid-pod.yaml", "--policies", "testdata"},
 			wantCode: 3, wantStderr: []string{"no .rego files"},
 		},
 		{name: "policy eval needs a pod", args: []string{"policy", "eval"}, wantCode: 2, wantStderr: []string{"--pod is required"}},
