@@ -30,23 +30,31 @@ func Apply(pod *corev1.Pod, m policy.Mutations) {
 	for _, v := range m.Volumes {
 		pod.Spec.Volumes = upsert(pod.Spec.Volumes, v, func(a corev1.Volume) string { return a.Name })
 	}
+	// Init containers too: "*" means every container, and a policy may name
+	// an init container (a git clone that needs the VCS credentials).
+	for i := range pod.Spec.InitContainers {
+		applyContainer(&pod.Spec.InitContainers[i], m)
+	}
 	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		for _, e := range m.Env {
-			if slices.Contains(e.Containers, c.Name) || slices.Contains(e.Containers, "*") {
-				c.Env = upsert(c.Env, e.Env, func(a corev1.EnvVar) string { return a.Name })
-			}
+		applyContainer(&pod.Spec.Containers[i], m)
+	}
+}
+
+func applyContainer(c *corev1.Container, m policy.Mutations) {
+	for _, e := range m.Env {
+		if slices.Contains(e.Containers, c.Name) || slices.Contains(e.Containers, "*") {
+			c.Env = upsert(c.Env, e.Env, func(a corev1.EnvVar) string { return a.Name })
 		}
-		for _, e := range m.EnvFrom {
-			if (slices.Contains(e.Containers, c.Name) || slices.Contains(e.Containers, "*")) &&
-				!slices.ContainsFunc(c.EnvFrom, func(o corev1.EnvFromSource) bool { return equality.Semantic.DeepEqual(o, e.EnvFrom) }) {
-				c.EnvFrom = append(c.EnvFrom, e.EnvFrom)
-			}
+	}
+	for _, e := range m.EnvFrom {
+		if (slices.Contains(e.Containers, c.Name) || slices.Contains(e.Containers, "*")) &&
+			!slices.ContainsFunc(c.EnvFrom, func(o corev1.EnvFromSource) bool { return equality.Semantic.DeepEqual(o, e.EnvFrom) }) {
+			c.EnvFrom = append(c.EnvFrom, e.EnvFrom)
 		}
-		for _, vm := range m.VolumeMounts {
-			if slices.Contains(vm.Containers, c.Name) || slices.Contains(vm.Containers, "*") {
-				c.VolumeMounts = upsert(c.VolumeMounts, vm.VolumeMount, func(a corev1.VolumeMount) string { return a.Name + "\x00" + a.MountPath })
-			}
+	}
+	for _, vm := range m.VolumeMounts {
+		if slices.Contains(vm.Containers, c.Name) || slices.Contains(vm.Containers, "*") {
+			c.VolumeMounts = upsert(c.VolumeMounts, vm.VolumeMount, func(a corev1.VolumeMount) string { return a.Name + "\x00" + a.MountPath })
 		}
 	}
 }
@@ -56,7 +64,7 @@ func Apply(pod *corev1.Pod, m policy.Mutations) {
 // pod would be invalid with both (mount paths are unique per container).
 func MountClashes(pod *corev1.Pod, m policy.Mutations) []string {
 	var out []string
-	for _, c := range pod.Spec.Containers {
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 		for _, vm := range m.VolumeMounts {
 			if !slices.Contains(vm.Containers, c.Name) && !slices.Contains(vm.Containers, "*") {
 				continue

@@ -19,6 +19,7 @@ func FuzzDecisionToPatch(f *testing.F) {
 	f.Add([]byte(`{"labels":{"a":"b"},"env":[{"containers":["main"],"env":{"name":"X","value":"1"}}]}`), []byte(`{"spec":{"containers":[{"name":"main"}]}}`))
 	f.Add([]byte(`{"tolerations":[{"key":"k","operator":"Exists"}],"nodeAffinity":[{"key":"a","operator":"Exists"}],"volumes":[{"name":"v","emptyDir":{}}]}`), []byte(`{"metadata":{"labels":{"x":"y"}},"spec":{"containers":[{"name":"main","env":[{"name":"X","value":"2"}]}]}}`))
 	f.Add([]byte(`{"volumeMounts":[{"containers":["*"],"volumeMount":{"name":"v","mountPath":"/v"}}],"envFrom":[{"containers":["main"],"envFrom":{"secretRef":{"name":"s"}}}]}`), []byte(`{"spec":{"containers":[{"name":"main"},{"name":"b"}]}}`))
+	f.Add([]byte(`{"env":[{"containers":["*"],"env":{"name":"X","value":"1"}}],"volumeMounts":[{"containers":["clone"],"volumeMount":{"name":"v","mountPath":"/v"}}]}`), []byte(`{"spec":{"initContainers":[{"name":"clone"}],"containers":[{"name":"main"}]}}`))
 	f.Fuzz(func(t *testing.T, mutationsJSON, podJSON []byte) {
 		var m policy.Mutations
 		if json.Unmarshal(mutationsJSON, &m) != nil {
@@ -62,4 +63,23 @@ func FuzzDecisionToPatch(f *testing.F) {
 			t.Fatalf("patched pod differs from the mutated pod:\n%s", diff)
 		}
 	})
+}
+
+// "*" reaches init containers too, and a mutation may name one.
+func TestApplyReachesInitContainers(t *testing.T) {
+	t.Parallel()
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "clone"}},
+		Containers:     []corev1.Container{{Name: "main"}},
+	}}
+	Apply(pod, policy.Mutations{
+		Env:          []policy.ContainerEnv{{Containers: []string{"*"}, Env: corev1.EnvVar{Name: "X", Value: "1"}}},
+		VolumeMounts: []policy.ContainerVolumeMount{{Containers: []string{"clone"}, VolumeMount: corev1.VolumeMount{Name: "creds", MountPath: "/creds"}}},
+	})
+	if c := pod.Spec.InitContainers[0]; len(c.Env) != 1 || len(c.VolumeMounts) != 1 {
+		t.Errorf("init container: env %v, mounts %v", c.Env, c.VolumeMounts)
+	}
+	if c := pod.Spec.Containers[0]; len(c.Env) != 1 || len(c.VolumeMounts) != 0 {
+		t.Errorf("main container: env %v, mounts %v", c.Env, c.VolumeMounts)
+	}
 }

@@ -30,13 +30,18 @@ func Patch(before, after *corev1.Pod) []jsonpatch.Operation {
 	lists(&p, "/spec/tolerations", before.Spec.Tolerations, after.Spec.Tolerations)
 	p.affinity(before.Spec.Affinity, after.Spec.Affinity)
 	lists(&p, "/spec/volumes", before.Spec.Volumes, after.Spec.Volumes)
-	for i := range after.Spec.Containers {
-		b, a := &before.Spec.Containers[i], &after.Spec.Containers[i]
-		lists(&p, fmt.Sprintf("/spec/containers/%d/env", i), b.Env, a.Env)
-		lists(&p, fmt.Sprintf("/spec/containers/%d/envFrom", i), b.EnvFrom, a.EnvFrom)
-		lists(&p, fmt.Sprintf("/spec/containers/%d/volumeMounts", i), b.VolumeMounts, a.VolumeMounts)
-	}
+	containers(&p, "/spec/initContainers", before.Spec.InitContainers, after.Spec.InitContainers)
+	containers(&p, "/spec/containers", before.Spec.Containers, after.Spec.Containers)
 	return p.ops
+}
+
+func containers(p *patcher, path string, before, after []corev1.Container) {
+	for i := range after {
+		b, a := &before[i], &after[i]
+		lists(p, fmt.Sprintf("%s/%d/env", path, i), b.Env, a.Env)
+		lists(p, fmt.Sprintf("%s/%d/envFrom", path, i), b.EnvFrom, a.EnvFrom)
+		lists(p, fmt.Sprintf("%s/%d/volumeMounts", path, i), b.VolumeMounts, a.VolumeMounts)
+	}
 }
 
 type patcher struct{ ops []jsonpatch.Operation }
