@@ -5,6 +5,7 @@ package metrics
 
 import (
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,9 @@ type Recorder struct {
 	reloads    *prometheus.CounterVec
 	denials    *prometheus.CounterVec
 	policyInfo *prometheus.GaugeVec
+
+	rulesMu sync.Mutex
+	rules   map[string]bool // rule labels in use
 }
 
 // New makes the metrics and registers them with reg (controller-runtime's
@@ -27,6 +31,7 @@ func New(reg prometheus.Registerer) *Recorder {
 		reg = crmetrics.Registry
 	}
 	r := &Recorder{
+		rules: map[string]bool{},
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runwarden_webhook_admissions_total",
 			Help: "Admission requests by result: mutated, allowed, denied, skipped (not a runner pod), error.",
@@ -61,14 +66,31 @@ func (r *Recorder) Admission(result string, d time.Duration) {
 
 var ruleName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
-// Denial records one denial by a rule; names that are not short kebab-case
-// words are counted as "other", so a policy cannot grow the label set
-// without bound.
+// maxRules bounds the distinct rule labels of the denials metric.
+const maxRules = 64
+
+// Denial records one denial by a rule. Names that are not short
+// kebab-case words, and any name after the first maxRules (a rule named
+// from its input, such as "quota-" and the namespace), are counted as
+// "other", so a policy cannot grow the label set without bound.
 func (r *Recorder) Denial(rule string) {
-	if !ruleName.MatchString(rule) {
+	if !ruleName.MatchString(rule) || !r.knownRule(rule) {
 		rule = "other"
 	}
 	r.denials.WithLabelValues(rule).Inc()
+}
+
+func (r *Recorder) knownRule(rule string) bool {
+	r.rulesMu.Lock()
+	defer r.rulesMu.Unlock()
+	if r.rules[rule] {
+		return true
+	}
+	if len(r.rules) >= maxRules {
+		return false
+	}
+	r.rules[rule] = true
+	return true
 }
 
 // Reload records a reload attempt and, on success, the new set's digest.
