@@ -178,7 +178,7 @@ func addValues(fs filesys.FileSystem, dir, resourceName string, values map[strin
 			return
 		}
 		for _, n := range nodes {
-			allScalars(n.YNode(), 0, func(v string) { values[v] = true })
+			scalars(n.YNode(), nil, func(v string) { values[v] = true })
 		}
 	}
 	read := func(p string) {
@@ -216,23 +216,6 @@ func addValues(fs filesys.FileSystem, dir, resourceName string, values map[strin
 	}
 }
 
-// allScalars calls fn with every scalar value of n, aliases followed.
-func allScalars(n *yaml.Node, depth int, fn func(string)) {
-	if n == nil || depth > 64 {
-		return
-	}
-	switch n.Kind {
-	case yaml.ScalarNode:
-		fn(n.Value)
-	case yaml.AliasNode:
-		allScalars(n.Alias, depth+1, fn)
-	default:
-		for _, c := range n.Content {
-			allScalars(c, depth+1, fn)
-		}
-	}
-}
-
 // yamlReader reads every document of a YAML text.
 type yamlReader struct{ text string }
 
@@ -263,28 +246,33 @@ var skippedKeys = map[string]bool{
 	"args": true, "value": true, "data": true, "stringData": true, "binaryData": true,
 }
 
-// scalars calls fn with every scalar value of n outside skippedKeys.
-func scalars(n *yaml.Node, fn func(string)) {
-	switch n.Kind {
-	case yaml.DocumentNode, yaml.SequenceNode:
-		for _, c := range n.Content {
-			scalars(c, fn)
+// scalars calls fn with every scalar value of n, leaving out the values of
+// the keys in skip. Aliases are followed, as Kustomize resolves them before
+// it follows references; depth bounds an alias to its own ancestor.
+func scalars(n *yaml.Node, skip map[string]bool, fn func(string)) {
+	var walk func(n *yaml.Node, depth int)
+	walk = func(n *yaml.Node, depth int) {
+		if n == nil || depth > 64 {
+			return
 		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if skippedKeys[n.Content[i].Value] {
-				continue
+		switch n.Kind {
+		case yaml.DocumentNode, yaml.SequenceNode:
+			for _, c := range n.Content {
+				walk(c, depth+1)
 			}
-			scalars(n.Content[i+1], fn)
-		}
-	case yaml.ScalarNode:
-		fn(n.Value)
-	case yaml.AliasNode:
-		// Kustomize resolves aliases before it follows references.
-		if n.Alias != nil && n.Alias.Kind != yaml.AliasNode {
-			scalars(n.Alias, fn)
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if !skip[n.Content[i].Value] {
+					walk(n.Content[i+1], depth+1)
+				}
+			}
+		case yaml.ScalarNode:
+			fn(n.Value)
+		case yaml.AliasNode:
+			walk(n.Alias, depth+1)
 		}
 	}
+	walk(n, 0)
 }
 
 // groups partitions the documents so that a document and any document it may
@@ -339,7 +327,7 @@ func groups(docs []doc) [][]int {
 			if spec.Content[j].Value == "metadata" {
 				// metadata.name is the document's own; ownerReferences may name others.
 				for _, m := range fieldsExcept(spec.Content[j+1], "name", "namespace") {
-					scalars(m, func(v string) {
+					scalars(m, skippedKeys, func(v string) {
 						if k, ok := byName[v]; ok {
 							union(i, k)
 						}
@@ -350,7 +338,7 @@ func groups(docs []doc) [][]int {
 			if skippedKeys[spec.Content[j].Value] {
 				continue
 			}
-			scalars(spec.Content[j+1], func(v string) {
+			scalars(spec.Content[j+1], skippedKeys, func(v string) {
 				if k, ok := byName[v]; ok {
 					union(i, k)
 				}
