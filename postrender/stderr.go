@@ -5,6 +5,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"strings"
 )
 
 // dedupStderr routes what the Kustomize library prints on standard error
@@ -38,16 +39,15 @@ func dedupStderr() func() {
 // copyOnce copies lines from r to w, each distinct line once.
 func copyOnce(w io.Writer, r io.Reader) {
 	seen := map[string]bool{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if seen[line] {
-			continue
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadString('\n') // any length, unlike a Scanner
+		if line = strings.TrimSuffix(line, "\n"); line != "" && !seen[line] {
+			seen[line] = true
+			_, _ = io.WriteString(w, line+"\n")
 		}
-		seen[line] = true
-		_, _ = io.WriteString(w, line+"\n")
+		if err != nil {
+			return
+		}
 	}
-	// A line longer than the buffer: pass the rest on as it is.
-	_, _ = io.Copy(w, r)
 }
