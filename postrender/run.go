@@ -157,6 +157,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err != nil {
 		return fail(c, stdout, stderr, fmt.Errorf("reading standard input: %w", err))
 	}
+	prepareHeap(heapFor(len(input)))
 	shard := c.shardSize
 	if shard == 0 {
 		shard = -1
@@ -194,6 +195,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return 1
 	}
 	return 0
+}
+
+// heapFor is the memory prepareHeap readies for an input of n bytes: about
+// what Kustomize's heap grows to (700 bytes for each byte of input, 16 MiB at
+// least for the schema and the build's setup), at most 64 MiB.
+func heapFor(n int) int {
+	return min(max(n*700, 16<<20), 64<<20)
 }
 
 // fail reports err. In manifest format it also writes, on standard output, a

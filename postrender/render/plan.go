@@ -377,9 +377,18 @@ func fieldsExcept(n *yaml.Node, keys ...string) []*yaml.Node {
 	return out
 }
 
-// pack gathers groups into shards of about size documents each, keeping
-// the input order inside each shard.
+// pack gathers groups into shards of at most about size documents each,
+// as many as that takes and of even sizes (200 documents by 64 make four
+// shards of 50, not three of 64 and one of 8, which would leave a worker
+// idle), keeping the input order inside each shard.
 func pack(groups [][]int, size int) [][]int {
+	total := 0
+	for _, g := range groups {
+		total += len(g)
+	}
+	if n := (total + size - 1) / size; n > 0 {
+		size = (total + n - 1) / n
+	}
 	var shards [][]int
 	var cur []int
 	for _, g := range groups {
