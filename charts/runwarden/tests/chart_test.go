@@ -129,6 +129,9 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "dev mode without url", args: []string{"--set", "webhook.devMode.enabled=true"}, want: "webhook.devMode.url"},
 		{name: "policy override name", args: []string{"--set", "webhook.policyOverrides.evil=x"}, want: "'evil' does not match pattern"},
 		{name: "cert-manager without issuer", args: []string{"--set", "webhook.certificates.mode=certManager"}, want: "needs webhook.certificates.certManagerIssuer.name"},
+		{name: "zero job ttl", args: []string{"--set", "dispatcher.jobTTL=0s"}, want: "/dispatcher/jobTTL"},
+		{name: "poll wait under a second", args: []string{"--set", "dispatcher.orchestrator.pollWait=500ms"}, want: "/dispatcher/orchestrator/pollWait"},
+		{name: "credential set name unfit for a volume", args: []string{"--set-json", `webhook.platform.credentialSets=[{"name":"github_app","secretName":"gh"}]`}, want: "/webhook/platform/credentialSets/0/name"},
 		{name: "comma in a repository pattern", args: []string{"--set-json", `dispatcher.repoAllowList=["^https://git\\.example\\.com/[a-z]{2,10}/infra\\.git$"]`}, want: "/dispatcher/repoAllowList/0"},
 	}
 	for _, tt := range tests {
