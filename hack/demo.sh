@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: starts the local cluster with its real node, loads runwarden's
 # images, installs the chart with Helm through runwarden-postrender and a
-# Kustomize overlay, submits three RunnerTasks, and shows what happened.
+# Kustomize overlay, submits five RunnerTasks, and shows what happened.
 #
 # Environment: RUNWARDEN_DEMO_HELM=helm4 uses Helm v4 and the plugin
 # (default helm3); RUNWARDEN_DEMO_OVERLAY picks the overlay (default

@@ -70,7 +70,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.StringVar(&c.overlay, "kustomize", getenv(EnvKustomize), "overlay `folder` holding a kustomization (default $"+EnvKustomize+")")
 	fs.StringVar(&c.resourceName, "resource-name", "all.yaml", "file `name` under which the overlay sees Helm's manifests")
 	fs.StringVar(&c.hooks, "hooks", string(render.HooksKustomize), "Helm hooks: \"kustomize\" applies the overlay to them, \"passthrough\" returns them untouched")
-	fs.StringVar(&c.errorFormat, "error-format", errorAuto, "how errors reach the user: \"text\" (standard error, exit 1), \"manifest\" (a manifest Helm refuses, naming the error; for Helm v4 plugins, whose standard error Helm drops), \"auto\" (manifest when run as the runwarden-postrender Helm plugin)")
+	fs.StringVar(&c.errorFormat, "error-format", errorAuto, "how errors reach the user: \"text\" (standard error, exit 1; 2 for a bad command line), \"manifest\" (a manifest Helm refuses, naming the error; for Helm v4 plugins, whose standard error Helm drops), \"auto\" (manifest when run as the runwarden-postrender Helm plugin)")
 	fs.IntVar(&c.shardSize, "shard-size", 64, "documents per group when the input is split for speed; 0 never splits")
 	fs.BoolVar(&c.verbose, "v", false, "print how the input was processed on standard error")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")

@@ -11,7 +11,8 @@ import (
 const usage = `Usage:
   runwarden-webhook [serve] [flags]     run the admission webhook (see serve --help)
   runwarden-webhook policy eval [flags] print the decision and the resulting pod for a pod file
-  runwarden-webhook policy test [DIR]   run the policies' tests with coverage (default: the shipped policies)
+  runwarden-webhook policy test [--min-coverage N] [DIR]
+                                        run the policies' tests with coverage (default: the shipped policies)
   runwarden-webhook --version
 `
 
@@ -29,6 +30,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		switch args[1] {
+		case "--help", "-help", "-h", "help":
+			fmt.Fprint(stdout, usage)
+			return 0
 		case "eval":
 			return policyEval(ctx, args[2:], stdout, stderr)
 		case "test":

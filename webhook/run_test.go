@@ -21,6 +21,8 @@ func TestRun(t *testing.T) {
 		{name: "help", args: []string{"--help"}, wantStdout: []string{"policy eval", "policy test"}},
 		{name: "unknown command", args: []string{"frobnicate"}, wantCode: 2, wantStderr: []string{`unknown command "frobnicate"`}},
 		{name: "policy without subcommand", args: []string{"policy"}, wantCode: 2},
+		{name: "policy help", args: []string{"policy", "--help"}, wantStdout: []string{"policy eval", "--min-coverage"}},
+		{name: "serve zero reload interval", args: []string{"--cert-mode", "provided", "--policy-reload-interval", "0s"}, wantCode: 2, wantStderr: []string{"--policy-reload-interval 0s: must be more than 0"}},
 		{name: "serve needs cert hosts", args: []string{"serve"}, wantCode: 2, wantStderr: []string{"--cert-hosts"}},
 		{name: "serve bad cert mode", args: []string{"serve", "--cert-mode", "x"}, wantCode: 2, wantStderr: []string{"--cert-mode"}},
 		{name: "serve bad port", args: []string{"--cert-mode", "provided", "--port", "0"}, wantCode: 2, wantStderr: []string{"--port 0"}},

@@ -101,6 +101,9 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	default:
 		return c, fmt.Errorf("--cert-mode %q: use self or provided", c.certMode)
 	}
+	if c.reloadInterval <= 0 {
+		return c, fmt.Errorf("--policy-reload-interval %s: must be more than 0", c.reloadInterval)
+	}
 	if c.shutdownDelay < 0 {
 		return c, fmt.Errorf("--shutdown-delay %s: must not be negative", c.shutdownDelay)
 	}
