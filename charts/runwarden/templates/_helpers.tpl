@@ -25,9 +25,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- .Values.runnerNamespace | default (printf "%s-runners" .Release.Namespace) -}}
 {{- end -}}
 
+{{/* An image by digest (images.digests.<key>) when one is set, else by tag. */}}
 {{- define "runwarden.image" -}}
+{{- $repo := printf "%s/%s" (.root.Values.images.registry | trimSuffix "/") .name -}}
+{{- with index (.root.Values.images.digests | default dict) .key -}}
+{{- printf "%s@%s" $repo . -}}
+{{- else -}}
 {{- $tag := .tag | default .root.Values.images.tag | default .root.Chart.AppVersion -}}
-{{- printf "%s/%s:%s" (.root.Values.images.registry | trimSuffix "/") .name $tag -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "runwarden.webhookService" -}}

@@ -68,7 +68,9 @@ func TestGolden(t *testing.T) {
 		"platform": {"--set", "webhook.platform.secretStores.aws.enabled=true", "--set", "webhook.platform.secretStores.aws.secretName=aws-creds",
 			"--set", "webhook.platform.secretStores.vault.enabled=true", "--set", "webhook.platform.secretStores.vault.address=https://vault:8200",
 			"--set", "webhook.platform.secretStores.vault.auth=kubernetes", "--set", "webhook.platform.secretStores.vault.role=runner",
-			"--set", "webhook.platform.workloadIdentity.aws.enabled=true", "--set", "webhook.platform.shape.allowedRegistries={registry.example.com}"},
+			"--set", "webhook.platform.workloadIdentity.aws.enabled=true", "--set", "webhook.platform.shape.allowedRegistries={registry.example.com}",
+			// Images by digest, one left by tag.
+			"--set", "images.digests.webhook=sha256:" + strings.Repeat("ab", 32), "--set", "images.digests.runner=sha256:" + strings.Repeat("cd", 32)},
 		"runner-proxy-ca": {"--set", "runner.stateVolume.enabled=true", "--set", "runner.proxy.httpsProxy=http://proxy.internal:3128",
 			"--set", "runner.proxy.noProxy=.svc\\,10.0.0.0/8", "--set", "runner.caBundle.configMap=corporate-ca",
 			// The platform's own volumes stay beside the chart's.
@@ -132,6 +134,7 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "zero job ttl", args: []string{"--set", "dispatcher.jobTTL=0s"}, want: "/dispatcher/jobTTL"},
 		{name: "poll wait under a second", args: []string{"--set", "dispatcher.orchestrator.pollWait=500ms"}, want: "/dispatcher/orchestrator/pollWait"},
 		{name: "credential set name unfit for a volume", args: []string{"--set-json", `webhook.platform.credentialSets=[{"name":"github_app","secretName":"gh"}]`}, want: "/webhook/platform/credentialSets/0/name"},
+		{name: "digest that is a tag", args: []string{"--set", "images.digests.webhook=latest"}, want: "/images/digests/webhook"},
 		{name: "comma in a repository pattern", args: []string{"--set-json", `dispatcher.repoAllowList=["^https://git\\.example\\.com/[a-z]{2,10}/infra\\.git$"]`}, want: "/dispatcher/repoAllowList/0"},
 	}
 	for _, tt := range tests {
