@@ -57,10 +57,11 @@ func TestGolden(t *testing.T) {
 	t.Parallel()
 	h := helm(t, "helm3")
 	sets := map[string][]string{
-		"default":      nil,
-		"demo":         {"-f", "../../../hack/demo/values.yaml", "--set", "images.tag=v1", "--set", "images.runnerTag=v1"},
-		"dev-mode":     {"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods"},
-		"cert-manager": {"--set", "webhook.certificates.mode=certManager", "--set", "webhook.certificates.certManagerIssuer.name=ca"},
+		"default":  nil,
+		"demo":     {"-f", "../../../hack/demo/values.yaml", "--set", "images.tag=v1", "--set", "images.runnerTag=v1"},
+		"dev-mode": {"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods"},
+		"cert-manager": {"--set", "webhook.certificates.mode=certManager", "--set", "webhook.certificates.certManagerIssuer.name=ca",
+			"--set-json", `networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`},
 		"state-volume": {"--set", "runner.stateVolume.enabled=true", "--set", "runner.stateVolume.storageClassName=retained", "--set", "webhook.auditMode=true"},
 		"orchestrator-jwt": {"--set", "dispatcher.taskSource=orchestrator", "--set", "dispatcher.orchestrator.url=https://orchestrator.example.com",
 			"--set", "dispatcher.orchestrator.existingSecret=runner-key", "--set", "dispatcher.orchestrator.proxy=http://proxy.internal:3128",
