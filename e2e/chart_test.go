@@ -186,7 +186,8 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 			}
 			out, err := suite.Kubectl(ctx, cfg, "get", "deployments", "-n", ns, "-l", "app.kubernetes.io/instance="+release3,
 				"-o", `jsonpath={range .items[*]}{.metadata.name}={.status.readyReplicas}/{.metadata.labels.platform\.example\.com/team} {end}`)
-			if err != nil || strings.Count(out, "=1/platform") != 2 {
+			// One dispatcher, the webhook's two replicas (the default).
+			if err != nil || !strings.Contains(out, release3+"-runwarden-dispatcher=1/platform ") || !strings.Contains(out, release3+"-runwarden-webhook=2/platform ") {
 				t.Errorf("helm v3 release deployments (name=ready/overlay label): %q, %v", out, err)
 			}
 
