@@ -29,13 +29,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stderr, usage)
 			return 2
 		}
-		switch args[1] {
-		case "--help", "-help", "-h", "help":
+		switch {
+		case isHelp(args[1]):
 			fmt.Fprint(stdout, usage)
 			return 0
-		case "eval":
+		case args[1] == "eval":
 			return policyEval(ctx, args[2:], stdout, stderr)
-		case "test":
+		case args[1] == "test":
 			return policyTest(ctx, args[2:], stdout, stderr)
 		}
 		fmt.Fprintf(stderr, "runwarden-webhook: unknown policy command %q\n%s", args[1], usage)
@@ -43,7 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "--version", "-version", "version":
 		fmt.Fprintf(stdout, "runwarden-webhook %s\n", version.String())
 		return 0
-	case "--help", "-help", "-h", "help":
+	}
+	if isHelp(args[0]) {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
@@ -52,4 +53,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "runwarden-webhook: unknown command %q\n%s", args[0], usage)
 	return 2
+}
+
+// isHelp reports whether arg asks for the usage.
+func isHelp(arg string) bool {
+	switch arg {
+	case "--help", "-help", "-h", "help":
+		return true
+	}
+	return false
 }
