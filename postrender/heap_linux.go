@@ -16,9 +16,9 @@ const hugePage = 2 << 20
 // backed by transparent huge pages where the system offers them on request
 // (the "madvise" mode, the default of most distributions).
 //
-// Kustomize allocates about 700 bytes for each byte of input, and a short
-// process takes all of it from the kernel for the first time: 15,000 page
-// faults, a third of the whole run's CPU, for 200 documents. The runtime
+// Kustomize's heap grows to about 700 bytes for each byte of input, and a
+// short process takes all of it from the kernel for the first time: 15,000
+// page faults, a quarter of the whole run's CPU, for 200 documents. The runtime
 // does not ask for huge pages for its heap, so this allocates one block of
 // the size the render will need, asks for huge pages and fills them in one
 // call each, and frees the block: the runtime reuses the memory for the
