@@ -307,11 +307,20 @@ func buildOnce(dir, resourceName string, docs []doc) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := m.AsYaml()
-	if err != nil {
-		return nil, fmt.Errorf("writing the result: %w", err)
+	var b bytes.Buffer
+	for i, r := range m.Resources() {
+		y, err := resourceYAML(r)
+		if err != nil {
+			// The library's own error, which names the resource.
+			_, err = m.AsYaml()
+			return nil, fmt.Errorf("writing the result: %w", err)
+		}
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		b.Write(y)
 	}
-	return out, nil
+	return b.Bytes(), nil
 }
 
 // kustomize builds the overlay with the manifests offered as resourceName,
@@ -437,7 +446,7 @@ func buildSharded(ctx context.Context, opts Options, dir string, k *types.Kustom
 func resources(m resmap.ResMap) ([]built, error) {
 	out := make([]built, 0, m.Size())
 	for _, r := range m.Resources() {
-		y, err := r.AsYAML()
+		y, err := resourceYAML(r)
 		if err != nil {
 			return nil, fmt.Errorf("writing %s: %w", r.CurId(), err)
 		}
