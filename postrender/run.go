@@ -153,6 +153,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		fmt.Fprintf(stdout, "runwarden-postrender %s\n", version.String())
 		return 0
 	}
+	render.WarmSchema()
 	input, err := io.ReadAll(stdin)
 	if err != nil {
 		return fail(c, stdout, stderr, fmt.Errorf("reading standard input: %w", err))
