@@ -277,6 +277,11 @@ func TestRenderErrors(t *testing.T) {
 			input: cm + "---\n# Source: demo/templates/bad.yaml\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n   bad: indent\n",
 			want:  []string{"document 2", "input line 6", "demo/templates/bad.yaml"},
 		},
+		{
+			name: "an alias inside its own anchor", overlay: good,
+			input: cm + "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  labels: &l\n    x: *l\n",
+			want:  []string{"document 2", "alias *l on input line 11 is inside the anchor"},
+		},
 		{name: "a list is not a manifest", overlay: good, input: "- a\n- b\n", want: []string{"document 1", "must be a mapping"}},
 		{name: "no kind", overlay: good, input: "apiVersion: v1\nmetadata: {name: a}\n", want: []string{"document 1", "no kind"}},
 		{name: "missing overlay", overlay: "testdata/does-not-exist", input: cm, is: ErrOverlayMissing},

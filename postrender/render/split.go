@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/kustomize/kyaml/yaml"
@@ -116,6 +117,12 @@ func (d *doc) parse() error {
 	if node.YNode().Kind != yaml.MappingNode {
 		return d.errorf("a manifest must be a mapping, found %s", kindName(node.YNode().Kind))
 	}
+	if bytes.IndexByte(d.raw, '*') >= 0 {
+		if a := aliasCycle(node.YNode()); a != nil {
+			// Kustomize would expand it for ever (a stack overflow).
+			return d.errorf("alias *%s on input line %d is inside the anchor it refers to", a.Value, d.line+a.Line-1)
+		}
+	}
 	d.node = node
 	meta, err := node.GetMeta()
 	if err != nil {
@@ -129,6 +136,31 @@ func (d *doc) parse() error {
 	d.list = strings.HasSuffix(d.kind, "List") && node.Field("items") != nil
 	_, d.hook = meta.Annotations[helmHookAnnotation]
 	return nil
+}
+
+// aliasCycle returns an alias inside the node its anchor names, if n holds
+// one. YAML defines an anchor before its aliases, so an alias can only lead
+// back to a node still open around it: one of its ancestors.
+func aliasCycle(n *yaml.Node) *yaml.Node {
+	var open []*yaml.Node
+	var walk func(n *yaml.Node) *yaml.Node
+	walk = func(n *yaml.Node) *yaml.Node {
+		if n.Kind == yaml.AliasNode {
+			if slices.Contains(open, n.Alias) {
+				return n
+			}
+			return nil
+		}
+		open = append(open, n)
+		defer func() { open = open[:len(open)-1] }()
+		for _, c := range n.Content {
+			if a := walk(c); a != nil {
+				return a
+			}
+		}
+		return nil
+	}
+	return walk(n)
 }
 
 func (d *doc) errorf(format string, args ...any) error {
