@@ -15,12 +15,13 @@ import (
 // AsYAML encodes the resource to YAML, decodes that into Go values, encodes
 // those to JSON, decodes the JSON with the YAML v2 decoder and encodes the
 // result with the YAML v2 encoder. The JSON text is only a way between two
-// Go values: resourceYAML makes the value the YAML v2 decoder would make of
-// it directly where that value is certain (viaJSON), runs the JSON step on
-// the rest, and every other step with the same libraries. Where JSON refuses
-// a value (a float that is not a number), it calls AsYAML itself, so the
-// errors are AsYAML's too.
-// TestResourceYAMLIsAsYAML and FuzzResourceYAML check the two agree.
+// Go values: resourceYAML copies the values that way leaves as they are
+// (viaJSON), runs the JSON step itself on the others, and every other step
+// with the same libraries. Where the JSON step fails (a float that is not a
+// number, a character the YAML v2 decoder refuses) or could fail on the
+// whole document only (nesting deeper than the decoder allows), it calls
+// AsYAML, so the errors are AsYAML's too. TestResourceYAMLIsAsYAML,
+// FuzzResourceYAML and TestEncodeCasesMatchKustomizeBuild check this.
 func resourceYAML(r *resource.Resource) ([]byte, error) {
 	if n := r.YNode(); n == nil || n.Kind != yaml.MappingNode {
 		return r.AsYAML()
@@ -31,6 +32,11 @@ func resourceYAML(r *resource.Resource) ([]byte, error) {
 	}
 	m := map[string]any{}
 	if err := yaml.Unmarshal([]byte(s), &m); err != nil {
+		return r.AsYAML()
+	}
+	if deeperThan(m, maxCopiedDepth) {
+		// The YAML v2 decoder refuses JSON nested more than 10,000 levels,
+		// which viaJSON, copying, would not notice.
 		return r.AsYAML()
 	}
 	v, ok := viaJSON(m)
@@ -46,10 +52,12 @@ func resourceYAML(r *resource.Resource) ([]byte, error) {
 
 // viaJSON returns the value the YAML v2 decoder makes of v's JSON encoding
 // (as sigs.k8s.io/yaml's JSONToYAML decodes it), and false where JSON
-// cannot encode v. The values JSON writes in a form YAML reads back
-// unchanged (strings of plain characters, ints, booleans, null, and maps and
-// lists of them) are copied; any other value goes through the two steps
-// themselves (jsonThenYAML).
+// cannot encode v or the decoder refuses the JSON. The values JSON writes in
+// a form YAML reads back unchanged (strings of plain characters, ints,
+// booleans, null, and maps and lists of them) are copied; any other value
+// goes through the two steps themselves (jsonThenYAML), which read a value
+// alone as they read it inside the whole document, but for its depth (see
+// deeperThan).
 func viaJSON(v any) (any, bool) {
 	switch x := v.(type) {
 	case nil:
@@ -119,8 +127,9 @@ func jsonThenYAML(v any) (any, bool) {
 
 // plainJSONString reports whether s comes back from a JSON encoding read by
 // the YAML v2 decoder unchanged: valid UTF-8 (JSON replaces invalid bytes),
-// and none of the characters YAML reads as line breaks or refuses in a
-// stream (JSON writes some of them unescaped), nor control characters.
+// no control characters, and none of the characters YAML reads as line
+// breaks or refuses in a stream (JSON writes U+0085 and DEL as they are;
+// U+2028, U+2029 and U+FEFF are left out for caution).
 func plainJSONString(s string) bool {
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -135,8 +144,7 @@ func plainJSONString(s string) bool {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			return false
-		case r < 0xa0, r == 0x2028, r == 0x2029, r == 0xfeff,
-			r >= 0xd800 && r < 0xe000, r == 0xfffe, r == 0xffff:
+		case r < 0xa0, r == 0x2028, r == 0x2029, r == 0xfeff, r == 0xfffe, r == 0xffff:
 			return false
 		}
 		i += size
@@ -144,9 +152,10 @@ func plainJSONString(s string) bool {
 	return true
 }
 
-// jsonKeyTooLong reports whether key, JSON-encoded, may be longer than the
-// 1,024 characters YAML allows an implicit key, past which the YAML v2
-// decoder reads the JSON differently or not at all.
+// jsonKeyTooLong reports whether key, JSON-encoded, may pass the 1,024
+// characters (quotes included) the YAML v2 decoder allows an implicit key,
+// past which it refuses the JSON; 1,000 bytes leaves a margin. Such a key
+// goes through the JSON step.
 func jsonKeyTooLong(key string) bool {
 	// JSON writes each byte as at most six characters (\u003c).
 	return len(key) > 1000/6 && len(jsonString(key)) > 1000
@@ -155,4 +164,38 @@ func jsonKeyTooLong(key string) bool {
 func jsonString(s string) []byte {
 	b, _ := json.Marshal(s)
 	return b
+}
+
+// maxCopiedDepth is the deepest value resourceYAML copies: the YAML v2
+// decoder refuses more than 10,000 levels of JSON, and no manifest comes
+// near 100.
+const maxCopiedDepth = 1000
+
+// deeperThan reports whether v nests maps and lists more than limit levels
+// deep, counting v.
+func deeperThan(v any, limit int) bool {
+	if limit < 0 {
+		return true
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		for _, e := range x {
+			if deeperThan(e, limit-1) {
+				return true
+			}
+		}
+	case map[any]any:
+		for _, e := range x {
+			if deeperThan(e, limit-1) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if deeperThan(e, limit-1) {
+				return true
+			}
+		}
+	}
+	return false
 }
