@@ -160,19 +160,7 @@ func renames(text string) bool {
 // alone cannot see.
 func overlayValues(fs filesys.FileSystem, dir, resourceName string) map[string]bool {
 	values := map[string]bool{}
-	addValues(fs, dir, resourceName, values, 0)
-	return values
-}
-
-func addValues(fs filesys.FileSystem, dir, resourceName string, values map[string]bool, depth int) {
-	if depth > 8 {
-		return
-	}
-	k, path, err := readKustomization(fs, dir)
-	if err != nil {
-		return
-	}
-	add := func(text string) {
+	overlayTexts(fs, dir, resourceName, func(_, text string, _ bool) {
 		nodes, err := (&yamlReader{text: text}).all()
 		if err != nil {
 			return
@@ -180,10 +168,63 @@ func addValues(fs filesys.FileSystem, dir, resourceName string, values map[strin
 		for _, n := range nodes {
 			scalars(n.YNode(), nil, func(v string) { values[v] = true })
 		}
+	})
+	return values
+}
+
+// overlayAliasCycle returns an error naming the file of the overlay's own
+// files (as overlayTexts finds them) that holds an alias inside its own
+// anchor: Kustomize's reader would expand it until the stack overflows.
+// Texts that are not YAML are left to Kustomize to report.
+func overlayAliasCycle(fs filesys.FileSystem, dir, resourceName string) error {
+	var found error
+	overlayTexts(fs, dir, resourceName, func(file, text string, inline bool) {
+		if found != nil || !strings.Contains(text, "*") {
+			return
+		}
+		docs, err := splitDocuments([]byte(text))
+		if err != nil {
+			return
+		}
+		for _, d := range docs {
+			n, err := yaml.Parse(string(d.raw))
+			if err != nil {
+				return
+			}
+			if a := aliasCycle(n.YNode()); a != nil {
+				where := fmt.Sprintf("line %d", d.line+a.Line-1)
+				if inline {
+					where = fmt.Sprintf("line %d of an inline patch", d.line+a.Line-1)
+				}
+				found = &OverlayError{File: file, Err: fmt.Errorf("alias *%s on %s is inside the anchor it refers to", a.Value, where)}
+				return
+			}
+		}
+	})
+	return found
+}
+
+// overlayTexts calls fn with every YAML text of the overlay's own files:
+// its kustomization, the patches (files and inline) and resource files it
+// lists, and those of its components and bases, with the file each comes
+// from and whether it is a patch written inside the kustomization. Helm's
+// manifests (resourceName) are not among them.
+func overlayTexts(fs filesys.FileSystem, dir, resourceName string, fn func(file, text string, inline bool)) {
+	walkOverlay(fs, dir, resourceName, fn, 0)
+}
+
+func walkOverlay(fs filesys.FileSystem, dir, resourceName string, fn func(file, text string, inline bool), depth int) {
+	if depth > 8 {
+		return
+	}
+	k, path, err := readKustomization(fs, dir)
+	if err != nil {
+		return
 	}
 	read := func(p string) {
-		if b, err := fs.ReadFile(filepath.Join(dir, p)); err == nil {
-			add(string(b))
+		f := filepath.Join(dir, p)
+		if b, err := fs.ReadFile(f); err == nil {
+			fn(f, string(b), false)
 		}
 	}
 	read(filepath.Base(path))
@@ -191,13 +232,15 @@ func addValues(fs filesys.FileSystem, dir, resourceName string, values map[strin
 		if p.Path != "" {
 			read(p.Path)
 		}
-		add(p.Patch)
+		if p.Patch != "" {
+			fn(path, p.Patch, true)
+		}
 	}
 	for _, p := range k.PatchesStrategicMerge { //nolint:staticcheck // deprecated, yet kustomize build still honours it
 		if s := string(p); fs.Exists(filepath.Join(dir, s)) {
 			read(s)
 		} else {
-			add(s)
+			fn(path, s, true)
 		}
 	}
 	for _, r := range k.Resources {
@@ -206,13 +249,13 @@ func addValues(fs filesys.FileSystem, dir, resourceName string, values map[strin
 		case depth == 0 && filepath.Clean(r) == filepath.Clean(resourceName):
 			// Helm's manifests.
 		case fs.IsDir(rdir):
-			addValues(fs, rdir, resourceName, values, depth+1)
+			walkOverlay(fs, rdir, resourceName, fn, depth+1)
 		case fs.Exists(rdir):
 			read(r)
 		}
 	}
 	for _, c := range k.Components {
-		addValues(fs, filepath.Join(dir, c), resourceName, values, depth+1)
+		walkOverlay(fs, filepath.Join(dir, c), resourceName, fn, depth+1)
 	}
 }
 

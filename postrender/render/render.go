@@ -133,6 +133,9 @@ func Render(ctx context.Context, opts Options, input []byte) ([]byte, Stats, err
 	if !lists(k, opts.ResourceName) {
 		return nil, st, &OverlayError{File: kfile, Err: fmt.Errorf("%w: add %q to resources", ErrNotListed, opts.ResourceName)}
 	}
+	if err := overlayAliasCycle(disk, dir, opts.ResourceName); err != nil {
+		return nil, st, err
+	}
 
 	docs, err := splitDocuments(input)
 	if err != nil {

@@ -261,6 +261,23 @@ func TestRenderErrors(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(missingPatch, "kustomization.yaml"), []byte("resources: [all.yaml]\npatches:\n- path: nowhere.yaml\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	cycle := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: &l\n    y: *l\n"
+	cycleFile := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cycleFile, "kustomization.yaml"), []byte("resources: [all.yaml]\npatches:\n- path: p.yaml\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cycleFile, "p.yaml"), []byte(cycle), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cycleInline := t.TempDir()
+	inline := "resources: [all.yaml]\npatches:\n- patch: |-\n" + indent(cycle, "    ")
+	if err := os.WriteFile(filepath.Join(cycleInline, "kustomization.yaml"), []byte(inline), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cycleKust := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cycleKust, "kustomization.yaml"), []byte("resources: [all.yaml]\ncommonAnnotations: &l\n  y: *l\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	good := "../../kustomize/labels"
 	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"
 	tests := []struct {
@@ -289,6 +306,9 @@ func TestRenderErrors(t *testing.T) {
 		{name: "manifests not listed", overlay: notListed, input: cm, is: ErrNotListed, want: []string{"kustomization.yaml", "all.yaml"}},
 		{name: "invalid kustomization names the file", overlay: badKust, input: cm, want: []string{filepath.Join(badKust, "kustomization.yaml")}},
 		{name: "missing patch file", overlay: missingPatch, input: cm, want: []string{"nowhere.yaml"}},
+		{name: "alias cycle in a patch file", overlay: cycleFile, input: cm, want: []string{filepath.Join(cycleFile, "p.yaml"), "alias *l on line 6"}},
+		{name: "alias cycle in an inline patch", overlay: cycleInline, input: cm, want: []string{filepath.Join(cycleInline, "kustomization.yaml"), "line 6 of an inline patch"}},
+		{name: "alias cycle in the kustomization", overlay: cycleKust, input: cm, want: []string{filepath.Join(cycleKust, "kustomization.yaml"), "contains itself"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -307,6 +327,12 @@ func TestRenderErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// indent prefixes every line of text.
+func indent(text, prefix string) string {
+	lines := strings.SplitAfter(strings.TrimSuffix(text, "\n"), "\n")
+	return prefix + strings.Join(lines, prefix) + "\n"
 }
 
 func TestSplitDocuments(t *testing.T) {
