@@ -25,6 +25,7 @@ func TestRun(t *testing.T) {
 		{name: "serve zero reload interval", args: []string{"--cert-mode", "provided", "--policy-reload-interval", "0s"}, wantCode: 2, wantStderr: []string{"--policy-reload-interval 0s: must be more than 0"}},
 		{name: "serve needs cert hosts", args: []string{"serve"}, wantCode: 2, wantStderr: []string{"--cert-hosts"}},
 		{name: "serve bad cert mode", args: []string{"serve", "--cert-mode", "x"}, wantCode: 2, wantStderr: []string{"--cert-mode"}},
+		{name: "serve bad runner namespace", args: []string{"--cert-mode", "provided", "--runner-namespace", "Team_A"}, wantCode: 2, wantStderr: []string{`--runner-namespace "Team_A"`}},
 		{name: "serve bad port", args: []string{"--cert-mode", "provided", "--port", "0"}, wantCode: 2, wantStderr: []string{"--port 0"}},
 		{name: "policy test on the shipped policies", args: []string{"policy", "test", "--min-coverage", "90"}, wantStdout: []string{"tests passed, coverage"}},
 		{name: "policy test below a coverage floor", args: []string{"policy", "test", "--min-coverage", "100.1"}, wantCode: 1, wantStderr: []string{"below"}},

@@ -15,7 +15,9 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -58,6 +60,7 @@ type serveConfig struct {
 	healthAddr     string
 	kubeconfig     string
 	logLevel       string
+	namespace      string
 	shutdownDelay  time.Duration
 }
 
@@ -78,6 +81,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.configFile, "config", "", "platform configuration file (YAML) handed to the policies as input.config")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.StringVar(&c.namespace, "runner-namespace", "", "the one namespace whose runner pods this webhook admits: it caches that Namespace and its service accounts only (so it needs read access to no more) and refuses runner pods elsewhere (default: every namespace, cluster-wide caches)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG when set, else in-cluster, else ~/.kube/config)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 5*time.Second, "on SIGTERM, keep serving this long with /readyz failing, so the API server stops calling this pod before it closes (0: stop at once)")
@@ -107,10 +111,33 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	if c.shutdownDelay < 0 {
 		return c, fmt.Errorf("--shutdown-delay %s: must not be negative", c.shutdownDelay)
 	}
+	if c.namespace != "" {
+		if errs := validation.IsDNS1123Label(c.namespace); len(errs) > 0 {
+			return c, fmt.Errorf("--runner-namespace %q: %s", c.namespace, strings.Join(errs, "; "))
+		}
+	}
 	if c.port < 1 || c.port > 65535 {
 		return c, fmt.Errorf("--port %d: out of range", c.port)
 	}
 	return c, nil
+}
+
+// cacheOptions are the manager's cache settings: the handler only reads
+// namespaces and service accounts, so the cache hands out its own objects
+// instead of copies; with a namespace, it holds that Namespace (selected by
+// name, which RBAC can grant by resourceNames) and the service accounts in
+// it, not the whole cluster's.
+func cacheOptions(namespace string) cache.Options {
+	nsOpts := cache.ByObject{UnsafeDisableDeepCopy: ptr.To(true)}
+	saOpts := cache.ByObject{UnsafeDisableDeepCopy: ptr.To(true)}
+	if namespace != "" {
+		nsOpts.Field = fields.OneTermEqualSelector("metadata.name", namespace)
+		saOpts.Namespaces = map[string]cache.Config{namespace: {}}
+	}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Namespace{}:      nsOpts,
+		&corev1.ServiceAccount{}: saOpts,
+	}}
 }
 
 // readPlatformConfig reads the platform configuration file.
@@ -211,12 +238,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
 		HealthProbeBindAddress: c.healthAddr,
 		WebhookServer:          webhook.NewServer(webhook.Options{Host: c.bindAddress, Port: c.port, CertDir: c.certDir}),
-		// The handler only reads namespaces and service accounts, so the
-		// cache hands out its own objects instead of copies.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Namespace{}:      {UnsafeDisableDeepCopy: ptr.To(true)},
-			&corev1.ServiceAccount{}: {UnsafeDisableDeepCopy: ptr.To(true)},
-		}},
+		Cache:                  cacheOptions(c.namespace),
 		// Runnables get the context's values (the logger) but not its
 		// cancellation: on SIGTERM the manager stops them in its own order,
 		// the webhook server last, and lets it finish the requests in flight.
@@ -228,7 +250,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	// GetWebhookServer also adds the server to the manager's runnables.
 	server := mgr.GetWebhookServer()
 	for path, mutate := range map[string]bool{MutatePath: true, ValidatePath: false} {
-		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec})
+		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec, Namespace: c.namespace})
 		server.Register(path, rwadmission.Pooled(&webhook.Admission{Handler: h}, 0))
 	}
 	if err := mgr.Add(manager.RunnableFunc(store.Run)); err != nil {
@@ -247,7 +269,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	}
 	// The handler reads namespaces and service accounts from the cache.
 	// Their informers start with the manager (not on the first request),
-	// and the pod is ready only once they hold the cluster's objects: before,
+	// and the pod is ready only once they hold their objects: before,
 	// a request would fail and the pod be refused.
 	for _, obj := range []client.Object{&corev1.Namespace{}, &corev1.ServiceAccount{}} {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj, cache.BlockUntilSynced(false)); err != nil {

@@ -51,6 +51,11 @@ type Options struct {
 	Mutate bool
 	// Recorder counts admissions. Default: none.
 	Recorder Recorder
+	// Namespace, when set, is the one namespace whose runner pods this
+	// handler admits; Reader holds nothing of other namespaces. A runner pod
+	// elsewhere (a webhook configuration wider than the chart's) is refused.
+	// Default: every namespace.
+	Namespace string
 }
 
 // Handler answers admission requests for runner pods.
@@ -92,6 +97,9 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	}
 	if pod.Namespace == "" {
 		pod.Namespace = req.Namespace
+	}
+	if h.opts.Namespace != "" && pod.Namespace != h.opts.Namespace {
+		return admission.Denied(fmt.Sprintf("runwarden: this webhook admits runner pods in namespace %s only (its --runner-namespace), and this pod is in %s: its webhook configuration sends it more than it serves", h.opts.Namespace, pod.Namespace)), "denied"
 	}
 	set := h.opts.Policies.Current()
 	in, err := BuildInput(ctx, h.opts.Reader, pod, string(req.Operation), req.UserInfo.Username, req.UserInfo.Groups, h.opts.Config)

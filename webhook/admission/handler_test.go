@@ -278,3 +278,27 @@ func TestCacheThenLiveReadsWhatTheCacheLacks(t *testing.T) {
 		t.Errorf("missing everywhere: %v, want NotFound", err)
 	}
 }
+
+func TestHandlerWithANamespaceRefusesRunnerPodsElsewhere(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, true)
+	h.opts.Namespace = "team-a"
+	if resp := h.Handle(t.Context(), request(t, runnerPod("registry.example.com/runner:1"))); !resp.Allowed || len(resp.Patches) == 0 {
+		t.Fatalf("a runner pod in the webhook's namespace: allowed=%v, %d patches, %v", resp.Allowed, len(resp.Patches), resp.Result)
+	}
+	pod := runnerPod("registry.example.com/runner:1")
+	pod.Namespace = "team-b"
+	resp := h.Handle(t.Context(), request(t, pod))
+	if resp.Allowed {
+		t.Fatal("a runner pod outside the webhook's namespace was allowed")
+	}
+	for _, w := range []string{"namespace team-a only", "this pod is in team-b"} {
+		if !strings.Contains(resp.Result.Message, w) {
+			t.Errorf("denial %q does not mention %q", resp.Result.Message, w)
+		}
+	}
+	pod.Labels = map[string]string{"app": "web"}
+	if resp := h.Handle(t.Context(), request(t, pod)); !resp.Allowed || len(resp.Patches) != 0 {
+		t.Errorf("a pod that is not a runner's, elsewhere: allowed=%v patches=%v", resp.Allowed, resp.Patches)
+	}
+}
