@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden-*.yaml")
@@ -149,5 +150,60 @@ func TestRefusesBadValues(t *testing.T) {
 				t.Errorf("error does not mention %q:\n%s", tt.want, out)
 			}
 		})
+	}
+}
+
+// TestNamespacesRenderAsStrings renders with namespace names YAML would
+// read as a number and a boolean (both valid names): every namespace the
+// chart writes must come out a string, or the API server refuses the object.
+func TestNamespacesRenderAsStrings(t *testing.T) {
+	t.Parallel()
+	out, err := run(t, helm(t, "helm3"), "template", "rw", chart, "--namespace", "123", "--set", "runnerNamespace=on",
+		"--set", "runner.stateVolume.enabled=true")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	checked := 0
+	var walk func(kind, path string, v any)
+	walk = func(kind, path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				p := path + "." + k
+				switch {
+				case k == "namespace" || (kind == "Namespace" && p == ".metadata.name"):
+					checked++
+					if _, ok := e.(string); !ok {
+						t.Errorf("%s %s is %T %v, not a string", kind, p, e, e)
+					}
+				case k == "resourceNames" || (k == "values" && strings.Contains(path, "namespaceSelector")):
+					for _, n := range e.([]any) {
+						checked++
+						if _, ok := n.(string); !ok {
+							t.Errorf("%s %s holds %T %v, not a string", kind, p, n, n)
+						}
+					}
+				}
+				walk(kind, p, e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(kind, path+"[]", e)
+			}
+		}
+	}
+	for _, doc := range strings.Split(out, "\n---\n") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("rendered YAML: %v\n%s", err, doc)
+		}
+		if m == nil {
+			continue
+		}
+		kind, _ := m["kind"].(string)
+		walk(kind, "", m)
+	}
+	if checked < 20 {
+		t.Errorf("checked %d namespace values, want 20 at least", checked)
 	}
 }
