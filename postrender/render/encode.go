@@ -23,42 +23,51 @@ import (
 // AsYAML, so the errors are AsYAML's too. TestResourceYAMLIsAsYAML,
 // FuzzResourceYAML and TestEncodeCasesMatchKustomizeBuild check this.
 func resourceYAML(r *resource.Resource) ([]byte, error) {
+	if out, ok := ownYAML(r); ok {
+		return out, nil
+	}
+	return r.AsYAML()
+}
+
+// ownYAML is resourceYAML's own path: the text, and false where AsYAML must
+// write the resource (or report why it cannot).
+func ownYAML(r *resource.Resource) ([]byte, bool) {
 	if n := r.YNode(); n == nil || n.Kind != yaml.MappingNode {
-		return r.AsYAML()
+		return nil, false
 	}
 	s, err := r.RNode.String()
 	if err != nil {
-		return r.AsYAML()
+		return nil, false
 	}
 	m := map[string]any{}
 	if err := yaml.Unmarshal([]byte(s), &m); err != nil {
-		return r.AsYAML()
+		return nil, false
 	}
-	if deeperThan(m, maxCopiedDepth) {
-		// The YAML v2 decoder refuses JSON nested more than 10,000 levels,
-		// which viaJSON, copying, would not notice.
-		return r.AsYAML()
-	}
-	v, ok := viaJSON(m)
+	v, ok := viaJSON(m, maxCopiedDepth)
 	if !ok {
-		return r.AsYAML()
+		return nil, false
 	}
 	out, err := yamlv2.Marshal(v)
 	if err != nil {
-		return r.AsYAML()
+		return nil, false
 	}
-	return out, nil
+	return out, true
 }
+
+// maxCopiedDepth is how deep viaJSON copies maps and lists: the YAML v2
+// decoder refuses JSON nested more than 10,000 levels, which copying would
+// not notice, and no manifest comes near 100.
+const maxCopiedDepth = 1000
 
 // viaJSON returns the value the YAML v2 decoder makes of v's JSON encoding
 // (as sigs.k8s.io/yaml's JSONToYAML decodes it), and false where JSON
-// cannot encode v or the decoder refuses the JSON. The values JSON writes in
-// a form YAML reads back unchanged (strings of plain characters, ints,
-// booleans, null, and maps and lists of them) are copied; any other value
-// goes through the two steps themselves (jsonThenYAML), which read a value
-// alone as they read it inside the whole document, but for its depth (see
-// deeperThan).
-func viaJSON(v any) (any, bool) {
+// cannot encode v, the decoder refuses the JSON, or v nests more than depth
+// maps and lists. The values JSON writes in a form YAML reads back
+// unchanged (strings of plain characters, ints, booleans, null, and maps
+// and lists of them) are copied; any other value goes through the two steps
+// themselves (jsonThenYAML), which read a value alone as they read it
+// inside the whole document, but for its depth.
+func viaJSON(v any, depth int) (any, bool) {
 	switch x := v.(type) {
 	case nil:
 		return nil, true
@@ -76,6 +85,9 @@ func viaJSON(v any) (any, bool) {
 		if x == nil {
 			return nil, true // JSON null
 		}
+		if depth < 1 {
+			return nil, false
+		}
 		out := make(map[any]any, len(x))
 		plainKeys := true
 		for k, e := range x {
@@ -83,7 +95,7 @@ func viaJSON(v any) (any, bool) {
 				plainKeys = false
 				break
 			}
-			c, ok := viaJSON(e)
+			c, ok := viaJSON(e, depth-1)
 			if !ok {
 				return nil, false
 			}
@@ -96,9 +108,12 @@ func viaJSON(v any) (any, bool) {
 		if x == nil {
 			return nil, true // JSON null
 		}
+		if depth < 1 {
+			return nil, false
+		}
 		out := make([]any, len(x))
 		for i, e := range x {
-			c, ok := viaJSON(e)
+			c, ok := viaJSON(e, depth-1)
 			if !ok {
 				return nil, false
 			}
@@ -108,6 +123,9 @@ func viaJSON(v any) (any, bool) {
 	}
 	// Floats (2.0 is written 2 and read as an int), timestamps, strings
 	// JSON or YAML change, keys YAML reads differently, types JSON refuses.
+	if deeperThan(v, depth) {
+		return nil, false
+	}
 	return jsonThenYAML(v)
 }
 
@@ -166,13 +184,9 @@ func jsonString(s string) []byte {
 	return b
 }
 
-// maxCopiedDepth is the deepest value resourceYAML copies: the YAML v2
-// decoder refuses more than 10,000 levels of JSON, and no manifest comes
-// near 100.
-const maxCopiedDepth = 1000
-
 // deeperThan reports whether v nests maps and lists more than limit levels
-// deep, counting v.
+// deep, counting v: the depth left for a value viaJSON hands to the JSON
+// step, which reads it alone.
 func deeperThan(v any, limit int) bool {
 	if limit < 0 {
 		return true

@@ -212,7 +212,7 @@ func TestViaJSONChangedByJSON(t *testing.T) {
 		t.Error("resourceYAML wrote a float that is not a number; AsYAML refuses it")
 	}
 	for _, v := range []any{map[any]any{1: "x"}, math.Inf(1), []any{math.NaN()}} {
-		if _, ok := viaJSON(v); ok {
+		if _, ok := viaJSON(v, maxCopiedDepth); ok {
 			t.Errorf("viaJSON accepted %#v, which JSON refuses", v)
 		}
 	}
@@ -292,18 +292,7 @@ func assertSameYAML(t *testing.T, name string, r *resource.Resource) {
 
 // ownPath reports whether resourceYAML writes r without calling AsYAML.
 func ownPath(r *resource.Resource) bool {
-	if n := r.YNode(); n == nil || n.Kind != yaml.MappingNode {
-		return false
-	}
-	s, err := r.RNode.String()
-	if err != nil {
-		return false
-	}
-	m := map[string]any{}
-	if err := yaml.Unmarshal([]byte(s), &m); err != nil {
-		return false
-	}
-	_, ok := viaJSON(m)
+	_, ok := ownYAML(r)
 	return ok
 }
 
