@@ -150,69 +150,83 @@ func renames(text string) bool {
 	return false
 }
 
-// overlayValues returns every scalar value in the overlay's own files: its
-// kustomization, the patches and resources it lists, and those of its
-// components and bases. Resources with one of these names go into every
-// group: an untargeted strategic merge patch or a replicas entry fails
-// when its resource is missing, and a value the overlay writes into Helm's
-// documents (a patch's serviceAccountName, a commonAnnotations value) may
-// be a reference Kustomize follows, which the grouping of Helm's documents
-// alone cannot see.
-func overlayValues(fs filesys.FileSystem, dir, resourceName string) map[string]bool {
+// overlayText is one YAML text of the overlay's own files, read and parsed
+// once for every use below.
+type overlayText struct {
+	file   string // the file it comes from
+	inline bool   // a patch written inside the kustomization
+	// docs are its documents, none when one is not YAML (Kustomize reports
+	// that itself).
+	docs []overlayDoc
+}
+
+type overlayDoc struct {
+	line int // first line in the text, from 1
+	node *yaml.RNode
+}
+
+// readOverlay reads and parses every YAML text of the overlay's own files:
+// its kustomization, the patches (files and inline) and resource files it
+// lists, and those of its components and bases. Helm's manifests
+// (resourceName) are not among them.
+func readOverlay(fs filesys.FileSystem, dir, resourceName string) []overlayText {
+	var out []overlayText
+	walkOverlay(fs, dir, resourceName, func(file, text string, inline bool) {
+		t := overlayText{file: file, inline: inline}
+		if docs, err := splitDocuments([]byte(text)); err == nil {
+			for _, d := range docs {
+				n, err := yaml.Parse(string(d.raw))
+				if err != nil {
+					t.docs = nil
+					break
+				}
+				t.docs = append(t.docs, overlayDoc{line: d.line, node: n})
+			}
+		}
+		out = append(out, t)
+	}, 0)
+	return out
+}
+
+// overlayValues returns every scalar value in the overlay's own files.
+// Resources with one of these names go into every group: an untargeted
+// strategic merge patch or a replicas entry fails when its resource is
+// missing, and a value the overlay writes into Helm's documents (a patch's
+// serviceAccountName, a commonAnnotations value) may be a reference
+// Kustomize follows, which the grouping of Helm's documents alone cannot see.
+func overlayValues(texts []overlayText) map[string]bool {
 	values := map[string]bool{}
-	overlayTexts(fs, dir, resourceName, func(_, text string, _ bool) {
-		nodes, err := (&yamlReader{text: text}).all()
-		if err != nil {
-			return
+	for _, t := range texts {
+		for _, d := range t.docs {
+			scalars(d.node.YNode(), nil, func(v string) { values[v] = true })
 		}
-		for _, n := range nodes {
-			scalars(n.YNode(), nil, func(v string) { values[v] = true })
-		}
-	})
+	}
 	return values
 }
 
-// overlayAliasCycle returns an error naming the file of the overlay's own
-// files (as overlayTexts finds them) that holds an alias inside its own
-// anchor: Kustomize's reader would expand it until the stack overflows.
-// Texts that are not YAML are left to Kustomize to report.
-func overlayAliasCycle(fs filesys.FileSystem, dir, resourceName string) error {
-	var found error
-	overlayTexts(fs, dir, resourceName, func(file, text string, inline bool) {
-		if found != nil || !strings.Contains(text, "*") {
-			return
-		}
-		docs, err := splitDocuments([]byte(text))
-		if err != nil {
-			return
-		}
-		for _, d := range docs {
-			n, err := yaml.Parse(string(d.raw))
-			if err != nil {
-				return
+// overlayAliasCycle returns an error naming the overlay file that holds an
+// alias inside its own anchor: Kustomize's reader would expand it until the
+// stack overflows.
+func overlayAliasCycle(texts []overlayText) error {
+	for _, t := range texts {
+		for _, d := range t.docs {
+			a := aliasCycle(d.node.YNode())
+			if a == nil {
+				continue
 			}
-			if a := aliasCycle(n.YNode()); a != nil {
-				where := fmt.Sprintf("line %d", d.line+a.Line-1)
-				if inline {
-					where = fmt.Sprintf("line %d of an inline patch", d.line+a.Line-1)
-				}
-				found = &OverlayError{File: file, Err: fmt.Errorf("alias *%s on %s is inside the anchor it refers to", a.Value, where)}
-				return
+			where := fmt.Sprintf("line %d", d.line+a.Line-1)
+			if t.inline {
+				where += " of an inline patch"
 			}
+			return &OverlayError{File: t.file, Err: fmt.Errorf("alias *%s on %s is inside the anchor it refers to", a.Value, where)}
 		}
-	})
-	return found
+	}
+	return nil
 }
 
-// overlayTexts calls fn with every YAML text of the overlay's own files:
-// its kustomization, the patches (files and inline) and resource files it
-// lists, and those of its components and bases, with the file each comes
-// from and whether it is a patch written inside the kustomization. Helm's
-// manifests (resourceName) are not among them.
-func overlayTexts(fs filesys.FileSystem, dir, resourceName string, fn func(file, text string, inline bool)) {
-	walkOverlay(fs, dir, resourceName, fn, 0)
-}
-
+// walkOverlay calls fn with every YAML text of the overlay's own files (see
+// readOverlay), the file each comes from, and whether it is a patch
+// written inside the kustomization.
 func walkOverlay(fs filesys.FileSystem, dir, resourceName string, fn func(file, text string, inline bool), depth int) {
 	if depth > 8 {
 		return
@@ -257,25 +271,6 @@ func walkOverlay(fs filesys.FileSystem, dir, resourceName string, fn func(file, 
 	for _, c := range k.Components {
 		walkOverlay(fs, filepath.Join(dir, c), resourceName, fn, depth+1)
 	}
-}
-
-// yamlReader reads every document of a YAML text.
-type yamlReader struct{ text string }
-
-func (r *yamlReader) all() ([]*yaml.RNode, error) {
-	var out []*yaml.RNode
-	docs, err := splitDocuments([]byte(r.text))
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range docs {
-		n, err := yaml.Parse(string(d.raw))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 // skippedKeys are fields whose values never name another resource in

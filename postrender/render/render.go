@@ -133,7 +133,8 @@ func Render(ctx context.Context, opts Options, input []byte) ([]byte, Stats, err
 	if !lists(k, opts.ResourceName) {
 		return nil, st, &OverlayError{File: kfile, Err: fmt.Errorf("%w: add %q to resources", ErrNotListed, opts.ResourceName)}
 	}
-	if err := overlayAliasCycle(disk, dir, opts.ResourceName); err != nil {
+	overlay := readOverlay(disk, dir, opts.ResourceName)
+	if err := overlayAliasCycle(overlay); err != nil {
 		return nil, st, err
 	}
 
@@ -170,7 +171,7 @@ func Render(ctx context.Context, opts Options, input []byte) ([]byte, Stats, err
 	case len(docs) == 0:
 		// Only hooks: nothing for the overlay to do.
 	default:
-		out, err = build(ctx, opts, dir, k, docs, &st)
+		out, err = build(ctx, opts, dir, k, overlay, docs, &st)
 		if err != nil {
 			return nil, st, err
 		}
@@ -220,8 +221,8 @@ func parseAll(docs []doc, workers int) error {
 }
 
 // build runs the overlay over docs, split into shards when that gives the
-// same result.
-func build(ctx context.Context, opts Options, dir string, k *types.Kustomization, docs []doc, st *Stats) ([]byte, error) {
+// same result. overlay is the overlay's own files, as readOverlay read them.
+func build(ctx context.Context, opts Options, dir string, k *types.Kustomization, overlay []overlayText, docs []doc, st *Stats) ([]byte, error) {
 	disk := filesys.MakeFsOnDisk()
 	ok, why := shardable(disk, dir, k, 0)
 	if !ok {
@@ -240,7 +241,7 @@ func build(ctx context.Context, opts Options, dir string, k *types.Kustomization
 	}
 
 	// Documents strategic merge patches name without a target go into every shard.
-	anchored := overlayValues(disk, dir, opts.ResourceName)
+	anchored := overlayValues(overlay)
 	var anchors, rest []int
 	for i, d := range docs {
 		if anchored[d.name] {
