@@ -5,8 +5,10 @@
 #
 # Usage: hack/cluster.sh up|down|status|kubeconfig [--name NAME] [--no-real-node]
 #
-#   up          start the cluster (reuses a running one of the same name);
-#               with a real node (hack/node.sh) unless --no-real-node
+#   up          start the cluster, with a real node (hack/node.sh) unless
+#               --no-real-node; reuses one of the same name made with the same
+#               settings and tools (or with a real node, for --no-real-node),
+#               and recreates one made otherwise
 #   down        stop it and remove its state; nothing is left running
 #   status      say whether it runs and list its nodes
 #   kubeconfig  print the path of its kubeconfig
@@ -91,10 +93,13 @@ wait_nodes_ready() {
 	kubectl wait --for=condition=Ready node -l type=kwok --timeout=60s >/dev/null
 }
 
-# write_kwokctl_config writes the kwokctl configuration of the cluster.
-write_kwokctl_config() {
-	local pki=$KWOK_WORKDIR/clusters/$name/pki
-	cat >"$cluster_dir/kwokctl.yaml" <<-EOF
+# kwokctl_config prints the kwokctl configuration of the cluster, for a real
+# node beside the simulated ones if $1 is true. Its first line names the
+# tools' versions: a cluster is reused only if made from the same.
+kwokctl_config() {
+	local with_real_node=$1 pki=$KWOK_WORKDIR/clusters/$name/pki
+	echo "# made from kubernetes $kube_version, $(basename "$etcd_bin"), $(basename "$kwok_bin")"
+	cat <<-EOF
 	apiVersion: config.kwok.x-k8s.io/v1alpha1
 	kind: KwokctlConfiguration
 	options:
@@ -124,8 +129,8 @@ write_kwokctl_config() {
 	  - key: manage-nodes-with-annotation-selector
 	    value: kwok.x-k8s.io/node=fake
 	EOF
-	if [[ $real_node == true ]]; then
-		cat >>"$cluster_dir/kwokctl.yaml" <<-EOF
+	if [[ $with_real_node == true ]]; then
+		cat <<-EOF
 		# The API server advertises the real node's bridge gateway, so the
 		# kubernetes Service leads pods there, and presents a client
 		# certificate to the kubelet (kubectl logs and exec).
@@ -144,9 +149,32 @@ write_kwokctl_config() {
 	fi
 }
 
+# made_alike reports whether the existing cluster was made with the
+# configuration this run would give it. One made with a real node also serves
+# a run without: it only adds settings for the real node.
+made_alike() {
+	local have=$cluster_dir/kwokctl.yaml
+	[[ -f $have ]] || return 1
+	cmp -s "$have" <(kwokctl_config "$real_node") && return 0
+	[[ $real_node == false ]] && cmp -s "$have" <(kwokctl_config true)
+}
+
+# remove_cluster stops and deletes the cluster and its real node, to make it anew.
+remove_cluster() {
+	local out
+	"$root/hack/node.sh" down --name "$name"
+	out=$(kwokctl delete cluster --kubeconfig "$state_dir/kwok/kwokctl-kubeconfig" --name "$name" 2>&1) || echo "$out" >&2
+	wait_gone
+}
+
 up() {
 	require_binaries
 	local start=$SECONDS
+	if exists && ! made_alike; then
+		echo "cluster $name: exists but was made with other settings or tools; recreating it. Its configuration then and now:" >&2
+		diff "$cluster_dir/kwokctl.yaml" <(kwokctl_config "$real_node") | grep '^[<>]' | head -n 20 >&2 || true
+		remove_cluster
+	fi
 	if exists; then
 		if ! api_ready; then
 			echo "cluster $name: exists but does not answer; starting its components" >&2
@@ -162,12 +190,11 @@ up() {
 			return 0
 		fi
 		echo "cluster $name: cannot be revived; recreating it" >&2
-		"$root/hack/node.sh" down --name "$name"
-		kwokctl delete cluster --kubeconfig "$state_dir/kwok/kwokctl-kubeconfig" --name "$name" >&2 || true
+		remove_cluster
 	fi
 
 	mkdir -p "$cluster_dir"
-	write_kwokctl_config
+	kwokctl_config "$real_node" >"$cluster_dir/kwokctl.yaml"
 	local log=$cluster_dir/create.log
 	# --kubeconfig "" keeps kwokctl away from the user's ~/.kube/config.
 	if ! KWOK_KUBE_VERSION=$kube_version KWOK_KUBECTL_BINARY=$kube_bin/kubectl \

@@ -184,7 +184,9 @@ ensure() {
 	fi
 	local tmp=$out.tmp.$$ log
 	log=$(mktemp)
-	rm -rf "$tmp"
+	# Under the lock no build of this tool runs: any temporary folder is
+	# left from one that was killed.
+	rm -rf "$out".tmp.*
 	mkdir -p "$tmp"
 	echo "tools: building $name into $out" >&2
 	local start=$SECONDS
