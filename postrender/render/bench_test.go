@@ -24,6 +24,9 @@ import (
 //   - impl=yaml-floor: a plain YAML decode and re-encode of the same stream
 //     in process, the least any post-renderer must do.
 //
+// The two commands also report peak-MiB, the largest resident set of any of
+// their runs (for the script, of its largest process: the CLI).
+//
 // The CLI takes minutes above 5,000 documents; it runs up to
 // RUNWARDEN_BENCH_CLI_MAX_DOCS documents (default 5000) and says so when it
 // skips.
@@ -43,13 +46,16 @@ func BenchmarkPostrender(b *testing.B) {
 	for _, n := range []int{200, 2000, 5000, 10000} {
 		input := genManifests(n)
 		b.Run(fmt.Sprintf("docs=%d/impl=runwarden-postrender", n), func(b *testing.B) {
+			var peak int64
 			for b.Loop() {
 				cmd := exec.Command(bin, "--kustomize", overlay)
 				cmd.Stdin = bytes.NewReader(input)
 				if out, err := cmd.Output(); err != nil || len(out) == 0 {
 					b.Fatalf("runwarden-postrender: %v", err)
 				}
+				peak = max(peak, maxRSS(cmd))
 			}
+			reportPeak(b, peak)
 		})
 		b.Run(fmt.Sprintf("docs=%d/impl=kustomize-cli", n), func(b *testing.B) {
 			if n > cliMax {
@@ -59,6 +65,7 @@ func BenchmarkPostrender(b *testing.B) {
 			if err := os.CopyFS(dir, os.DirFS(overlay)); err != nil {
 				b.Fatal(err)
 			}
+			var peak int64
 			for b.Loop() {
 				cmd := exec.Command("/bin/sh", "-c", `cat > all.yaml && "$0" build . && rm all.yaml`, cli)
 				cmd.Dir = dir
@@ -66,7 +73,9 @@ func BenchmarkPostrender(b *testing.B) {
 				if out, err := cmd.Output(); err != nil || len(out) == 0 {
 					b.Fatalf("kustomize build: %v", err)
 				}
+				peak = max(peak, maxRSS(cmd))
 			}
+			reportPeak(b, peak)
 		})
 		b.Run(fmt.Sprintf("docs=%d/impl=yaml-floor", n), func(b *testing.B) {
 			for b.Loop() {
@@ -80,6 +89,23 @@ func BenchmarkPostrender(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// maxRSS is the largest resident set, in KiB, of a finished command and of
+// the processes it waited for (Linux reports the largest of them all).
+func maxRSS(cmd *exec.Cmd) int64 {
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		return int64(ru.Maxrss)
+	}
+	return 0
+}
+
+// reportPeak reports the largest resident set of the runs, in MiB, when the
+// system told it.
+func reportPeak(b *testing.B, kib int64) {
+	if kib > 0 {
+		b.ReportMetric(float64(kib)/1024, "peak-MiB")
 	}
 }
 
