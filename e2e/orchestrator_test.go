@@ -19,10 +19,16 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
+	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
 	"github.com/runwarden/runwarden/e2e/harness"
@@ -221,6 +227,60 @@ func TestOrchestratorSecretsAndAuth(t *testing.T) {
 					t.Logf("Job %s: reported %q, finished %v, deleting %v", j.Name, j.Annotations["runwarden.dev/reported"], j.Status.CompletionTime, j.DeletionTimestamp)
 				}
 				t.Errorf("%v\n%s", err, tail(d.log.String(), 3000))
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestOrchestratorOwnsSecretOnRestart: a dispatcher that stopped between
+// creating a task's Secret and Job and making the Job own the Secret left a
+// Secret that would outlive the Job. The next start makes the Job its
+// owner, and the Secret goes with the Job.
+func TestOrchestratorOwnsSecretOnRestart(t *testing.T) {
+	f := features.New("orchestrator source: a Secret left without its owner").
+		Assess("the restarted dispatcher makes the Job own it", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			// The Job and Secret as the dispatcher below would make them
+			// (its --dispatcher-id), stopped before the owner was set. The
+			// Job is suspended (nothing runs) and its outcome reported (no
+			// lease for the orchestrator to know).
+			j, secret, err := job.Build(job.Task{
+				ID: "left-behind", Namespace: ns, Image: "busybox", SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t"},
+			}, job.Options{DispatcherID: "e2e-" + ns[len(ns)-6:], EnvAllowList: []string{"TF_*"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			j.Spec.Suspend = ptr.To(true)
+			j.Annotations[job.AnnotationReported] = "true"
+			r := cfg.Client().Resources(ns)
+			if err := r.Create(ctx, secret); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Create(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+			o := newOrchestrator(t, orchestratortest.Options{})
+			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--preflight=false")
+			owned := func(ctx context.Context) (bool, error) {
+				var got corev1.Secret
+				if err := r.Get(ctx, secret.Name, ns, &got); err != nil {
+					return false, err
+				}
+				return len(got.OwnerReferences) == 1 && got.OwnerReferences[0].UID == j.UID && *got.OwnerReferences[0].Controller, nil
+			}
+			if err := harness.WaitFor(ctx, "the Job to own its Secret", 30*time.Second, owned); err != nil {
+				t.Fatalf("%v\n%s", err, tail(d.log.String(), 3000))
+			}
+			if err := r.Delete(ctx, j, resources.WithDeletePropagation(string(metav1.DeletePropagationBackground))); err != nil {
+				t.Fatal(err)
+			}
+			gone := func(ctx context.Context) (bool, error) {
+				err := r.Get(ctx, secret.Name, ns, &corev1.Secret{})
+				return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+			}
+			if err := harness.WaitFor(ctx, "the Secret to go with its Job", time.Minute, gone); err != nil {
+				t.Fatal(err)
 			}
 			return ctx
 		}).Feature()

@@ -91,14 +91,38 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 	if secret == nil {
 		return created, nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{{
-		APIVersion: "batch/v1", Kind: "Job", Name: made.Name, UID: made.UID, Controller: ptr.To(true),
-	}}}})
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name}}
-	if err := c.Patch(ctx, sec, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return created, fmt.Errorf("making job %s own its secret: %w", j.Name, err)
+	if err := ownSecret(ctx, c, made); err != nil {
+		return created, err
 	}
 	return created, nil
+}
+
+// OwnSecret makes a Job the owner of its task's Secret, if it has one: a
+// Job whose Secret was made just before the dispatcher stopped, without an
+// owner, would otherwise leave the Secret behind when the Job goes. A
+// Secret that does not exist is not an error.
+func OwnSecret(ctx context.Context, c client.Client, j *batchv1.Job) error {
+	if !HasSecret(j) {
+		return nil
+	}
+	return client.IgnoreNotFound(ownSecret(ctx, c, j))
+}
+
+// HasSecret reports whether a Job's task has a Secret of its own (marked
+// by AnnotationSecret, as Build makes it).
+func HasSecret(j *batchv1.Job) bool {
+	return j.Annotations[AnnotationSecret] == j.Name
+}
+
+func ownSecret(ctx context.Context, c client.Client, j *batchv1.Job) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{{
+		APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true),
+	}}}})
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
+	if err := c.Patch(ctx, sec, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("making job %s own its secret: %w", j.Name, err)
+	}
+	return nil
 }
 
 // MarkReported marks a finished Job reported (AnnotationReported) and gives

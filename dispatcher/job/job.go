@@ -47,6 +47,10 @@ const (
 	// Jobs count towards the history limits, so no outcome is ever lost to
 	// a deletion.
 	AnnotationReported = "runwarden.dev/reported"
+	// AnnotationSecret marks a Job whose task has a Secret of its own,
+	// named after the Job (the value). The dispatcher's cache holds Jobs
+	// without their pod template, where the Secret is referred to.
+	AnnotationSecret = "runwarden.dev/secret"
 	// RunnerContainer is the name of the runner container.
 	RunnerContainer = "main"
 )
@@ -257,6 +261,9 @@ func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
 			// Job gone, its outcome unknown.
 			Template: pod,
 		},
+	}
+	if secret != nil {
+		j.Annotations[AnnotationSecret] = secret.Name
 	}
 	return j, secret, nil
 }

@@ -202,3 +202,32 @@ func TestValidateTemplate(t *testing.T) {
 		}
 	}
 }
+
+// HasSecret tells the Jobs whose task has a Secret of its own (named after
+// the Job) from those without, one whose template refers to another Secret
+// included; it needs no pod template (the dispatcher's cache has none).
+func TestHasSecret(t *testing.T) {
+	t.Parallel()
+	j, secret, err := Build(task(), options(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Spec.Template = corev1.PodTemplateSpec{}
+	if secret == nil || !HasSecret(j) {
+		t.Errorf("a task with secret values: Secret %v, HasSecret %v", secret != nil, HasSecret(j))
+	}
+	plain := task()
+	plain.SecretEnv = nil
+	o := options(t)
+	main := &o.Template.Spec.Containers[0]
+	main.Env = append(main.Env, corev1.EnvVar{Name: "OTHER", ValueFrom: &corev1.EnvVarSource{
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "platform-creds"}, Key: "k"},
+	}})
+	j, secret, err = Build(plain, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secret != nil || HasSecret(j) {
+		t.Errorf("a task without secret values: Secret %v, HasSecret %v", secret != nil, HasSecret(j))
+	}
+}

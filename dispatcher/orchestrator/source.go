@@ -256,9 +256,16 @@ func (s *Source) restore(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
+	var withSecret []*batchv1.Job
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
-		if j.Annotations[AnnotationReported] != "" || j.DeletionTimestamp != nil {
+		if j.DeletionTimestamp != nil {
+			continue
+		}
+		if job.HasSecret(j) {
+			withSecret = append(withSecret, j)
+		}
+		if j.Annotations[AnnotationReported] != "" {
 			continue
 		}
 		t := s.adoptLocked(j)
@@ -267,7 +274,21 @@ func (s *Source) restore(ctx context.Context) error {
 		}
 	}
 	s.log.Info("restored in-flight tasks from their Jobs", "tasks", n)
+	if len(withSecret) > 0 {
+		go s.ownSecrets(ctx, withSecret)
+	}
 	return nil
+}
+
+// ownSecrets makes each Job the owner of its task's Secret, in case the
+// process stopped between creating a Job and that step (see job.Create).
+// It runs beside the work: the Secrets matter only once their Jobs go.
+func (s *Source) ownSecrets(ctx context.Context, jobs []*batchv1.Job) {
+	for _, j := range jobs {
+		if err := job.OwnSecret(ctx, s.opts.Kube, j); err != nil && ctx.Err() == nil {
+			s.log.Error(err, "the Job's Secret has no owner and may outlive it; trying again at the next start", "job", j.Name)
+		}
+	}
 }
 
 // adoptLocked tracks a Job's task from its annotations. s.mu is held.
