@@ -1,32 +1,65 @@
 package main
 
 import (
+	"fmt"
 	"os"
-	"runtime/metrics"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
-func TestPrepareHeapLeavesMemoryForReuse(t *testing.T) {
+// The memory of the freed block serves the allocations that follow, the
+// render's: 8 MiB allocated after it land in it.
+func TestPrepareHeapServesLaterAllocations(t *testing.T) {
 	if !hugePagesOnRequest() {
 		t.Skip("skipped: this system gives no transparent huge pages on request (/sys/kernel/mm/transparent_hugepage/enabled)")
 	}
 	const size = 32 << 20
-	prepareHeap(size)
-	// The block is free, and the runtime kept it for the next allocations
-	// rather than handing it back to the system.
-	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
-	metrics.Read(s)
-	if free := s[0].Value.Uint64(); free < size*3/4 {
-		t.Errorf("free heap after prepareHeap(%d) = %d bytes, want at least %d", size, free, size*3/4)
+	addr := adviseHugePages(size)
+	runtime.GC()
+	// No collection meanwhile: it could free memory below the block for
+	// the next allocations.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	var keep [][]byte
+	for range 256 {
+		keep = append(keep, make([]byte, 32<<10))
 	}
-	if rollup, err := os.ReadFile("/proc/self/smaps_rollup"); err == nil {
-		for _, line := range strings.Split(string(rollup), "\n") {
-			if strings.HasPrefix(line, "AnonHugePages:") {
-				t.Log(line)
+	last := uintptr(unsafe.Pointer(unsafe.SliceData(keep[len(keep)-1])))
+	if last < addr || last >= addr+size {
+		t.Errorf("an allocation after the block's at %#x, outside the block [%#x, %#x)", last, addr, addr+size)
+	}
+	runtime.KeepAlive(keep)
+}
+
+// The block prepareHeap hands the heap is memory the kernel may back with
+// huge pages: its mapping says THPeligible (in the "madvise" mode only once
+// asked for; in "always" every mapping says so).
+func TestAdviseHugePagesMarksTheBlock(t *testing.T) {
+	if !hugePagesOnRequest() {
+		t.Skip("skipped: this system gives no transparent huge pages on request (/sys/kernel/mm/transparent_hugepage/enabled)")
+	}
+	addr := adviseHugePages(8 << 20)
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("skipped: no /proc/self/smaps: %v", err)
+	}
+	in := false
+	for _, line := range strings.Split(string(smaps), "\n") {
+		var lo, hi uintptr
+		if n, _ := fmt.Sscanf(line, "%x-%x ", &lo, &hi); n == 2 && !strings.HasPrefix(line, "THP") {
+			in = lo <= addr && addr < hi
+			continue
+		}
+		if in && strings.HasPrefix(line, "THPeligible:") {
+			if strings.TrimSpace(strings.TrimPrefix(line, "THPeligible:")) != "1" {
+				t.Errorf("the block at %#x: %s, want 1", addr, line)
 			}
+			return
 		}
 	}
+	t.Fatalf("no mapping with THPeligible holds the block at %#x", addr)
 }
 
 func TestHeapFor(t *testing.T) {
