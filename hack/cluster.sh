@@ -156,7 +156,7 @@ made_alike() {
 	local have=$cluster_dir/kwokctl.yaml
 	[[ -f $have ]] || return 1
 	cmp -s "$have" <(kwokctl_config "$real_node") && return 0
-	[[ $real_node == false ]] && cmp -s "$have" <(kwokctl_config true)
+	[[ $real_node != true ]] && cmp -s "$have" <(kwokctl_config true)
 }
 
 # remove_cluster stops and deletes the cluster and its real node, to make it anew.
@@ -171,9 +171,17 @@ up() {
 	require_binaries
 	local start=$SECONDS
 	if exists && ! made_alike; then
-		echo "cluster $name: exists but was made with other settings or tools; recreating it. Its configuration then and now:" >&2
-		diff "$cluster_dir/kwokctl.yaml" <(kwokctl_config "$real_node") | grep '^[<>]' | head -n 20 >&2 || true
+		if [[ -f $cluster_dir/kwokctl.yaml ]]; then
+			echo "cluster $name: exists but was made with other settings or tools; recreating it. Its configuration then (<) and now (>):" >&2
+			diff "$cluster_dir/kwokctl.yaml" <(kwokctl_config "$real_node") | grep '^[<>]' | head -n 20 >&2 || true
+		else
+			echo "cluster $name: exists but its configuration ($cluster_dir/kwokctl.yaml) is gone; recreating it" >&2
+		fi
 		remove_cluster
+		if exists; then
+			echo "hack/cluster.sh: cluster $name could not be deleted (above); run 'hack/cluster.sh down --name $name' and try again" >&2
+			exit 1
+		fi
 	fi
 	if exists; then
 		if ! api_ready; then

@@ -18,7 +18,7 @@ const hugePage = 2 << 20
 // on request (the "madvise" mode, the default of most distributions).
 //
 // Kustomize's heap grows to about 700 bytes for each byte of input, and a
-// short process takes all of it from the kernel for the first time: 15,000
+// short process takes all of it from the kernel for the first time: 14,000
 // page faults, a quarter of the whole run's CPU, for 200 documents. The
 // runtime does not ask for huge pages for its heap, so this allocates one
 // block of the size the render will need, asks for huge pages for it, and

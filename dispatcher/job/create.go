@@ -97,15 +97,24 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 	return created, nil
 }
 
-// OwnSecret makes a Job the owner of its task's Secret, if it has one: a
-// Job whose Secret was made just before the dispatcher stopped, without an
-// owner, would otherwise leave the Secret behind when the Job goes. A
-// Secret that does not exist is not an error.
+// OwnSecret makes the Job named like j the owner of its task's Secret, if
+// it has one: a Secret made just before the dispatcher stopped, without an
+// owner, would otherwise stay when the Job goes. The Job is read from the
+// API server first (through an empty patch): j may be an older Job of the
+// same name, gone since, whose UID would hand the Secret to nothing. A Job
+// or Secret that does not exist is not an error.
 func OwnSecret(ctx context.Context, c client.Client, j *batchv1.Job) error {
 	if !HasSecret(j) {
 		return nil
 	}
-	return client.IgnoreNotFound(ownSecret(ctx, c, j))
+	now := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
+	if err := c.Patch(ctx, now, client.RawPatch(types.MergePatchType, []byte("{}"))); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !HasSecret(now) {
+		return nil
+	}
+	return client.IgnoreNotFound(ownSecret(ctx, c, now))
 }
 
 // HasSecret reports whether a Job's task has a Secret of its own (marked

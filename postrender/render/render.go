@@ -267,12 +267,7 @@ func build(ctx context.Context, opts Options, dir string, k *types.Kustomization
 		st.Shards = 1
 		return buildOnce(dir, opts.ResourceName, docs)
 	}
-	// The builds read the documents' text; their parsed trees, more than
-	// half the live heap of a big input, would only make the collector's heap
-	// goal, and so the memory taken from the system, twice as large.
-	for i := range docs {
-		docs[i].node = nil
-	}
+	forgetTrees(docs)
 
 	out, why, err := buildSharded(ctx, opts, dir, k, docs, shards)
 	if err != nil {
@@ -311,8 +306,20 @@ func allIndexes(n int) []int {
 	return idx
 }
 
+// forgetTrees lets go of the documents' parsed trees once the grouping is
+// planned: the builds read the documents' text, and the trees, more than
+// half of what stays in use for a big input, would only make the
+// collector's heap goal, and so the memory taken from the system, about
+// twice as large.
+func forgetTrees(docs []doc) {
+	for i := range docs {
+		docs[i].node = nil
+	}
+}
+
 // buildOnce is one `kustomize build` of the overlay over all documents.
 func buildOnce(dir, resourceName string, docs []doc) ([]byte, error) {
+	forgetTrees(docs)
 	m, err := kustomize(dir, resourceName, joinDocs(docs, allIndexes(len(docs))))
 	if err != nil {
 		return nil, err
