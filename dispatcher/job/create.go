@@ -91,10 +91,7 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 	if secret == nil {
 		return created, nil
 	}
-	if err := ownSecret(ctx, c, made); err != nil {
-		return created, err
-	}
-	return created, nil
+	return created, ownSecret(ctx, c, made)
 }
 
 // OwnSecret makes the Job named like j the owner of its task's Secret, if

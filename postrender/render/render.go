@@ -324,20 +324,11 @@ func buildOnce(dir, resourceName string, docs []doc) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var b bytes.Buffer
-	for i, r := range m.Resources() {
-		y, err := resourceYAML(r)
-		if err != nil {
-			// The library's own error, which names the resource.
-			_, err = m.AsYaml()
-			return nil, fmt.Errorf("writing the result: %w", err)
-		}
-		if i > 0 {
-			b.WriteString("---\n")
-		}
-		b.Write(y)
+	res, err := resources(m)
+	if err != nil {
+		return nil, err
 	}
-	return b.Bytes(), nil
+	return joinBuilt(res), nil
 }
 
 // kustomize builds the overlay with the manifests offered as resourceName,
@@ -449,14 +440,19 @@ func buildSharded(ctx context.Context, opts Options, dir string, k *types.Kustom
 		return nil, "", err
 	}
 	sort.SliceStable(merged, func(i, j int) bool { return less(merged[i].id, merged[j].id) })
+	return joinBuilt(merged), "", nil
+}
+
+// joinBuilt writes resources as one stream, as `kustomize build` does.
+func joinBuilt(res []built) []byte {
 	var b bytes.Buffer
-	for i, r := range merged {
+	for i, r := range res {
 		if i > 0 {
 			b.WriteString("---\n")
 		}
 		b.Write(r.yaml)
 	}
-	return b.Bytes(), "", nil
+	return b.Bytes()
 }
 
 // resources lists a build's resources with their ids and YAML.
