@@ -6,9 +6,14 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 )
 
@@ -34,7 +39,7 @@ func TestCapacityCountsRunningJobsBeforeTheFirstStart(t *testing.T) {
 	t.Parallel()
 	c := fake.NewClientBuilder().WithObjects(runningJob("a"), runningJob("b"), finishedJob("c")).Build()
 	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, MaxConcurrent: 2})
-	ok, n, err := r.reserve(t.Context(), key("new"))
+	ok, n, err := r.reserve(t.Context(), key("new"), key("task-new"))
 	if err != nil || ok || n != 2 {
 		t.Fatalf("reserve with 2 of 2 slots held by running Jobs: ok %v, taken %d, %v; want refused, 2", ok, n, err)
 	}
@@ -47,11 +52,11 @@ func TestCapacityCountsReservations(t *testing.T) {
 	c := fake.NewClientBuilder().WithObjects(runningJob("a")).Build()
 	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, MaxConcurrent: 3})
 	for i, name := range []string{"x", "y"} {
-		if ok, _, err := r.reserve(t.Context(), key(name)); err != nil || !ok {
+		if ok, _, err := r.reserve(t.Context(), key(name), key("task-"+name)); err != nil || !ok {
 			t.Fatalf("reserve %d: ok %v, %v", i, ok, err)
 		}
 	}
-	if ok, n, _ := r.reserve(t.Context(), key("z")); ok || n != 3 {
+	if ok, n, _ := r.reserve(t.Context(), key("z"), key("task-z")); ok || n != 3 {
 		t.Fatalf("a fourth start with 1 running and 2 reserved of 3: ok %v, taken %d", ok, n)
 	}
 }
@@ -62,16 +67,85 @@ func TestFinishedTaskGivesItsSlotBack(t *testing.T) {
 	t.Parallel()
 	c := fake.NewClientBuilder().Build()
 	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, MaxConcurrent: 1})
-	if ok, _, err := r.reserve(t.Context(), key("a")); err != nil || !ok {
+	if ok, _, err := r.reserve(t.Context(), key("a"), key("task-a")); err != nil || !ok {
 		t.Fatalf("first reserve: ok %v, %v", ok, err)
 	}
-	if ok, _, _ := r.reserve(t.Context(), key("b")); ok {
+	if ok, _, _ := r.reserve(t.Context(), key("b"), key("task-b")); ok {
 		t.Fatal("a second task started with the only slot reserved")
 	}
 	if err := r.recount(t.Context(), key("a")); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := r.reserve(t.Context(), key("b")); err != nil || !ok {
+	if ok, _, err := r.reserve(t.Context(), key("b"), key("task-b")); err != nil || !ok {
 		t.Fatalf("after the first task finished: ok %v, %v; want the slot back", ok, err)
+	}
+}
+
+func taskScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func runnerTask(name, uid string) *v1alpha1.RunnerTask {
+	return &v1alpha1.RunnerTask{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "runners", UID: types.UID(uid)},
+		Spec:       v1alpha1.RunnerTaskSpec{Image: "runner:1"},
+	}
+}
+
+// A RunnerTask deleted while its Job is new (the Job goes with it, before
+// the cache shows it) gives its slot back, as does one deleted and made
+// again under the same name: the next task runs instead of waiting for a
+// slot nothing holds.
+func TestDeletedTaskGivesItsSlotBack(t *testing.T) {
+	t.Parallel()
+	for _, again := range []bool{false, true} {
+		c := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).
+			WithObjects(runnerTask("a", "uid-a1"), runnerTask("b", "uid-b")).Build()
+		maxConcurrent := 1
+		if again {
+			maxConcurrent = 2 // the new task a takes one
+		}
+		r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, MaxConcurrent: maxConcurrent})
+		reconcileTask := func(name string) *v1alpha1.RunnerTask {
+			t.Helper()
+			if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key(name)}); err != nil {
+				t.Fatalf("reconcile %s: %v", name, err)
+			}
+			rt := &v1alpha1.RunnerTask{}
+			if err := c.Get(t.Context(), key(name), rt); client.IgnoreNotFound(err) != nil {
+				t.Fatal(err)
+			}
+			return rt
+		}
+		if rt := reconcileTask("a"); rt.Status.Phase != v1alpha1.PhaseRunning {
+			t.Fatalf("task a: phase %q, want Running", rt.Status.Phase)
+		}
+		// The garbage collector removes the Job with its owner, before the
+		// dispatcher's cache (here, the client) shows it.
+		if err := c.Delete(t.Context(), runnerTask("a", "uid-a1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.DeleteAllOf(t.Context(), &batchv1.Job{}, client.InNamespace("runners")); err != nil {
+			t.Fatal(err)
+		}
+		if again {
+			if err := c.Create(t.Context(), runnerTask("a", "uid-a2")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if rt := reconcileTask("a"); again && rt.Status.Phase != v1alpha1.PhaseRunning {
+			t.Fatalf("task a made again: phase %q, want Running", rt.Status.Phase)
+		}
+		if rt := reconcileTask("b"); rt.Status.Phase != v1alpha1.PhaseRunning {
+			t.Fatalf("made again %v: task b: phase %q reason %q (%s), want Running: the deleted task kept its slot",
+				again, rt.Status.Phase, rt.Status.Reason, rt.Status.Message)
+		}
 	}
 }

@@ -118,10 +118,10 @@ type Reconciler struct {
 	observer job.Observer
 	// starting serializes the capacity check, so parallel workers never
 	// start more than MaxConcurrent tasks. reserved holds the Jobs this
-	// process is creating or created that the cache has not shown yet;
-	// the creates themselves run in parallel.
+	// process is creating or created that the cache has not shown yet,
+	// each with its RunnerTask; the creates themselves run in parallel.
 	starting sync.Mutex
-	reserved map[types.NamespacedName]struct{}
+	reserved map[types.NamespacedName]types.NamespacedName
 	// taken is the number of unfinished Jobs the cache showed at the last
 	// count. Jobs only finish between counts, so taken plus the
 	// reservations made since is never below the real number: the cache is
@@ -143,7 +143,7 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // New returns a Reconciler.
 func New(opts Options) *Reconciler {
 	opts.setDefaults()
-	return &Reconciler{opts: opts, reserved: map[types.NamespacedName]struct{}{}, marked: map[types.NamespacedName]string{}, observer: job.Observer{
+	return &Reconciler{opts: opts, reserved: map[types.NamespacedName]types.NamespacedName{}, marked: map[types.NamespacedName]string{}, observer: job.Observer{
 		Client: opts.Client, Events: opts.Events, UnschedulableTimeout: opts.UnschedulableTimeout, Now: opts.Now,
 	}}
 }
@@ -193,6 +193,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.opts.Client.Get(ctx, req.NamespacedName, rt); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forgetMarked(req.NamespacedName)
+			// Deleted: its Job goes with it (it is the owner), maybe
+			// before the cache ever showed it, and then no count would
+			// drop the slot it holds.
+			r.releaseTask(req.NamespacedName, "")
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -200,6 +204,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.forgetMarked(req.NamespacedName)
 	}
 	name := job.Name(TaskID(rt))
+	// A RunnerTask deleted and created again under the same name is a new
+	// task: the slot of the old one's Job goes.
+	r.releaseTask(req.NamespacedName, name)
 	j := &batchv1.Job{}
 	err := r.opts.Client.Get(ctx, client.ObjectKey{Namespace: rt.Namespace, Name: name}, j)
 	switch {
@@ -272,7 +279,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // start creates the task's Secret and Job, unless capacity is full.
 func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconcile.Result, error) {
 	key := types.NamespacedName{Namespace: rt.Namespace, Name: job.Name(TaskID(rt))}
-	ok, running, err := r.reserve(ctx, key)
+	ok, running, err := r.reserve(ctx, key, client.ObjectKeyFromObject(rt))
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -322,9 +329,9 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 	return reconcile.Result{}, r.setRunning(ctx, rt, j.Name)
 }
 
-// reserve takes a slot for a Job about to be created, if one is free, and
-// returns how many are taken.
-func (r *Reconciler) reserve(ctx context.Context, key types.NamespacedName) (bool, int, error) {
+// reserve takes a slot for the Job (key) of a RunnerTask (task) about to be
+// created, if one is free, and returns how many are taken.
+func (r *Reconciler) reserve(ctx context.Context, key, task types.NamespacedName) (bool, int, error) {
 	r.starting.Lock()
 	defer r.starting.Unlock()
 	if !r.counted || r.taken+len(r.reserved) >= r.opts.MaxConcurrent {
@@ -336,7 +343,7 @@ func (r *Reconciler) reserve(ctx context.Context, key types.NamespacedName) (boo
 	if n >= r.opts.MaxConcurrent {
 		return false, n, nil
 	}
-	r.reserved[key] = struct{}{}
+	r.reserved[key] = task
 	r.opts.Recorder.Running(n + 1)
 	return true, n + 1, nil
 }
@@ -345,6 +352,18 @@ func (r *Reconciler) release(key types.NamespacedName) {
 	r.starting.Lock()
 	delete(r.reserved, key)
 	r.starting.Unlock()
+}
+
+// releaseTask drops the reservations of a RunnerTask's Jobs other than
+// keep (a Job name; empty drops them all).
+func (r *Reconciler) releaseTask(task types.NamespacedName, keep string) {
+	r.starting.Lock()
+	defer r.starting.Unlock()
+	for key, t := range r.reserved {
+		if t == task && key.Name != keep {
+			delete(r.reserved, key)
+		}
+	}
 }
 
 // count counts this dispatcher's unfinished Jobs in the cache into
