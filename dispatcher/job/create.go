@@ -43,12 +43,14 @@ func IsPermanent(err error) bool {
 
 // Create makes the task's Secret (if any) and Job as Build returned them.
 // A Job that already exists (the task was started before a restart, or
-// handed out twice) is adopted, never duplicated: adopt, a JSON merge
-// patch, is applied to it (nil applies none). Either way the Job then owns
+// handed out twice) is adopted, never duplicated: it gets j's dispatcher
+// label (a dispatcher whose ID changed, or another one the task was handed
+// to, takes it over: its cache sees only Jobs of its own ID) and the
+// annotations in adopt (a nil value removes one). Either way the Job then owns
 // the Secret, so they go together. created tells whether this call made
 // the Job. A Job the API server can never accept (IsPermanent) leaves no
 // Secret behind.
-func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1.Secret, adopt []byte) (created bool, err error) {
+func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1.Secret, adopt map[string]any) (created bool, err error) {
 	if secret != nil {
 		if err := c.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
 			return false, fmt.Errorf("creating secret %s: %w", secret.Name, err)
@@ -64,12 +66,14 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 		// refused as invalid may still exist (created from an older pod
 		// template): adopt it if so. Read it back from the API server (a
 		// cache may not have it yet) through the patch, empty or not.
-		if adopt == nil {
-			adopt = []byte("{}")
+		meta := map[string]any{"labels": map[string]any{LabelDispatcher: j.Labels[LabelDispatcher]}}
+		if adopt != nil {
+			meta["annotations"] = adopt
 		}
+		patch, _ := json.Marshal(map[string]any{"metadata": meta})
 		cause := err
 		made = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
-		err := c.Patch(ctx, made, client.RawPatch(types.MergePatchType, adopt))
+		err := c.Patch(ctx, made, client.RawPatch(types.MergePatchType, patch))
 		switch {
 		case err == nil:
 		case apierrors.IsNotFound(err) && IsPermanent(cause):

@@ -6,10 +6,14 @@ import (
 	"net/http"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 // statusError is an error as client-go returns it for an API server
@@ -52,5 +56,43 @@ func TestIsPermanent(t *testing.T) {
 		if got := IsPermanent(c.err); got != c.want {
 			t.Errorf("%s: IsPermanent(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
+	}
+}
+
+// A Job of the same task made under another dispatcher ID (the ID changed
+// across a restart, or the task was handed to another dispatcher) is
+// adopted, not duplicated, and takes this dispatcher's label, without
+// which its cache would never show it; the adopt annotations are applied.
+func TestCreateAdoptsJobOfAnotherDispatcher(t *testing.T) {
+	t.Parallel()
+	j, secret, err := Build(task(), options(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := j.DeepCopy()
+	old.Labels[LabelDispatcher] = "dispatcher-old"
+	old.Annotations["example.com/keep"] = "yes"
+	c := fake.NewClientBuilder().WithObjects(old).Build()
+	created, err := Create(t.Context(), c, j, secret, map[string]any{"example.com/lease": "2", "example.com/keep": "yes"})
+	if err != nil || created {
+		t.Fatalf("Create over an existing Job: created %v, %v; want adopted", created, err)
+	}
+	var got batchv1.Job
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(j), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels[LabelDispatcher] != "dispatcher-a" || got.Annotations["example.com/lease"] != "2" || got.Annotations["example.com/keep"] != "yes" {
+		t.Fatalf("adopted Job: labels %v, annotations %v; want dispatcher-a's label and the lease annotation", got.Labels, got.Annotations)
+	}
+	var jobs batchv1.JobList
+	if err := c.List(t.Context(), &jobs); err != nil || len(jobs.Items) != 1 {
+		t.Fatalf("%d Jobs (%v), want 1", len(jobs.Items), err)
+	}
+	var s corev1.Secret
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(secret), &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Name != j.Name {
+		t.Fatalf("secret owners %v, want the Job", s.OwnerReferences)
 	}
 }

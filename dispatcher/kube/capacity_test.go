@@ -1,10 +1,12 @@
 package kube
 
 import (
+	"context"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -147,5 +149,50 @@ func TestDeletedTaskGivesItsSlotBack(t *testing.T) {
 			t.Fatalf("made again %v: task b: phase %q reason %q (%s), want Running: the deleted task kept its slot",
 				again, rt.Status.Phase, rt.Status.Reason, rt.Status.Message)
 		}
+	}
+}
+
+// labelledCache reads Jobs as the dispatcher's cache does: only those with
+// its dispatcher label.
+type labelledCache struct {
+	client.Client
+	id string
+}
+
+func (c labelledCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	if j, ok := obj.(*batchv1.Job); ok && j.Labels[job.LabelDispatcher] != c.id {
+		return apierrors.NewNotFound(batchv1.Resource("jobs"), key.Name)
+	}
+	return nil
+}
+
+// A running task whose Job was made under another dispatcher ID (this
+// dispatcher's changed across a restart) is taken over: the Job gets this
+// ID, so the cache shows it, instead of the task waiting for it forever.
+func TestRunningTaskOfAnotherDispatcherIDIsTakenOver(t *testing.T) {
+	t.Parallel()
+	rt := runnerTask("a", "uid-a")
+	name := job.Name(TaskID(rt))
+	rt.Status = v1alpha1.RunnerTaskStatus{Phase: v1alpha1.PhaseRunning, JobName: name}
+	old := runningJob(name)
+	old.Labels[job.LabelDispatcher] = "d0"
+	api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, old).Build()
+	r := New(Options{Client: labelledCache{Client: api, id: "d1"}, Reader: api, Jobs: job.Options{DispatcherID: "d1"}})
+	if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key("a")}); err != nil {
+		t.Fatal(err)
+	}
+	var j batchv1.Job
+	if err := api.Get(t.Context(), key(name), &j); err != nil {
+		t.Fatal(err)
+	}
+	if j.Labels[job.LabelDispatcher] != "d1" {
+		t.Fatalf("Job's dispatcher label %q, want d1", j.Labels[job.LabelDispatcher])
+	}
+	got := &v1alpha1.RunnerTask{}
+	if err := api.Get(t.Context(), key("a"), got); err != nil || got.Status.Phase != v1alpha1.PhaseRunning {
+		t.Fatalf("task phase %q (%v), want still Running", got.Status.Phase, err)
 	}
 }

@@ -570,10 +570,10 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 func (s *Source) create(ctx context.Context, j *batchv1.Job, secret *corev1.Secret) error {
 	// The orchestrator handing the task out again means it has no final
 	// event from the lease before: report it again if the Job says it was.
-	adopt, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+	adopt := map[string]any{
 		AnnotationLeaseID: j.Annotations[AnnotationLeaseID], AnnotationLeaseEpoch: j.Annotations[AnnotationLeaseEpoch],
 		AnnotationLeaseSeconds: j.Annotations[AnnotationLeaseSeconds], AnnotationReported: nil,
-	}}})
+	}
 	created, err := job.Create(ctx, s.opts.Kube, j, secret, adopt)
 	if created {
 		s.opts.Recorder.JobCreated()
