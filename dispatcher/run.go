@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -147,9 +149,14 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 		flag string
 		v    time.Duration
 	}{{"--default-deadline", c.deadline}, {"--job-ttl", c.ttl}, {"--unschedulable-timeout", c.unschedulable}, {"--preflight-timeout", c.preflightWait}} {
-		if d.v <= 0 {
-			return c, fmt.Errorf("%s %s: must be more than 0", d.flag, d.v)
+		// Jobs take whole seconds: less than one would be none, which
+		// the Job builder replaces with its default.
+		if d.v < time.Second {
+			return c, fmt.Errorf("%s %s: must be at least 1s", d.flag, d.v)
 		}
+	}
+	if c.ttl.Seconds() > math.MaxInt32 {
+		return c, fmt.Errorf("--job-ttl %s: must be at most %ds (a Job's ttlSecondsAfterFinished)", c.ttl, math.MaxInt32)
 	}
 	if c.qps <= 0 || c.burst < 1 {
 		return c, fmt.Errorf("--kube-api-qps %g, --kube-api-burst %d: must be more than 0", c.qps, c.burst)
@@ -218,10 +225,7 @@ func (o orchestratorFlags) check(source, namespace string) error {
 }
 
 func validLabel(v string) string {
-	if _, err := labels.Parse("x=" + v); err != nil || len(v) > 63 {
-		return "must be a valid label value (63 characters at most: letters, digits, '-', '_', '.')"
-	}
-	return ""
+	return strings.Join(validation.IsValidLabelValue(v), "; ")
 }
 
 func splitList(s string) []string {
