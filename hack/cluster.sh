@@ -104,6 +104,10 @@ kwokctl_config() {
 	kind: KwokctlConfiguration
 	options:
 	  runtime: binary
+	  # Every component listens on loopback only (kwokctl's default is every
+	  # address, etcd included, which has no TLS or login); the API server
+	  # of a cluster with a real node also listens on the node's bridge, below.
+	  bindAddress: 127.0.0.1
 	  # The kubernetes Service's ClusterIP and the real node's bridge gateway,
 	  # so pods on the real node can verify the API server's certificate.
 	  kubeApiserverCertSANs: ["10.0.0.1", "10.88.0.1"]
@@ -138,6 +142,13 @@ kwokctl_config() {
 		  extraArgs:
 		  - key: advertise-address
 		    value: "10.88.0.1"
+		  # Pods reach it at the bridge gateway, the host at 127.0.0.1: one
+		  # --bind-address is both only as every address. Beyond its health
+		  # and version, it answers only requests with a client certificate
+		  # or token.
+		  - key: bind-address
+		    value: "0.0.0.0"
+		    override: true
 		  - key: kubelet-client-certificate
 		    value: $pki/admin.crt
 		  - key: kubelet-client-key
