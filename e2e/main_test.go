@@ -40,6 +40,10 @@ func TestMain(m *testing.M) {
 	suite = c
 	// An interrupted run (Ctrl-C, a CI job stopped) never reaches Finish:
 	// stop the local cluster it started before going.
+	// The go command ends at once on SIGTERM, closing the pipe this
+	// process writes its output to: writing must then fail, not end the
+	// process before it has stopped the cluster.
+	signal.Ignore(syscall.SIGPIPE)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {

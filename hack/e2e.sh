@@ -14,27 +14,41 @@ kind=${RUNWARDEN_E2E_CLUSTER:-local}
 name=${RUNWARDEN_E2E_CLUSTER_NAME:-runwarden-e2e}
 keep=${RUNWARDEN_E2E_KEEP:-}
 
-if [[ ${RUNWARDEN_E2E_LOCKED:-} != "$name" ]]; then
-	mkdir -p "$state_dir"
-	flock -n "$state_dir/e2e.lock" true || echo "e2e: another e2e run holds $state_dir/e2e.lock; waiting for it" >&2
-	# flock -o keeps each lock in flock's own process: the cluster's
-	# programs this run starts do not inherit it. in-use-NAME tells a
-	# `make demo` started meanwhile not to take this cluster's real node.
-	exec env RUNWARDEN_E2E_LOCKED="$name" flock -o "$state_dir/e2e.lock" \
-		flock -o "$state_dir/in-use-$name.lock" "$0" "$@"
+# The locks are held on this script's own descriptors until it exits, after
+# it has stopped the cluster however the run ended (a lock held by a flock
+# process would go at once on Ctrl-C, while the cluster was still being
+# stopped). The programs it starts get them closed: a cluster left running
+# holds none. in-use-NAME tells a `make demo` started meanwhile not to take
+# this cluster's real node.
+mkdir -p "$state_dir"
+exec {run_lock}>"$state_dir/e2e.lock"
+if ! flock -n "$run_lock"; then
+	echo "e2e: another e2e run holds $state_dir/e2e.lock; waiting for it" >&2
+	flock "$run_lock"
 fi
+exec {use_lock}>"$state_dir/in-use-$name.lock"
+flock "$use_lock"
 
 child=""
 stop_cluster() {
 	local code=$?
 	trap - EXIT INT TERM
 	if [[ -n $child ]] && kill -0 "$child" 2>/dev/null; then
-		kill -TERM -- "-$child" 2>/dev/null || true
+		# SIGINT, as Ctrl-C would send it: the go command waits for the
+		# test binary, which stops its cluster (SIGTERM would end the go
+		# command at once, and the test binary's output with it).
+		kill -INT -- "-$child" 2>/dev/null || true
+		local i
+		for ((i = 0; i < 120; i++)); do
+			kill -0 "$child" 2>/dev/null || break
+			sleep 0.5
+		done
+		kill -KILL -- "-$child" 2>/dev/null || true
 		wait "$child" 2>/dev/null || true
 	fi
 	if [[ $code -ne 0 && $kind == local && $keep != true ]]; then
 		echo "e2e: stopping cluster $name (the run ended with status $code)" >&2
-		"$root/hack/cluster.sh" down --name "$name" || true
+		"$root/hack/cluster.sh" down --name "$name" {run_lock}>&- {use_lock}>&- || true
 	fi
 	exit "$code"
 }
@@ -47,11 +61,11 @@ cd "$root"
 # script is handled at once (stopping the tests, then the cluster), not
 # after the suite.
 set -m
-go test -tags e2e "$@" &
+go test -tags e2e "$@" {run_lock}>&- {use_lock}>&- &
 child=$!
 set +m
 wait "$child"
 child=""
 if [[ $kind == local && $keep != true ]]; then
-	"$root/hack/check-clean.sh" --unless-running --name "$name"
+	"$root/hack/check-clean.sh" --unless-running --name "$name" {run_lock}>&- {use_lock}>&-
 fi
