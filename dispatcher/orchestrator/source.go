@@ -93,7 +93,7 @@ type Options struct {
 	// Recorder counts. Default: none.
 	Recorder Recorder
 	// Workers is how many Jobs are created, and tasks reconciled, at once.
-	// Default: 8.
+	// Default: 16.
 	Workers int
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
