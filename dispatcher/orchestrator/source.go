@@ -633,50 +633,67 @@ func (s *Source) report(ctx context.Context, t *task, e Event) error {
 // maxRenewals is how many lease renewals may be in flight at once.
 const maxRenewals = 32
 
+// renewTick is how often the renewal loop looks for leases due.
+const renewTick = 250 * time.Millisecond
+
+// renewals are the renewals in flight of one renewal loop.
+type renewals struct {
+	// sem holds a token per renewal in flight, at most maxRenewals.
+	sem chan struct{}
+	wg  sync.WaitGroup
+}
+
+func newRenewals() *renewals {
+	return &renewals{sem: make(chan struct{}, maxRenewals)}
+}
+
 // renewLoop renews each lease at a third of its duration and delivers
 // cancellations.
 func (s *Source) renewLoop(ctx context.Context) {
-	tick := time.NewTicker(250 * time.Millisecond)
+	tick := time.NewTicker(renewTick)
 	defer tick.Stop()
-	// Renewals run side by side, at most maxRenewals at once, and a slow one
-	// holds up no other: each tick starts those that are due and not in
-	// flight.
-	sem := make(chan struct{}, maxRenewals)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	r := newRenewals()
+	defer r.wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		now := s.opts.Now()
-		var due []*task
-		s.mu.Lock()
-		for _, t := range s.tasks {
-			if !t.lost && !t.renewing && t.leaseID != "" && !now.Before(t.renewAt) {
-				t.renewAt = now.Add(renewInterval(t.leaseSeconds))
-				t.renewing = true
-				due = append(due, t)
+		s.renewDue(ctx, r)
+	}
+}
+
+// renewDue starts the renewals due by s.opts.Now. Renewals run side by
+// side, at most maxRenewals at once, and a slow one holds up no other:
+// each tick starts those that are due and not in flight.
+func (s *Source) renewDue(ctx context.Context, r *renewals) {
+	now := s.opts.Now()
+	var due []*task
+	s.mu.Lock()
+	for _, t := range s.tasks {
+		if !t.lost && !t.renewing && t.leaseID != "" && !now.Before(t.renewAt) {
+			t.renewAt = now.Add(renewInterval(t.leaseSeconds))
+			t.renewing = true
+			due = append(due, t)
+		}
+	}
+	s.mu.Unlock()
+	for _, t := range due {
+		r.wg.Go(func() {
+			defer func() {
+				s.mu.Lock()
+				t.renewing = false
+				s.mu.Unlock()
+			}()
+			select {
+			case r.sem <- struct{}{}:
+			case <-ctx.Done():
+				return
 			}
-		}
-		s.mu.Unlock()
-		for _, t := range due {
-			wg.Go(func() {
-				defer func() {
-					s.mu.Lock()
-					t.renewing = false
-					s.mu.Unlock()
-				}()
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-				defer func() { <-sem }()
-				s.renew(ctx, t)
-			})
-		}
+			defer func() { <-r.sem }()
+			s.renew(ctx, t)
+		})
 	}
 }
 
