@@ -80,7 +80,8 @@ type Options struct {
 	MaxConcurrent int
 	// PollWait is how long the orchestrator may hold a poll. Default: 30s.
 	PollWait time.Duration
-	// Backoff paces retries of polls and reports. Default: 1s doubling to 1m.
+	// Backoff paces retries of polls, lease renewals and reports. Default: 1s
+	// doubling to 1m.
 	Backoff Backoff
 	// RequeueAfter is how soon a running task is looked at again besides
 	// the watches. Default: 5s.
@@ -146,6 +147,9 @@ type task struct {
 	renewAt      time.Time
 	// renewing is set while a renewal of the lease is in flight.
 	renewing bool
+	// renewFailures counts the renewals of the lease that failed in a row;
+	// it paces the next.
+	renewFailures int
 	// recordMu serializes writes of the lease into the Job.
 	recordMu sync.Mutex
 	// lost is set when the lease is gone (410) and not handed back;
@@ -425,7 +429,7 @@ func (s *Source) take(ctx context.Context, leases []Lease) {
 			// Handed back (a new epoch) after the lease expired: carry on
 			// with the Job there is.
 			t.leaseID, t.epoch, t.leaseSeconds, t.lost = l.LeaseID, l.Epoch, l.LeaseSeconds, false
-			t.renewAt = now.Add(renewInterval(l.LeaseSeconds))
+			t.renewAt, t.renewFailures = now.Add(renewInterval(l.LeaseSeconds)), 0
 			if !t.creating {
 				go s.recordLease(ctx, t)
 			}
@@ -721,18 +725,32 @@ func (s *Source) renew(ctx context.Context, t *task) {
 			s.notify()
 			return
 		}
-		// Try again soon: the lease has two thirds of its life left.
-		t.renewAt = s.opts.Now().Add(time.Second)
+		// Unreachable, overloaded, or this renewal refused: back off per
+		// lease as polls and reports do, honouring Retry-After, but wait no
+		// longer than a third of the lease, the pace of renewals that
+		// succeed. A lease is renewed a third of the way through, so when
+		// that renewal fails, the next still comes while a third of the
+		// lease is left: a longer wait (a Retry-After, or a delay near
+		// Backoff.Max) could let the lease expire, and the task would wait
+		// for the orchestrator to hand it back. Past that the orchestrator
+		// gets no more renewals than when they succeed.
+		d := min(s.opts.Backoff.Delay(t.renewFailures, err), renewInterval(t.leaseSeconds))
+		t.renewFailures++
+		t.renewAt = s.opts.Now().Add(d)
+		s.log.V(1).Info("renewing the lease failed; retrying", "task", t.id, "in", d.Round(time.Millisecond).String(), "failures", t.renewFailures, "error", err.Error())
 		return
 	}
+	s.mu.Lock()
+	if t.leaseID == leaseID {
+		t.renewFailures = 0
+	}
+	first := resp.Cancel && !t.cancel
 	if resp.Cancel {
-		s.mu.Lock()
-		first := !t.cancel
 		t.cancel, t.cancelReason = true, resp.CancelReason
-		s.mu.Unlock()
-		if first && !creating {
-			s.enqueue(key)
-		}
+	}
+	s.mu.Unlock()
+	if first && !creating {
+		s.enqueue(key)
 	}
 }
 

@@ -1,0 +1,163 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// clock is a clock a test moves by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// renewServer is a fake orchestrator that answers every renewal with
+// status (200 with a renewed lease, else an error body and, when
+// retryAfter is set, Retry-After) and counts the renewals and polls.
+type renewServer struct {
+	srv        *httptest.Server
+	status     atomic.Int32
+	retryAfter int
+	renewals   atomic.Int32
+	polls      atomic.Int32
+}
+
+func newRenewServer(t *testing.T, status, retryAfter int) *renewServer {
+	t.Helper()
+	rs := &renewServer{retryAfter: retryAfter}
+	rs.status.Store(int32(status))
+	rs.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == PathPoll {
+			rs.polls.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if !strings.HasSuffix(r.URL.Path, ":renew") {
+			http.NotFound(w, r)
+			return
+		}
+		rs.renewals.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		status := int(rs.status.Load())
+		if status == http.StatusOK {
+			_ = json.NewEncoder(w).Encode(RenewResponse{ExpiresAt: time.Now().Add(time.Minute)})
+			return
+		}
+		if rs.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(rs.retryAfter))
+		}
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(ErrorBody{Code: "test", Message: "answered " + strconv.Itoa(status) + " by the test"})
+	}))
+	t.Cleanup(rs.srv.Close)
+	return rs
+}
+
+func (rs *renewServer) client(t *testing.T) *Client {
+	t.Helper()
+	c, err := NewClient(ClientOptions{URL: rs.srv.URL, DispatcherID: "d-1", Transport: rs.srv.Client().Transport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// holdLeases makes s hold n running tasks whose leases of leaseSeconds are
+// due for renewal now.
+func holdLeases(s *Source, n, leaseSeconds int) []*task {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var held []*task
+	for i := range n {
+		id := "t-" + strconv.Itoa(i)
+		t := &task{
+			id: id, key: types.NamespacedName{Namespace: "runners", Name: "rw-" + id}, leaseID: "l-" + id, epoch: 1,
+			leaseSeconds: leaseSeconds, renewAt: s.opts.Now(), sent: map[EventType]bool{},
+		}
+		s.tasks[id] = t
+		s.byJob[t.key] = id
+		held = append(held, t)
+	}
+	return held
+}
+
+// Renewals refused with 503 and Retry-After: 30 back off per lease: the
+// next one waits Retry-After, though never longer than a third of the
+// lease (the pace of renewals that succeed), instead of coming a second
+// later. A renewal that succeeds puts the lease back on that pace.
+func TestRenewalFailuresBackOff(t *testing.T) {
+	t.Parallel()
+	const leases = 5
+	tests := []struct {
+		name         string
+		leaseSeconds int
+		// want is how many renewals each lease gets in a minute: a second
+		// apart (the code before), it would be 61.
+		want int
+	}{
+		{name: "a Retry-After within a third of the lease is waited", leaseSeconds: 120, want: 3},  // at 0, 30 and 60 s
+		{name: "a Retry-After past a third of the lease waits a third", leaseSeconds: 60, want: 4}, // at 0, 20, 40 and 60 s
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rs := newRenewServer(t, http.StatusServiceUnavailable, 30)
+			clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+			s := New(Options{
+				Client: rs.client(t), Namespace: "runners", Now: clk.Now,
+				Backoff: Backoff{Base: time.Second, Max: time.Minute},
+			})
+			s.log = logr.Discard()
+			held := holdLeases(s, leases, tt.leaseSeconds)
+			r := newRenewals()
+			for elapsed := time.Duration(0); elapsed <= time.Minute; elapsed += renewTick {
+				s.renewDue(t.Context(), r)
+				r.wg.Wait()
+				clk.advance(renewTick)
+			}
+			if got, want := int(rs.renewals.Load()), leases*tt.want; got != want {
+				t.Errorf("%d renewals of %d leases in a minute of 503s with Retry-After: 30, want %d", got, leases, want)
+			}
+
+			// The orchestrator is back: the next renewal succeeds, and the
+			// one after comes a third of the lease later.
+			rs.status.Store(http.StatusOK)
+			s.mu.Lock()
+			next := held[0].renewAt
+			s.mu.Unlock()
+			clk.advance(next.Sub(clk.Now()))
+			s.renewDue(t.Context(), r)
+			r.wg.Wait()
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if want := clk.Now().Add(renewInterval(tt.leaseSeconds)); !held[0].renewAt.Equal(want) {
+				t.Errorf("after a renewal that succeeded, the next is due at %v, want %v", held[0].renewAt, want)
+			}
+			if held[0].renewFailures != 0 {
+				t.Errorf("after a renewal that succeeded, %d failures are counted, want 0", held[0].renewFailures)
+			}
+		})
+	}
+}
