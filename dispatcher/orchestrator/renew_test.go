@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 // clock is a clock a test moves by hand.
@@ -157,6 +159,48 @@ func TestRenewalFailuresBackOff(t *testing.T) {
 			}
 			if held[0].renewFailures != 0 {
 				t.Errorf("after a renewal that succeeded, %d failures are counted, want 0", held[0].renewFailures)
+			}
+		})
+	}
+}
+
+// A renewal refused with 401 (twice: the client drops its token and tries
+// once more), 403 or 426 stops the source with the orchestrator's answer,
+// as a refused poll does; here the source is full, so it does not poll,
+// and the renewal is what finds the refusal.
+func TestRefusedRenewalStopsTheSource(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusUpgradeRequired} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			t.Parallel()
+			rs := newRenewServer(t, status, 0)
+			s := New(Options{
+				Client: rs.client(t), Kube: fake.NewClientBuilder().Build(), Namespace: "runners", MaxConcurrent: 1,
+			})
+			s.log = logr.Discard()
+			holdLeases(s, 1, 60)
+			done := make(chan error, 1)
+			go func() { done <- s.Start(t.Context()) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the source still runs 30 s after renewals were answered %d (%d renewals)", status, rs.renewals.Load())
+			}
+			var oe *Error
+			if !errors.As(err, &oe) || oe.Status != status || !strings.Contains(err.Error(), "refused this dispatcher") ||
+				!strings.Contains(err.Error(), "by the test") {
+				t.Errorf("the source stopped with %v, want the orchestrator's %d and its message", err, status)
+			}
+			want := int32(1)
+			if status == http.StatusUnauthorized {
+				want = 2
+			}
+			if n := rs.renewals.Load(); n != want {
+				t.Errorf("%d renewals, want %d", n, want)
+			}
+			if n := rs.polls.Load(); n != 0 {
+				t.Errorf("%d polls, want none (the source is full)", n)
 			}
 		})
 	}

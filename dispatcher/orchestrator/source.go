@@ -239,8 +239,12 @@ func (s *Source) Start(ctx context.Context) error {
 	if err := s.restore(ctx); err != nil {
 		return err
 	}
-	errc := make(chan error, 1)
-	go func() { s.renewLoop(ctx) }()
+	// Either loop ends the source when the orchestrator refuses this
+	// dispatcher; the other then stops too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- s.renewLoop(ctx) }()
 	go func() { errc <- s.pollLoop(ctx) }()
 	select {
 	case err := <-errc:
@@ -387,7 +391,7 @@ func (s *Source) pollLoop(ctx context.Context) error {
 				return nil
 			}
 			if IsFatal(err) {
-				return fmt.Errorf("the orchestrator refused this dispatcher: %w", err)
+				return refused(err)
 			}
 			s.opts.Recorder.SourceError("poll")
 			d := s.opts.Backoff.Delay(failures, err)
@@ -403,6 +407,12 @@ func (s *Source) pollLoop(ctx context.Context) error {
 		s.take(ctx, leases)
 	}
 	return nil
+}
+
+// refused is the error that stops the source when the orchestrator refuses
+// this dispatcher (IsFatal), in a poll or a renewal.
+func refused(err error) error {
+	return fmt.Errorf("the orchestrator refused this dispatcher: %w", err)
 }
 
 // take starts the tasks of new leases and updates re-issued ones.
@@ -645,23 +655,31 @@ type renewals struct {
 	// sem holds a token per renewal in flight, at most maxRenewals.
 	sem chan struct{}
 	wg  sync.WaitGroup
+	// refused receives the first refusal of this dispatcher (IsFatal).
+	refused chan error
 }
 
 func newRenewals() *renewals {
-	return &renewals{sem: make(chan struct{}, maxRenewals)}
+	return &renewals{sem: make(chan struct{}, maxRenewals), refused: make(chan error, 1)}
 }
 
 // renewLoop renews each lease at a third of its duration and delivers
-// cancellations.
-func (s *Source) renewLoop(ctx context.Context) {
-	tick := time.NewTicker(renewTick)
-	defer tick.Stop()
+// cancellations. Only a fatal error (refused credentials, another protocol
+// version) ends it: while the source is full it does not poll, and a
+// renewal is where a refusal shows.
+func (s *Source) renewLoop(ctx context.Context) error {
 	r := newRenewals()
 	defer r.wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // before the wait: the renewals in flight end
+	tick := time.NewTicker(renewTick)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
+		case err := <-r.refused:
+			return err
 		case <-tick.C:
 		}
 		s.renewDue(ctx, r)
@@ -696,26 +714,36 @@ func (s *Source) renewDue(ctx context.Context, r *renewals) {
 				return
 			}
 			defer func() { <-r.sem }()
-			s.renew(ctx, t)
+			if err := s.renew(ctx, t); err != nil {
+				select {
+				case r.refused <- err:
+				default: // another renewal's refusal is ahead
+				}
+			}
 		})
 	}
 }
 
-func (s *Source) renew(ctx context.Context, t *task) {
+// renew renews a task's lease. It returns an error only when the
+// orchestrator refused this dispatcher, which ends the source.
+func (s *Source) renew(ctx context.Context, t *task) error {
 	s.mu.Lock()
 	leaseID, epoch, key, creating := t.leaseID, t.epoch, t.key, t.creating
 	s.mu.Unlock()
 	resp, err := s.opts.Client.Renew(ctx, leaseID, epoch)
 	if err != nil {
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		s.opts.Recorder.RenewFailed()
 		s.opts.Recorder.SourceError("renew")
+		if IsFatal(err) {
+			return refused(err)
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if t.leaseID != leaseID {
-			return // re-issued meanwhile
+			return nil // re-issued meanwhile
 		}
 		if IsGone(err) {
 			// Expired: the orchestrator hands it back to this dispatcher
@@ -723,7 +751,7 @@ func (s *Source) renew(ctx context.Context, t *task) {
 			t.lost, t.lostAt = true, s.opts.Now()
 			s.log.Info("lease gone; waiting for the orchestrator to hand the task back", "task", t.id)
 			s.notify()
-			return
+			return nil
 		}
 		// Unreachable, overloaded, or this renewal refused: back off per
 		// lease as polls and reports do, honouring Retry-After, but wait no
@@ -738,7 +766,7 @@ func (s *Source) renew(ctx context.Context, t *task) {
 		t.renewFailures++
 		t.renewAt = s.opts.Now().Add(d)
 		s.log.V(1).Info("renewing the lease failed; retrying", "task", t.id, "in", d.Round(time.Millisecond).String(), "failures", t.renewFailures, "error", err.Error())
-		return
+		return nil
 	}
 	s.mu.Lock()
 	if t.leaseID == leaseID {
@@ -752,6 +780,7 @@ func (s *Source) renew(ctx context.Context, t *task) {
 	if first && !creating {
 		s.enqueue(key)
 	}
+	return nil
 }
 
 // Reconcile implements reconcile.Reconciler for one of the dispatcher's
