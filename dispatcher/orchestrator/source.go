@@ -435,6 +435,12 @@ func (s *Source) take(ctx context.Context, leases []Lease) {
 		case t != nil && t.leaseID == l.LeaseID:
 			// A duplicate delivery of a lease already held.
 			continue
+		case t != nil && l.Epoch < t.epoch:
+			// A late delivery of a lease older than the one held: the task
+			// was handed back since, and the orchestrator refuses the older
+			// epoch's events.
+			s.log.Info("a lease older than the one held was delivered; ignored", "task", l.Task.ID, "lease", l.LeaseID, "epoch", l.Epoch, "heldLease", t.leaseID, "heldEpoch", t.epoch)
+			continue
 		case t != nil:
 			// Handed back (a new epoch) after the lease expired: carry on
 			// with the Job there is.

@@ -76,3 +76,30 @@ func TestPreflightJobIsNotAdopted(t *testing.T) {
 		t.Errorf("a task's Job was not adopted: %+v", got)
 	}
 }
+
+// A lease delivered late with an older epoch than the task's lease held
+// (a re-delivery of the lease before a hand-back) does not replace it;
+// a newer one does.
+func TestTakeKeepsTheNewerLease(t *testing.T) {
+	t.Parallel()
+	s := New(Options{})
+	s.log = logr.Discard()
+	// creating: the Job is not there yet, so a lease taken is not written
+	// to it.
+	held := &task{id: "t-1", leaseID: "l-3", epoch: 3, leaseSeconds: 60, creating: true, sent: map[EventType]bool{}}
+	s.mu.Lock()
+	s.tasks["t-1"] = held
+	s.mu.Unlock()
+	check := func(when, leaseID string, epoch int64) {
+		t.Helper()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.tasks["t-1"] != held || held.leaseID != leaseID || held.epoch != epoch {
+			t.Errorf("%s: holding lease %s epoch %d, want %s epoch %d", when, held.leaseID, held.epoch, leaseID, epoch)
+		}
+	}
+	s.take(t.Context(), []Lease{{LeaseID: "l-2", Epoch: 2, LeaseSeconds: 60, Task: Task{ID: "t-1"}}})
+	check("after an older lease", "l-3", 3)
+	s.take(t.Context(), []Lease{{LeaseID: "l-4", Epoch: 4, LeaseSeconds: 60, Task: Task{ID: "t-1"}}})
+	check("after a newer lease", "l-4", 4)
+}
