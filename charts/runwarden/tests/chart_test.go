@@ -60,7 +60,9 @@ func TestGolden(t *testing.T) {
 	sets := map[string][]string{
 		"default":  nil,
 		"demo":     {"-f", "../../../hack/demo/values.yaml", "--set", "images.tag=v1", "--set", "images.runnerTag=v1"},
-		"dev-mode": {"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods"},
+		"dev-mode": {"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods",
+			// The base64 of a PEM bundle, as the schema asks.
+			"--set", "webhook.devMode.caBundle=LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="},
 		"cert-manager": {"--set", "webhook.certificates.mode=certManager", "--set", "webhook.certificates.certManagerIssuer.name=ca",
 			"--set-json", `networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`},
 		"state-volume": {"--set", "runner.stateVolume.enabled=true", "--set", "runner.stateVolume.storageClassName=retained", "--set", "webhook.auditMode=true"},
@@ -137,6 +139,8 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "poll wait under a second", args: []string{"--set", "dispatcher.orchestrator.pollWait=500ms"}, want: "/dispatcher/orchestrator/pollWait"},
 		{name: "credential set name unfit for a volume", args: []string{"--set-json", `webhook.platform.credentialSets=[{"name":"github_app","secretName":"gh"}]`}, want: "/webhook/platform/credentialSets/0/name"},
 		{name: "digest that is a tag", args: []string{"--set", "images.digests.webhook=latest"}, want: "/images/digests/webhook"},
+		{name: "dev mode CA bundle in PEM", args: []string{"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods",
+			"--set-json", `webhook.devMode.caBundle="-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n"`}, want: "/webhook/devMode/caBundle"},
 		{name: "comma in a repository pattern", args: []string{"--set-json", `dispatcher.repoAllowList=["^https://git\\.example\\.com/[a-z]{2,10}/infra\\.git$"]`}, want: "/dispatcher/repoAllowList/0"},
 	}
 	for _, tt := range tests {
