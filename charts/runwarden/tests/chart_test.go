@@ -141,6 +141,7 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "digest that is a tag", args: []string{"--set", "images.digests.webhook=latest"}, want: "/images/digests/webhook"},
 		{name: "dev mode CA bundle in PEM", args: []string{"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods",
 			"--set-json", `webhook.devMode.caBundle="-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n"`}, want: "/webhook/devMode/caBundle"},
+		{name: "state volume one pod at a time", args: []string{"--set", "runner.stateVolume.enabled=true", "--set", "runner.stateVolume.accessMode=ReadWriteOncePod"}, want: "runner.stateVolume.accessMode ReadWriteOncePod"},
 		{name: "comma in a repository pattern", args: []string{"--set-json", `dispatcher.repoAllowList=["^https://git\\.example\\.com/[a-z]{2,10}/infra\\.git$"]`}, want: "/dispatcher/repoAllowList/0"},
 	}
 	for _, tt := range tests {
