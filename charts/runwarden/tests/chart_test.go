@@ -136,6 +136,11 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "policy override name", args: []string{"--set", "webhook.policyOverrides.evil=x"}, want: "'evil' does not match pattern"},
 		{name: "cert-manager without issuer", args: []string{"--set", "webhook.certificates.mode=certManager"}, want: "needs webhook.certificates.certManagerIssuer.name"},
 		{name: "zero job ttl", args: []string{"--set", "dispatcher.jobTTL=0s"}, want: "/dispatcher/jobTTL"},
+		// Jobs count the deadline and TTL in whole seconds: 500ms would be 0,
+		// which the dispatcher replaces by its default.
+		{name: "deadline under a second", args: []string{"--set", "dispatcher.defaultDeadline=500ms"}, want: "/dispatcher/defaultDeadline"},
+		{name: "job ttl under a second", args: []string{"--set", "dispatcher.jobTTL=999ms"}, want: "/dispatcher/jobTTL"},
+		{name: "unschedulable timeout under a second", args: []string{"--set", "dispatcher.unschedulableTimeout=0.5s"}, want: "/dispatcher/unschedulableTimeout"},
 		{name: "poll wait under a second", args: []string{"--set", "dispatcher.orchestrator.pollWait=500ms"}, want: "/dispatcher/orchestrator/pollWait"},
 		{name: "credential set name unfit for a volume", args: []string{"--set-json", `webhook.platform.credentialSets=[{"name":"github_app","secretName":"gh"}]`}, want: "/webhook/platform/credentialSets/0/name"},
 		{name: "digest that is a tag", args: []string{"--set", "images.digests.webhook=latest"}, want: "/images/digests/webhook"},
