@@ -35,7 +35,9 @@ func helm(t *testing.T, tool string) string {
 func run(t *testing.T, bin string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	// No cluster: a kubeconfig that does not exist.
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir(),
+		"KUBECONFIG="+filepath.Join(t.TempDir(), "none"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -58,8 +60,8 @@ func TestGolden(t *testing.T) {
 	t.Parallel()
 	h := helm(t, "helm3")
 	sets := map[string][]string{
-		"default":  nil,
-		"demo":     {"-f", "../../../hack/demo/values.yaml", "--set", "images.tag=v1", "--set", "images.runnerTag=v1"},
+		"default": nil,
+		"demo":    {"-f", "../../../hack/demo/values.yaml", "--set", "images.tag=v1", "--set", "images.runnerTag=v1"},
 		"dev-mode": {"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods",
 			// The base64 of a PEM bundle, as the schema asks.
 			"--set", "webhook.devMode.caBundle=LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="},
@@ -158,6 +160,55 @@ func TestRefusesBadValues(t *testing.T) {
 			}
 			if !strings.Contains(out, tt.want) {
 				t.Errorf("error does not mention %q:\n%s", tt.want, out)
+			}
+		})
+	}
+}
+
+// TestNotesWarnOfUnpublishedImages checks that the release notes name the
+// images left at the chart's appVersion tag, which no registry holds. Helm v4
+// renders the notes of a client-side dry run without a cluster.
+func TestNotesWarnOfUnpublishedImages(t *testing.T) {
+	t.Parallel()
+	h := helm(t, "helm4")
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	tests := []struct {
+		name string
+		args []string
+		want []string // the images the warning names; none: no warning
+	}{
+		{name: "defaults", want: []string{"localhost/runwarden/dispatcher:0.1.0", "localhost/runwarden/webhook:0.1.0", "localhost/runwarden/runner:0.1.0"}},
+		{name: "runner tag only", args: []string{"--set", "images.runnerTag=r1"}, want: []string{"localhost/runwarden/dispatcher:0.1.0", "localhost/runwarden/webhook:0.1.0"}},
+		{name: "webhook by digest", args: []string{"--set", "images.digests.webhook=" + digest}, want: []string{"localhost/runwarden/dispatcher:0.1.0", "localhost/runwarden/runner:0.1.0"}},
+		{name: "tags set", args: []string{"--set", "images.tag=v1", "--set", "images.runnerTag=r1"}},
+		{name: "one tag for all", args: []string{"--set", "images.tag=v1"}},
+		{name: "dev mode runs none of them", args: []string{"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := run(t, h, append([]string{"install", "rw", chart, "--namespace", "runwarden", "--dry-run=client"}, tt.args...)...)
+			if err != nil {
+				t.Fatalf("helm install --dry-run=client: %v\n%s", err, out)
+			}
+			_, notes, ok := strings.Cut(out, "\nNOTES:\n")
+			if !ok {
+				t.Fatalf("no NOTES in the output:\n%s", out)
+			}
+			var named []string
+			if _, warning, ok := strings.Cut(notes, "WARNING:"); ok {
+				warning, _, _ = strings.Cut(warning, "\n\n")
+				for _, l := range strings.Split(warning, "\n") {
+					if strings.HasPrefix(l, "  ") {
+						named = append(named, strings.TrimSpace(l))
+					}
+				}
+				if len(named) == 0 {
+					t.Errorf("the warning names no image:\n%s", notes)
+				}
+			}
+			if diff := cmp.Diff(tt.want, named); diff != "" {
+				t.Errorf("images the notes warn of (-want +got):\n%s\n%s", diff, notes)
 			}
 		})
 	}
