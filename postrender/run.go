@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -53,19 +54,33 @@ output. The overlay's kustomization lists the manifests as a resource named
 all.yaml (--resource-name), as for "cat > all.yaml; kustomize build".
 
   helm install NAME CHART --post-renderer runwarden-postrender \
-      --post-renderer-args --kustomize --post-renderer-args ./overlay   (Helm v3)
-  helm install NAME CHART --post-renderer runwarden-postrender           (Helm v4 plugin)
+      --post-renderer-args --kustomize --post-renderer-args ./overlay
+
+The same command line serves Helm v3 (--post-renderer names this binary, by path
+or on PATH) and Helm v4 (it names the runwarden-postrender plugin: make
+helm-plugin). Helm passes each --post-renderer-args on as one argument, -h and
+--help too: help with manifests on standard input (a pipe or a file) fails
+instead of rendering nothing.
 
 Flags:
 `
 
-func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+// errHelpWhileRendering: -h or --help with manifests on standard input, as
+// when Helm passes them on in --post-renderer-args. Exiting 0 with nothing
+// on standard output would install an empty release.
+var errHelpWhileRendering = errors.New("help (-h or --help) asked for while standard input is a pipe or a file, as when Helm runs the post-renderer: nothing is rendered; take -h/--help out of --post-renderer-args, or run runwarden-postrender --help in a terminal")
+
+// parse reads the command line into a config. The usage goes to help: on
+// flag.ErrHelp the caller decides where it belongs.
+func parse(args []string, getenv func(string) string, stderr, help io.Writer) (config, error) {
 	c := config{}
 	fs := flag.NewFlagSet("runwarden-postrender", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
+		fs.SetOutput(help)
+		fmt.Fprint(help, usage)
 		fs.PrintDefaults()
+		fs.SetOutput(stderr)
 	}
 	fs.StringVar(&c.overlay, "kustomize", getenv(EnvKustomize), "overlay `folder` holding a kustomization (default $"+EnvKustomize+")")
 	fs.StringVar(&c.resourceName, "resource-name", "all.yaml", "file `name` under which the overlay sees Helm's manifests")
@@ -134,11 +149,29 @@ func asHelmPlugin(getenv func(string) string) bool {
 	return strings.HasPrefix(exe, filepath.Clean(dir)+string(filepath.Separator))
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c, err := parse(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+// interactive reports whether standard input is a character device (a
+// terminal, or /dev/null): no one is sending manifests. Helm sends them
+// through a pipe.
+func interactive(stdin io.Reader) bool {
+	f, ok := stdin.(interface{ Stat() (os.FileInfo, error) })
+	if !ok {
+		return false
 	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var help bytes.Buffer
+	c, err := parse(args, getenv, stderr, &help)
+	if errors.Is(err, flag.ErrHelp) {
+		if interactive(stdin) {
+			_, _ = help.WriteTo(stdout)
+			return 0
+		}
+		err = errHelpWhileRendering
+	}
+	_, _ = help.WriteTo(stderr) // the usage after a bad command line
 	if err != nil {
 		if asHelmPlugin(getenv) && c.errorFormat != errorText {
 			// A Helm v4 plugin's standard error is dropped: a missing

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,14 +26,34 @@ func TestRun(t *testing.T) {
 		args       []string
 		env        map[string]string
 		stdin      string
+		tty        bool // standard input is a terminal
 		wantCode   int
 		wantStdout []string
 		wantStderr []string
+		notStdout  []string
+		notStderr  []string
 	}{
 		{name: "renders", args: []string{"--kustomize", overlay}, stdin: manifest, wantStdout: []string{"platform.example.com/team: platform", "name: a"}},
 		{name: "overlay from the environment", env: map[string]string{EnvKustomize: overlay}, stdin: manifest, wantStdout: []string{"platform.example.com/team: platform"}},
 		{name: "version", args: []string{"--version"}, wantStdout: []string{"runwarden-postrender "}},
-		{name: "help", args: []string{"--help"}, wantStderr: []string{"Usage: runwarden-postrender", "-kustomize"}},
+		{name: "help", args: []string{"--help"}, tty: true, wantStdout: []string{"Usage: runwarden-postrender", "-kustomize"}},
+		{name: "-h", args: []string{"-h"}, tty: true, wantStdout: []string{"Usage: runwarden-postrender"}},
+		{
+			// Helm v3 passes --post-renderer-args on as they are: a help
+			// that exits 0 with nothing on standard output is an empty release.
+			name: "help with manifests on standard input fails", args: []string{"--kustomize", overlay, "--help"}, stdin: manifest, wantCode: 2,
+			wantStderr: []string{"Usage: runwarden-postrender", "-kustomize", "help (-h or --help) asked for while standard input is a pipe or a file"},
+			notStdout:  []string{"Usage"},
+		},
+		{
+			name: "-h from an empty pipe fails", args: []string{"-h"}, wantCode: 2,
+			wantStderr: []string{"help (-h or --help) asked for"},
+		},
+		{
+			name: "as a Helm plugin help becomes a manifest Helm refuses", args: []string{"--kustomize", overlay, "-h"}, stdin: manifest,
+			env:        map[string]string{envHelmPluginName: "runwarden-postrender"},
+			wantStdout: []string{"postrenderer.helm.sh/postrender-filename: 'runwarden-postrender: help (-h or --help) asked for"},
+		},
 		{name: "no overlay", stdin: manifest, wantCode: 2, wantStderr: []string{"no overlay", EnvKustomize}},
 		{name: "bad hooks", args: []string{"--kustomize", overlay, "--hooks", "x"}, wantCode: 2, wantStderr: []string{"--hooks"}},
 		{name: "stray argument", args: []string{"--kustomize", overlay, "extra"}, wantCode: 2, wantStderr: []string{"unexpected arguments"}},
@@ -70,7 +91,11 @@ func TestRun(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr bytes.Buffer
-			code := run(t.Context(), tt.args, env(tt.env), strings.NewReader(tt.stdin), &stdout, &stderr)
+			var stdin io.Reader = strings.NewReader(tt.stdin)
+			if tt.tty {
+				stdin = terminal{stdin}
+			}
+			code := run(t.Context(), tt.args, env(tt.env), stdin, &stdout, &stderr)
 			if code != tt.wantCode {
 				t.Errorf("exit code %d, want %d; stderr: %s", code, tt.wantCode, stderr.String())
 			}
@@ -84,9 +109,29 @@ func TestRun(t *testing.T) {
 					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
 				}
 			}
+			for _, w := range tt.notStdout {
+				if strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout holds %q:\n%s", w, stdout.String())
+				}
+			}
+			for _, w := range tt.notStderr {
+				if strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr holds %q:\n%s", w, stderr.String())
+				}
+			}
 		})
 	}
 }
+
+// terminal is standard input as a terminal: a character device.
+type terminal struct{ io.Reader }
+
+func (terminal) Stat() (os.FileInfo, error) { return terminalInfo{}, nil }
+
+// terminalInfo answers Mode only.
+type terminalInfo struct{ os.FileInfo }
+
+func (terminalInfo) Mode() os.FileMode { return os.ModeDevice | os.ModeCharDevice }
 
 // TestErrorManifestIsValidYAMLWithAStringlessKind checks the shape Helm v4
 // refuses with the message in its error: valid YAML (so Helm reads it), a
