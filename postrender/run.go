@@ -207,7 +207,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		err = fmt.Errorf("interrupted: %w", context.Cause(ctx))
 	}
 	if err != nil {
-		return fail(c, stdout, stderr, err)
+		return fail(c, stdout, stderr, cliHint(c, err))
 	}
 	if c.verbose {
 		fmt.Fprintf(stderr, "runwarden-postrender: %d documents, %d hooks passed through, %d shards", st.Documents, st.Hooks, st.Shards)
@@ -229,6 +229,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return 1
 	}
 	return 0
+}
+
+// cliHint adds to a render error the flag that changes what went wrong.
+func cliHint(c config, err error) error {
+	var conflict *render.HookConflictError
+	switch {
+	case errors.Is(err, render.ErrNotListed):
+		return fmt.Errorf("%w, or pass the name it lists for Helm's manifests with --resource-name", err)
+	case errors.As(err, &conflict):
+		return fmt.Errorf("%w: pass --hooks passthrough to return hooks untouched, outside the overlay", err)
+	case errors.Is(err, render.ErrOverlayIsFile):
+		return fmt.Errorf("%w: pass the folder that holds the kustomization, --kustomize %s", err, filepath.Dir(c.overlay))
+	}
+	return err
 }
 
 // heapFor is the memory prepareHeap readies for an input of n bytes: about

@@ -17,6 +17,9 @@ const overlay = "../kustomize/labels"
 
 const manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"
 
+// hookManifest is manifest as a Helm hook.
+const hookManifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  annotations:\n    helm.sh/hook: pre-install\n"
+
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func TestRun(t *testing.T) {
@@ -53,6 +56,27 @@ func TestRun(t *testing.T) {
 			name: "as a Helm plugin help becomes a manifest Helm refuses", args: []string{"--kustomize", overlay, "-h"}, stdin: manifest,
 			env:        map[string]string{envHelmPluginName: "runwarden-postrender"},
 			wantStdout: []string{"postrenderer.helm.sh/postrender-filename: 'runwarden-postrender: help (-h or --help) asked for"},
+		},
+		{
+			name: "an overlay that is a file", args: []string{"--kustomize", overlay + "/kustomization.yaml"}, stdin: manifest, wantCode: 1,
+			wantStderr: []string{overlay + "/kustomization.yaml is a file, not a folder", "--kustomize " + overlay},
+		},
+		{
+			name: "a resource name the overlay does not list names the flag", args: []string{"--kustomize", overlay, "--resource-name", "helm.yaml"}, stdin: manifest,
+			wantCode: 1, wantStderr: []string{`add "helm.yaml" to resources`, "--resource-name"},
+		},
+		{
+			// Helm v4 sends hooks too; a chart may declare one resource as both.
+			name: "a hook that is also a template points to --hooks passthrough", args: []string{"--kustomize", overlay}, stdin: manifest + "---\n" + hookManifest,
+			wantCode: 1, wantStderr: []string{"already registered id", "ConfigMap a is both a Helm hook and a template", "--hooks passthrough"},
+		},
+		{
+			name: "a hook that is also a template passes through", args: []string{"--kustomize", overlay, "--hooks", "passthrough"}, stdin: manifest + "---\n" + hookManifest,
+			wantStdout: []string{"platform.example.com/team: platform", "helm.sh/hook: pre-install"},
+		},
+		{
+			name: "two templates of one resource get no hook hint", args: []string{"--kustomize", overlay}, stdin: manifest + "---\n" + manifest,
+			wantCode: 1, wantStderr: []string{"already registered id"}, notStderr: []string{"--hooks"},
 		},
 		{name: "no overlay", stdin: manifest, wantCode: 2, wantStderr: []string{"no overlay", EnvKustomize}},
 		{name: "bad hooks", args: []string{"--kustomize", overlay, "--hooks", "x"}, wantCode: 2, wantStderr: []string{"--hooks"}},

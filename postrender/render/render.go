@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -37,6 +38,8 @@ var (
 	ErrNoKustomization = errors.New("no kustomization file")
 	// ErrOverlayMissing: the overlay folder does not exist.
 	ErrOverlayMissing = errors.New("overlay folder does not exist")
+	// ErrOverlayIsFile: the overlay is a file (its kustomization, say), not a folder.
+	ErrOverlayIsFile = errors.New("is a file, not a folder")
 	// ErrNotListed: the kustomization does not list the manifests file, so
 	// Helm's manifests would be dropped.
 	ErrNotListed = errors.New("the kustomization does not list the manifests file in its resources")
@@ -51,6 +54,21 @@ type OverlayError struct {
 
 func (e *OverlayError) Error() string { return e.File + ": " + e.Err.Error() }
 func (e *OverlayError) Unwrap() error { return e.Err }
+
+// HookConflictError is Kustomize's "already registered id" error when the
+// input holds a resource both as a Helm hook and as a template (Helm v4
+// sends both to a post-renderer): with HooksPassthrough the hook stays out
+// of the overlay, and the two no longer meet.
+type HookConflictError struct {
+	// Resource is the resource's kind and name, with its namespace when set.
+	Resource string
+	Err      error
+}
+
+func (e *HookConflictError) Error() string {
+	return e.Err.Error() + " (" + e.Resource + " is both a Helm hook and a template)"
+}
+func (e *HookConflictError) Unwrap() error { return e.Err }
 
 // HookMode says what happens to Helm hook manifests (helm.sh/hook).
 type HookMode string
@@ -119,6 +137,9 @@ func Render(ctx context.Context, opts Options, input []byte) ([]byte, Stats, err
 	}
 	disk := filesys.MakeFsOnDisk()
 	if !disk.IsDir(dir) {
+		if disk.Exists(dir) {
+			return nil, st, fmt.Errorf("overlay %s %w", opts.Overlay, ErrOverlayIsFile)
+		}
 		return nil, st, fmt.Errorf("%w: %s", ErrOverlayMissing, opts.Overlay)
 	}
 	// Kustomize's loader works in the folder with symbolic links resolved:
@@ -173,6 +194,9 @@ func Render(ctx context.Context, opts Options, input []byte) ([]byte, Stats, err
 	default:
 		out, err = build(ctx, opts, dir, k, overlay, docs, &st)
 		if err != nil {
+			if res := hookAndTemplate(docs); res != "" && strings.Contains(err.Error(), "already registered id") {
+				err = &HookConflictError{Resource: res, Err: err}
+			}
 			return nil, st, err
 		}
 	}
@@ -186,6 +210,50 @@ func Render(ctx context.Context, opts Options, input []byte) ([]byte, Stats, err
 		}
 	}
 	return out, st, nil
+}
+
+// hookAndTemplate returns a resource the documents hold both as a Helm hook
+// and not, as Kustomize identifies resources, or "". It reads the documents'
+// text again: it runs only after a failed build.
+func hookAndTemplate(docs []doc) string {
+	type named struct{ kind, name string }
+	hooks := map[named]bool{}
+	for _, d := range docs {
+		if d.hook {
+			hooks[named{d.kind, d.name}] = true
+		}
+	}
+	if len(hooks) == 0 {
+		return ""
+	}
+	var hookIDs, templateIDs []resid.ResId
+	for _, d := range docs {
+		if !hooks[named{d.kind, d.name}] {
+			continue
+		}
+		n, err := yaml.Parse(string(d.raw))
+		if err != nil {
+			continue
+		}
+		group, version := resid.ParseGroupVersion(n.GetApiVersion())
+		id := resid.NewResIdWithNamespace(resid.Gvk{Group: group, Version: version, Kind: d.kind}, d.name, n.GetNamespace())
+		if d.hook {
+			hookIDs = append(hookIDs, id)
+		} else {
+			templateIDs = append(templateIDs, id)
+		}
+	}
+	for _, h := range hookIDs {
+		for _, t := range templateIDs {
+			if h.Equals(t) {
+				if h.Namespace != "" {
+					return h.Kind + " " + h.Namespace + "/" + h.Name
+				}
+				return h.Kind + " " + h.Name
+			}
+		}
+	}
+	return ""
 }
 
 // lists reports whether the kustomization lists the manifests file.

@@ -302,6 +302,7 @@ func TestRenderErrors(t *testing.T) {
 		{name: "a list is not a manifest", overlay: good, input: "- a\n- b\n", want: []string{"document 1", "must be a mapping"}},
 		{name: "no kind", overlay: good, input: "apiVersion: v1\nmetadata: {name: a}\n", want: []string{"document 1", "no kind"}},
 		{name: "missing overlay", overlay: "testdata/does-not-exist", input: cm, is: ErrOverlayMissing},
+		{name: "overlay is a file", overlay: good + "/kustomization.yaml", input: cm, is: ErrOverlayIsFile, want: []string{good + "/kustomization.yaml is a file"}},
 		{name: "no kustomization", overlay: "testdata", input: cm, is: ErrNoKustomization},
 		{name: "manifests not listed", overlay: notListed, input: cm, is: ErrNotListed, want: []string{"kustomization.yaml", "all.yaml"}},
 		{name: "invalid kustomization names the file", overlay: badKust, input: cm, want: []string{filepath.Join(badKust, "kustomization.yaml")}},
@@ -324,6 +325,52 @@ func TestRenderErrors(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+// TestRenderNamesAHookThatIsATemplate checks that a duplicate resource is a
+// HookConflictError when one copy is a Helm hook, by Kustomize's identity
+// (an unset namespace is "default"), and only then.
+func TestRenderNamesAHookThatIsATemplate(t *testing.T) {
+	t.Parallel()
+	cm := func(ns string, hook bool) string {
+		s := "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"
+		if ns != "" {
+			s += "  namespace: " + ns + "\n"
+		}
+		if hook {
+			s += "  annotations:\n    helm.sh/hook: pre-install\n"
+		}
+		return s
+	}
+	tests := []struct {
+		name     string
+		input    string
+		resource string // of the HookConflictError; empty: another error
+	}{
+		{name: "same namespace", input: cm("team", false) + cm("team", true), resource: "ConfigMap team/a"},
+		{name: "unset namespace is default", input: cm("", true) + cm("default", false), resource: "ConfigMap a"},
+		{name: "two templates", input: cm("team", false) + cm("team", false) + cm("other", true)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := Render(t.Context(), Options{Overlay: "../../kustomize/labels"}, []byte(tt.input))
+			if err == nil {
+				t.Fatal("Render succeeded, want an already registered id")
+			}
+			var conflict *HookConflictError
+			got := ""
+			if errors.As(err, &conflict) {
+				got = conflict.Resource
+			}
+			if got != tt.resource {
+				t.Errorf("hook conflict on %q, want %q: %v", got, tt.resource, err)
+			}
+			if !strings.Contains(err.Error(), "already registered id") {
+				t.Errorf("error %v lacks Kustomize's own message", err)
 			}
 		})
 	}
