@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -300,5 +301,53 @@ func TestHandlerWithANamespaceRefusesRunnerPodsElsewhere(t *testing.T) {
 	pod.Labels = map[string]string{"app": "web"}
 	if resp := h.Handle(t.Context(), request(t, pod)); !resp.Allowed || len(resp.Patches) != 0 {
 		t.Errorf("a pod that is not a runner's, elsewhere: allowed=%v patches=%v", resp.Allowed, resp.Patches)
+	}
+}
+
+// TestHandlerAdmitsDespiteBadNamespaceAnnotations checks that a namespace
+// annotation the API server would refuse in a pod (a toleration whose
+// tolerationSeconds is not a whole number, a node selector value with a
+// space) is left out with a warning: the pod is admitted with the
+// platform's placement, not refused with an error.
+func TestHandlerAdmitsDespiteBadNamespaceAnnotations(t *testing.T) {
+	t.Parallel()
+	set, err := policy.Load(t.Context(), policies.FS, "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		warning     string
+	}{
+		{name: "fractional tolerationSeconds", annotations: map[string]string{"runwarden.dev/tolerations": `[{"key":"team-a","operator":"Exists","effect":"NoExecute","tolerationSeconds":1.5}]`}, warning: "runwarden.dev/tolerations"},
+		{name: "tolerationSeconds without NoExecute", annotations: map[string]string{"runwarden.dev/tolerations": `[{"key":"team-a","operator":"Exists","tolerationSeconds":30}]`}, warning: "runwarden.dev/tolerations"},
+		{name: "unknown operator", annotations: map[string]string{"runwarden.dev/tolerations": `[{"key":"team-a","operator":"In","value":"x"}]`}, warning: "runwarden.dev/tolerations"},
+		{name: "node selector value with a space", annotations: map[string]string{"runwarden.dev/node-selector": "pool=team a"}, warning: "runwarden.dev/node-selector"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			reader := fake.NewClientBuilder().WithObjects(
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Annotations: tt.annotations}},
+			).Build()
+			h := New(Options{Policies: staticPolicies{set}, Reader: reader, Config: platformConfig, Mutate: true})
+			pod := runnerPod("registry.example.com/runner:1")
+			resp := h.Handle(t.Context(), request(t, pod))
+			if !resp.Allowed {
+				t.Fatalf("refused: %+v", resp.Result)
+			}
+			if !slices.ContainsFunc(resp.Warnings, func(w string) bool { return strings.Contains(w, tt.warning) }) {
+				t.Errorf("warnings %q, want one about %s", resp.Warnings, tt.warning)
+			}
+			got := mutatedPod(t, pod, resp)
+			if diff := cmp.Diff(map[string]string{"runwarden.dev/pool": "runner"}, got.Spec.NodeSelector); diff != "" {
+				t.Errorf("node selector (-want +got):\n%s", diff)
+			}
+			want := []corev1.Toleration{{Key: "runwarden.dev/pool", Operator: corev1.TolerationOpEqual, Value: "runner", Effect: corev1.TaintEffectNoSchedule}}
+			if diff := cmp.Diff(want, got.Spec.Tolerations); diff != "" {
+				t.Errorf("tolerations (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -163,6 +163,7 @@ test_scheduling_from_config_and_namespace if {
 	}}])
 	n := admission.decision with input as inp
 	n.mutations.nodeSelector == {"pool": "team-a", "zone": "eu"}
+	n.warnings == []
 	count(n.mutations.tolerations) == 2
 }
 
@@ -174,10 +175,16 @@ test_bad_tolerations_annotation_warns if {
 }
 
 # A node selector annotation that does not read as key=value pairs with
-# distinct keys is a warning, and the configured pool stays.
+# distinct keys, each a label key and a label value the API server accepts,
+# is a warning, and the configured pool stays.
 test_every_bad_node_selector_annotation_keeps_the_configured_pool if {
 	cfg := {"scheduling": {"nodeSelector": {"runwarden.dev/pool": "runner"}}}
-	every bad in ["pool: team-a", "pool=a,pool=b", "=x", "a=b=c", " , "] {
+	long := concat("", ["a" | some _ in numbers.range(1, 64)])
+	every bad in [
+		"pool: team-a", "pool=a,pool=b", "=x", "a=b=c", " , ",
+		"pool=team a", "team pool=a", "pool=-a", "pool=a_", sprintf("pool=%s", [long]), sprintf("%s=a", [long]),
+		"Example.com/pool=a", "/pool=a", "a/b/c=x", "example.com/=a",
+	] {
 		inp := json.patch(input_with(cfg), [{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/node-selector": bad}}])
 		d := admission.decision with input as inp
 		d.mutations.nodeSelector == {"runwarden.dev/pool": "runner"}
@@ -185,13 +192,76 @@ test_every_bad_node_selector_annotation_keeps_the_configured_pool if {
 	}
 }
 
+# Label keys with a prefix, and empty values, are node selector pairs too.
+test_node_selector_annotation_with_prefixed_keys_and_empty_values if {
+	inp := json.patch(input_with({}), [{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/node-selector": "example.com/pool=team-a.x_1, gpu="}}])
+	d := admission.decision with input as inp
+	d.mutations.nodeSelector == {"example.com/pool": "team-a.x_1", "gpu": ""}
+	d.warnings == []
+}
+
 # Items of the tolerations annotation that are not tolerations are left out
 # with a warning; the others are kept.
 test_tolerations_annotation_items_that_are_not_tolerations if {
-	inp := json.patch(input_with({}), [{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/tolerations": `["team-a", {"key": 1}, {"key": "team-a", "operator": "Exists", "tolerationSeconds": 30}]`}}])
+	inp := json.patch(input_with({}), [{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/tolerations": `["team-a", {"key": 1}, {"key": "team-a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]`}}])
 	d := admission.decision with input as inp
 	[t.key | some t in d.mutations.tolerations] == ["team-a"]
 	count(d.warnings) == 2
+}
+
+tolerations_annotation(items) := json.patch(input_with({}), [{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/tolerations": json.marshal(items)}}])
+
+# What the API server accepts in a pod is kept: an empty key with Exists
+# tolerates every taint, an empty operator means Equal, an empty effect
+# every effect, and tolerationSeconds goes with NoExecute (negative means 0).
+test_tolerations_annotation_keeps_what_kubernetes_accepts if {
+	good := [
+		{"operator": "Exists"},
+		{"key": "example.com/team", "value": "team-a"},
+		{"key": "team", "operator": "Equal", "value": "", "effect": "PreferNoSchedule"},
+		{"key": "team", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": -1},
+		{"key": "team", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 9223372036854775807},
+	]
+	d := admission.decision with input as tolerations_annotation(good)
+	d.warnings == []
+	count(d.mutations.tolerations) == count(good)
+}
+
+# Each item the API server would refuse in a pod (Kubernetes'
+# ValidateTolerations), or Go could not decode, is left out with a warning
+# saying why, and the platform's own tolerations stay.
+test_tolerations_annotation_leaves_out_each_kind_of_invalid_item if {
+	cfg := {"scheduling": {"tolerations": [{"key": "runwarden.dev/pool", "operator": "Equal", "value": "runner", "effect": "NoSchedule"}]}}
+	cases := [
+		[{"key": "team", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1.5}, "tolerationSeconds is not a whole number of seconds"],
+		[{"key": "team", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30.0}, "tolerationSeconds is not a whole number of seconds"],
+		[{"key": "team", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 9223372036854775808}, "tolerationSeconds is not a whole number of seconds"],
+		[{"key": "team", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": "30"}, "tolerationSeconds is not a whole number of seconds"],
+		[{"key": "team", "operator": "Exists", "tolerationSeconds": 30}, "tolerationSeconds needs effect NoExecute"],
+		[{"key": "team", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 30}, "tolerationSeconds needs effect NoExecute"],
+		[{"key": "team", "operator": "In", "value": "a"}, `operator "In" is not Equal or Exists`],
+		[{"key": "team", "operator": "exists"}, `operator "exists" is not Equal or Exists`],
+		[{"key": "team", "operator": "Exists", "effect": "NoExec"}, `effect "NoExec" is not NoSchedule, PreferNoSchedule or NoExecute`],
+		[{"value": "a"}, "an empty key needs operator Exists"],
+		[{"key": "", "operator": "Equal", "value": "a"}, "an empty key needs operator Exists"],
+		[{"key": "team", "operator": "Exists", "value": "a"}, "operator Exists takes no value"],
+		[{"key": "team", "operator": "Equal", "value": "team a"}, `value "team a" is not a label value`],
+		[{"key": "team", "value": concat("", ["a" | some _ in numbers.range(1, 64)])}, "is not a label value"],
+		[{"key": "team a", "operator": "Exists"}, `key "team a" is not a label key`],
+		[{"key": "Example.com/team", "operator": "Exists"}, `key "Example.com/team" is not a label key`],
+		[{"key": "a/b/c", "operator": "Exists"}, `key "a/b/c" is not a label key`],
+		[{"key": "team", "operator": "Exists", "effects": "NoSchedule"}, `no field "effects"`],
+		[{"key": "team", "operator": null}, "operator is not a string"],
+		[["team"], "not an object"],
+	]
+	every c in cases {
+		d := admission.decision with input as json.patch(tolerations_annotation([c[0]]), [{"op": "add", "path": "/config", "value": cfg}])
+		d.mutations.tolerations == cfg.scheduling.tolerations
+		count(d.warnings) == 1
+		contains(d.warnings[0], "runwarden.dev/tolerations")
+		contains(d.warnings[0], c[1])
+		endswith(d.warnings[0], "; left out")
+	}
 }
 
 ref(store, name, err) := {"container": "main", "env": "DB_PASSWORD", "store": store, "name": name, "raw": "x", "error": err}
