@@ -260,6 +260,9 @@ func (s *Set) eval(ctx context.Context, v ast.Value) (Decision, error) {
 	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
 		return Decision{}, ErrNoDecision
 	}
+	if err := checkDecisionKeys(rs[0].Expressions[0].Value); err != nil {
+		return Decision{}, fmt.Errorf("%w: %w", errDecisionShape, err)
+	}
 	b, err := json.Marshal(rs[0].Expressions[0].Value)
 	if err != nil {
 		return Decision{}, fmt.Errorf("%w: %w", errDecisionShape, err)
@@ -269,6 +272,36 @@ func (s *Set) eval(ctx context.Context, v ast.Value) (Decision, error) {
 		return Decision{}, fmt.Errorf("%w: %w", errDecisionShape, err)
 	}
 	return d, nil
+}
+
+// checkDecisionKeys checks that the decision has deny and warnings lists
+// and a mutations object, and no other key. json.Unmarshal reads a missing
+// key as empty and skips an unknown one, so a misspelt deny ("denials")
+// would admit every pod.
+func checkDecisionKeys(v any) error {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return errors.New("the decision is not an object of deny, warnings and mutations")
+	}
+	for _, k := range []string{"deny", "warnings"} {
+		if _, ok := m[k].([]any); !ok {
+			return fmt.Errorf("the decision's %s is missing or not a list", k)
+		}
+	}
+	if _, ok := m["mutations"].(map[string]any); !ok {
+		return errors.New("the decision's mutations are missing or not an object")
+	}
+	if len(m) > 3 {
+		var unknown []string
+		for k := range m {
+			if k != "deny" && k != "warnings" && k != "mutations" {
+				unknown = append(unknown, k)
+			}
+		}
+		sort.Strings(unknown)
+		return fmt.Errorf("the decision has keys %q besides deny, warnings and mutations", unknown)
+	}
+	return nil
 }
 
 // toValue turns the input into OPA's value form through its JSON.

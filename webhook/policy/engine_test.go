@@ -80,6 +80,14 @@ func TestLoadRefusesBadSets(t *testing.T) {
 		}, is: ErrTestsFailed},
 		{name: "misspelt package", fs: fstest.MapFS{"a.rego": {Data: []byte(strings.Replace(minimal, "package runwarden.admission", "package runwarden.admision", 1))}}, is: ErrNoDecision},
 		{name: "decision of the wrong shape", fs: fstest.MapFS{"a.rego": {Data: []byte("package runwarden.admission\n\ndecision := {\"deny\": \"nope\"}\n")}}, is: ErrCompile},
+		// json.Unmarshal ignores unknown keys: a misspelt deny would admit every pod.
+		{name: "decision with a misspelt deny", fs: decisionFS(`{"denials": [], "warnings": [], "mutations": {}}`), is: ErrCompile},
+		{name: "decision without warnings", fs: decisionFS(`{"deny": [], "mutations": {}}`), is: ErrCompile},
+		{name: "decision without mutations", fs: decisionFS(`{"deny": [], "warnings": []}`), is: ErrCompile},
+		{name: "decision with an unknown key", fs: decisionFS(`{"deny": [], "warnings": [], "mutations": {}, "patch": []}`), is: ErrCompile},
+		{name: "decision with a null deny", fs: decisionFS(`{"deny": null, "warnings": [], "mutations": {}}`), is: ErrCompile},
+		{name: "decision with mutations that are not an object", fs: decisionFS(`{"deny": [], "warnings": [], "mutations": []}`), is: ErrCompile},
+		{name: "decision that is not an object", fs: decisionFS(`[]`), is: ErrCompile},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,6 +97,11 @@ func TestLoadRefusesBadSets(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decisionFS is a policy set whose decision is the given Rego term.
+func decisionFS(term string) fstest.MapFS {
+	return fstest.MapFS{"a.rego": {Data: []byte("package runwarden.admission\n\ndecision := " + term + "\n")}}
 }
 
 func TestLoadSkipsConfigMapMountInternals(t *testing.T) {
