@@ -381,7 +381,7 @@ func startRunwarden(b *testing.B) string {
 	h := rwadmission.New(rwadmission.Options{
 		Policies: staticSet{set}, Reader: sharedReader{ns: ns, sa: sa}, Config: cfg, Mutate: true,
 	})
-	srv := httptest.NewUnstartedServer(rwadmission.Pooled(&webhook.Admission{Handler: h}, 0))
+	srv := httptest.NewUnstartedServer(rwadmission.Detached(rwadmission.Pooled(&webhook.Admission{Handler: h}, 0), make(chan struct{})))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	b.Cleanup(srv.Close)

@@ -241,17 +241,23 @@ func serveWith(ctx context.Context, c serveConfig) error {
 		Cache:                  cacheOptions(c.namespace),
 		// Runnables get the context's values (the logger) but not its
 		// cancellation: on SIGTERM the manager stops them in its own order,
-		// the webhook server last, and lets it finish the requests in flight.
+		// the webhook server last. It cancels the server's context before
+		// the server drains, so requests get contexts of their own (Detached).
 		BaseContext: func() context.Context { return context.WithoutCancel(ctx) },
 	})
 	if err != nil {
 		return fmt.Errorf("making the manager: %w", err)
 	}
+	// mctx is the manager's: it ends when the shutdown delay is over (below).
+	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
 	// GetWebhookServer also adds the server to the manager's runnables.
 	server := mgr.GetWebhookServer()
 	for path, mutate := range map[string]bool{MutatePath: true, ValidatePath: false} {
 		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec, Namespace: c.namespace})
-		server.Register(path, rwadmission.Pooled(&webhook.Admission{Handler: h}, 0))
+		// The manager stops the server only after mctx ends: from then on
+		// a cancelled request context is the server's doing, not the client's.
+		server.Register(path, rwadmission.Detached(rwadmission.Pooled(&webhook.Admission{Handler: h}, 0), mctx.Done()))
 	}
 	if err := mgr.Add(manager.RunnableFunc(store.Run)); err != nil {
 		return err
@@ -290,8 +296,6 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	// keeps calling it until that reaches it: serve on (not ready) for the
 	// shutdown delay, then stop. Stopping at once refused runner pods
 	// (failurePolicy Fail) on every rolling update.
-	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
 	var draining atomic.Bool
 	if err := mgr.AddReadyzCheck("shutdown", func(*http.Request) error {
 		if draining.Load() {
