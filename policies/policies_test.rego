@@ -323,6 +323,18 @@ test_shape_allows_a_good_pod if {
 	d.deny == []
 }
 
+# no-privilege-escalation denies an explicit true only: unset is allowed
+# (see shape.rego), and so is false.
+test_privilege_escalation_is_denied_only_when_set_true if {
+	unset := admission.decision with input as input_with({})
+	unset.deny == []
+	f := json.patch(input_with({}), [{"op": "add", "path": "/pod/spec/containers/0/securityContext", "value": {"allowPrivilegeEscalation": false}}])
+	off := admission.decision with input as f
+	off.deny == []
+	on := admission.decision with input as json.patch(f, [{"op": "replace", "path": "/pod/spec/containers/0/securityContext/allowPrivilegeEscalation", "value": true}])
+	[v.rule | some v in on.deny] == ["no-privilege-escalation"]
+}
+
 # The chart's runner resources (requests, a memory limit, no cpu limit)
 # meet requireResources; a missing memory limit does not.
 test_shape_requires_requests_and_a_memory_limit if {

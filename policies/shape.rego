@@ -14,6 +14,11 @@ violations contains violation("no-privileged", c.name, "securityContext.privileg
 	c.securityContext.privileged == true
 }
 
+# Only an explicit true is denied. Unset, Kubernetes lets a container gain
+# privileges too, but denying unset would refuse pods the chart and the e2e
+# suite make (and any init container or sidecar a platform adds): the
+# chart's pod template sets false for main, and runnerPodSecurity:
+# restricted has the API server require false of every container.
 violations contains violation("no-privilege-escalation", c.name, "securityContext.allowPrivilegeEscalation", sprintf("container %q allows privilege escalation", [c.name])) if {
 	some c in all_containers
 	c.securityContext.allowPrivilegeEscalation == true
