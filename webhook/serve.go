@@ -195,25 +195,10 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	}
 
 	rec := metrics.New(nil)
-	store, err := policy.NewStore(ctx, policy.StoreOptions{
-		Dir:      c.policyDir,
-		Interval: c.reloadInterval,
-		OnReload: func(s *policy.Set, err error) {
-			if err != nil {
-				logger.Error(err, "policy reload refused; the last good set stays in force")
-				rec.Reload("", err)
-				return
-			}
-			logger.Info("policies reloaded", "origin", s.Origin, "digest", s.Digest, "tests", s.Tests)
-			rec.Reload(s.Digest, nil)
-		},
-	})
+	store, err := loadPolicies(ctx, c, rec)
 	if err != nil {
-		return fmt.Errorf("loading the policies: %w", err)
+		return err
 	}
-	first := store.Current()
-	rec.Reload(first.Digest, nil)
-	logger.Info("policies loaded", "origin", first.Origin, "digest", first.Digest, "tests", first.Tests)
 
 	var certs *cert.Manager
 	if c.certMode == "self" {
@@ -323,6 +308,33 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	}()
 	logger.Info("serving", "address", net.JoinHostPort(c.bindAddress, fmt.Sprint(c.port)), "paths", []string{MutatePath, ValidatePath})
 	return mgr.Start(mctx)
+}
+
+// loadPolicies loads the first policy set and returns the store that
+// reloads it. The first load is not a reload: it sets the policy_info
+// metric, and only later reloads count in policy_reloads_total.
+func loadPolicies(ctx context.Context, c serveConfig, rec *metrics.Recorder) (*policy.Store, error) {
+	logger := logr.FromContextOrDiscard(ctx)
+	store, err := policy.NewStore(ctx, policy.StoreOptions{
+		Dir:      c.policyDir,
+		Interval: c.reloadInterval,
+		OnReload: func(s *policy.Set, err error) {
+			if err != nil {
+				logger.Error(err, "policy reload refused; the last good set stays in force")
+				rec.Reload("", err)
+				return
+			}
+			logger.Info("policies reloaded", "origin", s.Origin, "digest", s.Digest, "tests", s.Tests)
+			rec.Reload(s.Digest, nil)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading the policies: %w", err)
+	}
+	first := store.Current()
+	rec.Loaded(first.Digest)
+	logger.Info("policies loaded", "origin", first.Origin, "digest", first.Digest, "tests", first.Tests)
+	return store, nil
 }
 
 func nonEmpty(s string) []string {

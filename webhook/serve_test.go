@@ -2,10 +2,16 @@ package main
 
 import (
 	"io"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/runwarden/runwarden/webhook/metrics"
 )
 
 func TestParseServeRunnerNamespace(t *testing.T) {
@@ -50,5 +56,37 @@ func TestCacheOptions(t *testing.T) {
 	ns, sa = byKind(cacheOptions(""))
 	if ns.Field != nil || sa.Namespaces != nil {
 		t.Errorf("without a runner namespace: field %v, namespaces %v; want cluster-wide", ns.Field, sa.Namespaces)
+	}
+}
+
+// TestFirstPolicyLoadIsNotAReload checks that the set loaded at start shows
+// in policy_info, while policy_reloads_total counts only later reloads.
+func TestFirstPolicyLoadIsNotAReload(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	store, err := loadPolicies(t.Context(), serveConfig{reloadInterval: time.Hour}, metrics.New(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "runwarden_webhook_policy_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			series := f.GetName()
+			for _, l := range m.GetLabel() {
+				series += "{" + l.GetName() + "=" + l.GetValue() + "}"
+			}
+			got[series] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	want := map[string]float64{"runwarden_webhook_policy_info{digest=" + store.Current().Digest + "}": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("policy metrics after the first load (-want +got):\n%s", diff)
 	}
 }

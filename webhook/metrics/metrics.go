@@ -43,7 +43,7 @@ func New(reg prometheus.Registerer) *Recorder {
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runwarden_webhook_policy_reloads_total",
-			Help: "Policy reload attempts by result: success, or failure (the last good set stays in force).",
+			Help: "Policy reload attempts after the first load, by result: success, or failure (the last good set stays in force).",
 		}, []string{"result"}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runwarden_webhook_denials_total",
@@ -93,6 +93,13 @@ func (r *Recorder) knownRule(rule string) bool {
 	return true
 }
 
+// Loaded records the digest of the set put in force at start, which is not
+// a reload.
+func (r *Recorder) Loaded(digest string) {
+	r.policyInfo.Reset()
+	r.policyInfo.WithLabelValues(digest).Set(1)
+}
+
 // Reload records a reload attempt and, on success, the new set's digest.
 func (r *Recorder) Reload(digest string, err error) {
 	if err != nil {
@@ -100,6 +107,5 @@ func (r *Recorder) Reload(digest string, err error) {
 		return
 	}
 	r.reloads.WithLabelValues("success").Inc()
-	r.policyInfo.Reset()
-	r.policyInfo.WithLabelValues(digest).Set(1)
+	r.Loaded(digest)
 }
