@@ -39,13 +39,14 @@ violations contains violation("no-host-path", "", sprintf("spec.volumes[%s].host
 	v.hostPath
 }
 
-# Requests for cpu and memory and a memory limit; no cpu limit (it only
-# throttles a runner, and the chart sets none).
+# Requests for cpu and memory and a memory limit, of every container, init
+# containers included; no cpu limit (it only throttles a runner, and the
+# chart sets none).
 required_resources := [["requests", "cpu"], ["requests", "memory"], ["limits", "memory"]]
 
 violations contains violation("resources-required", c.name, sprintf("resources.%s.%s", [kind, res]), sprintf("container %q has no %s %s", [c.name, res, kind])) if {
 	object.get(shape, "requireResources", false) == true
-	some c in input.pod.spec.containers
+	some c in all_containers
 	some [kind, res] in required_resources
 	not c.resources[kind][res]
 }

@@ -347,6 +347,14 @@ test_shape_requires_requests_and_a_memory_limit if {
 	[v.field | some v in d.deny] == ["resources.limits.memory"]
 }
 
+# requireResources holds for init containers as for containers.
+test_shape_requires_resources_of_init_containers if {
+	cfg := {"shape": {"requireResources": true}}
+	inp := json.patch(input_with(cfg), [{"op": "add", "path": "/pod/spec/initContainers", "value": [{"name": "clone", "image": "registry.example.com/git:1", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}])
+	d := admission.decision with input as inp
+	[[v.rule, v.container, v.field] | some v in d.deny] == [["resources-required", "clone", "resources.limits.memory"]]
+}
+
 test_audit_mode_turns_denials_into_warnings if {
 	inp := json.patch(input_with({"mode": "audit"}), [{"op": "add", "path": "/pod/spec/hostPID", "value": true}])
 	d := admission.decision with input as inp
