@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/e2e-framework/klient/k8s"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
@@ -65,8 +66,14 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// validateOnly labels a runner pod that only the ValidatingWebhookConfiguration
+// sees, as a pod another mutating webhook changed after this one's last pass.
+const validateOnly = "e2e.runwarden.dev/validate-only"
+
 // startWebhook builds and starts the webhook and registers a
-// MutatingWebhookConfiguration for it; the webhook fills in the caBundle.
+// MutatingWebhookConfiguration and a ValidatingWebhookConfiguration for it
+// (the mutating one leaves out pods labelled validateOnly); the webhook
+// fills in their caBundles.
 func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config, extraArgs ...string) *webhookProcess {
 	t.Helper()
 	dir := t.TempDir()
@@ -93,37 +100,58 @@ func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config, extraA
 	// One configuration per namespace, named after it.
 	w.config = "runwarden-" + harness.Namespace(ctx)
 
+	rules := []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}}
+	namespaces := &metav1.LabelSelector{
+		MatchLabels: map[string]string{runnerNamespaceLabel: "enabled"},
+		MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system", "runwarden"},
+		}},
+	}
+	runners := map[string]string{"runwarden.dev/runner": "true"}
 	whc := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: w.config},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:                    "pods.runwarden.dev",
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d/mutate-pods", port))},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			Rules:                   rules,
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			TimeoutSeconds:          ptr.To[int32](5),
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
 			AdmissionReviewVersions: []string{"v1"},
-			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{"runwarden.dev/runner": "true"}},
-			NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels: map[string]string{runnerNamespaceLabel: "enabled"},
-				MatchExpressions: []metav1.LabelSelectorRequirement{{
-					Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system", "runwarden"},
-				}},
-			},
+			ObjectSelector: &metav1.LabelSelector{MatchLabels: runners, MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: validateOnly, Operator: metav1.LabelSelectorOpDoesNotExist,
+			}}},
+			NamespaceSelector: namespaces,
 		}},
 	}
-	if err := cfg.Client().Resources().Create(ctx, whc); err != nil {
-		t.Fatalf("creating the webhook configuration: %v", err)
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: w.config},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "pods.runwarden.dev",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d/validate-pods", port))},
+			Rules:                   rules,
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To[int32](5),
+			AdmissionReviewVersions: []string{"v1"},
+			ObjectSelector:          &metav1.LabelSelector{MatchLabels: runners},
+			NamespaceSelector:       namespaces,
+		}},
 	}
-	t.Cleanup(func() {
-		_ = cfg.Client().Resources().Delete(context.Background(), whc)
-	})
+	for _, c := range []k8s.Object{whc, vwc} {
+		if err := cfg.Client().Resources().Create(ctx, c); err != nil {
+			t.Fatalf("creating the webhook configuration: %v", err)
+		}
+		t.Cleanup(func() {
+			_ = cfg.Client().Resources().Delete(context.Background(), c)
+		})
+	}
 
 	w.cmd = exec.Command(bin, append([]string{"serve",
 		"--bind-address", "127.0.0.1", "--port", fmt.Sprint(port),
 		"--cert-dir", filepath.Join(dir, "certs"), "--cert-mode", "self", "--cert-hosts", "127.0.0.1",
-		"--mutating-webhook-configuration", w.config,
+		"--mutating-webhook-configuration", w.config, "--validating-webhook-configuration", w.config,
 		"--policies", w.policyDir, "--policy-reload-interval", "500ms",
 		"--config", cfgFile,
 		"--metrics-bind-address", w.metrics, "--health-probe-bind-address", w.healthAddr,
@@ -145,13 +173,17 @@ func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config, extraA
 		if resp.StatusCode != http.StatusOK {
 			return false, nil
 		}
-		got := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := cfg.Client().Resources().Get(ctx, w.config, "", got); err != nil {
+		mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := cfg.Client().Resources().Get(ctx, w.config, "", mutating); err != nil {
 			return false, err
 		}
-		return len(got.Webhooks[0].ClientConfig.CABundle) > 0, nil
+		validating := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := cfg.Client().Resources().Get(ctx, w.config, "", validating); err != nil {
+			return false, err
+		}
+		return len(mutating.Webhooks[0].ClientConfig.CABundle) > 0 && len(validating.Webhooks[0].ClientConfig.CABundle) > 0, nil
 	}
-	if err := harness.WaitFor(ctx, "the webhook to serve and publish its CA", 60*time.Second, ready); err != nil {
+	if err := harness.WaitFor(ctx, "the webhook to serve and publish its CA in both configurations", 60*time.Second, ready); err != nil {
 		t.Fatalf("%v\nwebhook log:\n%s", err, w.log.String())
 	}
 	return w
@@ -274,6 +306,24 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 			err := r.Create(ctx, runnerPodFor(ns, "privileged", true))
 			if err == nil || !strings.Contains(err.Error(), "no-privileged") || !strings.Contains(err.Error(), `container "main"`) {
 				t.Errorf("privileged runner pod: error %v, want a denial naming rule no-privileged and container main", err)
+			}
+
+			// The validating configuration checks the pod as it will be
+			// stored: one changed after the mutating webhook's last pass (here,
+			// one it never saw) is refused if it breaks a rule, and admitted
+			// unchanged if not.
+			late := runnerPodFor(ns, "privileged-late", true)
+			late.Labels[validateOnly] = "true"
+			err = r.Create(ctx, late)
+			if err == nil || !strings.Contains(err.Error(), "no-privileged") || !strings.Contains(err.Error(), `container "main"`) {
+				t.Errorf("privileged runner pod seen only by the validating webhook: error %v, want a denial naming rule no-privileged and container main", err)
+			}
+			unshaped := runnerPodFor(ns, "validated-only", false)
+			unshaped.Labels[validateOnly] = "true"
+			if err := r.Create(ctx, unshaped); err != nil {
+				t.Errorf("a runner pod that breaks no rule, seen only by the validating webhook: %v", err)
+			} else if _, ok := envOf(unshaped)["AWS_ROLE_ARN"]; ok {
+				t.Errorf("the validating webhook changed a pod: env %v", envOf(unshaped))
 			}
 
 			// A pod that is not a runner pod is untouched.

@@ -68,3 +68,37 @@ policies/ by make generate) with the overrides from values.
   {{- $src | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/*
+One webhook of the admission configurations, for the handler at .path of
+the webhook Service, or at .url in dev mode: the same pods in both.
+*/}}
+{{- define "runwarden.webhook" -}}
+{{- $root := .root }}
+{{- $values := $root.Values.webhook }}
+{{- $svc := include "runwarden.webhookService" $root }}
+name: pods.runwarden.dev
+admissionReviewVersions: [v1]
+clientConfig:
+  {{- if $values.devMode.enabled }}
+  url: {{ .url }}
+  {{- with $values.devMode.caBundle }}
+  caBundle: {{ . }}
+  {{- end }}
+  {{- else }}
+  service: {name: {{ $svc }}, namespace: {{ $root.Release.Namespace | quote }}, path: {{ .path }}, port: 443}
+  {{- end }}
+rules:
+- {operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}
+objectSelector:
+  matchLabels: {runwarden.dev/runner: "true"}
+# This release's runner namespace only; never kube-system or its own.
+namespaceSelector:
+  matchLabels: {runwarden.dev/runners: enabled}
+  matchExpressions:
+  - {key: kubernetes.io/metadata.name, operator: In, values: [{{ include "runwarden.runnerNamespace" $root | quote }}]}
+  - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, {{ $root.Release.Namespace | quote }}]}
+failurePolicy: {{ $values.failurePolicy }}
+sideEffects: None
+timeoutSeconds: {{ $values.timeoutSeconds }}
+{{- end -}}
