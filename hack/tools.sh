@@ -152,7 +152,10 @@ ensure_node_packages() {
 	echo "tools: installing Debian packages: ${missing[*]}" >&2
 	local start=$SECONDS log
 	log=$(mktemp)
-	if ! { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+	# A fresh machine may be running its own apt (daily updates) at boot:
+	# wait for its lock rather than fail at once.
+	if ! { apt-get -o DPkg::Lock::Timeout=300 update &&
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
 		echo "tools: FAILED to install ${missing[*]}; the last lines of apt-get's output:" >&2
 		tail -n 20 "$log" >&2
 		rm -f "$log"
