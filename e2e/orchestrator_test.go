@@ -381,6 +381,8 @@ func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
 			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
 			if n := mostRunning(); n > 40 {
 				t.Errorf("%d unfinished Jobs at once, with --max-concurrent 40", n)
+			} else {
+				t.Logf("at most %d unfinished Jobs at once (--max-concurrent 40)", n)
 			}
 			st := o.srv.Stats()
 			t.Logf("faults: %d duplicate leases, %d dropped responses, %d injected errors, %d requeues, %d re-issued", st.DuplicateLeases, st.DroppedResponses, st.InjectedErrors, st.Requeues, st.Reissued)
@@ -420,6 +422,8 @@ func TestOrchestratorUnreachableForAMinute(t *testing.T) {
 			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
 			if n := mostRunning(); n > 20 {
 				t.Errorf("%d unfinished Jobs at once, with --max-concurrent 20", n)
+			} else {
+				t.Logf("at most %d unfinished Jobs at once (--max-concurrent 20)", n)
 			}
 			st := o.srv.Stats()
 			if st.Unreachable == 0 || st.Requeues == 0 {
