@@ -66,14 +66,9 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 		// refused as invalid may still exist (created from an older pod
 		// template): adopt it if so. Read it back from the API server (a
 		// cache may not have it yet) through the patch, empty or not.
-		meta := map[string]any{"labels": map[string]any{LabelDispatcher: j.Labels[LabelDispatcher]}}
-		if adopt != nil {
-			meta["annotations"] = adopt
-		}
-		patch, _ := json.Marshal(map[string]any{"metadata": meta})
 		cause := err
 		made = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
-		err := c.Patch(ctx, made, client.RawPatch(types.MergePatchType, patch))
+		err := c.Patch(ctx, made, client.RawPatch(types.MergePatchType, adoptPatch(j.Labels[LabelDispatcher], adopt)))
 		switch {
 		case err == nil:
 		case apierrors.IsNotFound(err) && IsPermanent(cause):
@@ -96,6 +91,28 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 		return created, nil
 	}
 	return created, ownSecret(ctx, c, made)
+}
+
+// adoptPatch is the JSON merge patch that gives an existing Job the
+// dispatcher label of dispatcherID and the annotations (a nil value removes
+// one).
+func adoptPatch(dispatcherID string, annotations map[string]any) []byte {
+	meta := map[string]any{"labels": map[string]any{LabelDispatcher: dispatcherID}}
+	if annotations != nil {
+		meta["annotations"] = annotations
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": meta})
+	return patch
+}
+
+// TakeOver gives a Job of one of this dispatcher's tasks, made under another
+// dispatcher ID, dispatcherID's label, as Create does when it adopts one. A
+// Job that is gone is not an error.
+func TakeOver(ctx context.Context, c client.Client, j *batchv1.Job, dispatcherID string) error {
+	if err := c.Patch(ctx, j, client.RawPatch(types.MergePatchType, adoptPatch(dispatcherID, nil))); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("labelling job %s: %w", j.Name, err)
+	}
+	return nil
 }
 
 // OwnSecret makes the Job named like j the owner of its task's Secret, if

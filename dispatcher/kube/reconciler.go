@@ -7,7 +7,6 @@ package kube
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -248,7 +247,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		case err == nil && live.Labels[job.LabelDispatcher] != r.opts.Jobs.DispatcherID:
 			// Made under another dispatcher ID (this one's changed): the
 			// cache, which holds only Jobs of this ID, would never show it.
-			if err := r.takeOver(ctx, live); err != nil {
+			log.FromContext(ctx).Info("taking over a Job made under another dispatcher ID", "job", live.Name, "was", live.Labels[job.LabelDispatcher])
+			if err := job.TakeOver(ctx, r.opts.Client, live, r.opts.Jobs.DispatcherID); err != nil {
 				return reconcile.Result{}, err
 			}
 			return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -335,17 +335,6 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{}, r.setRunning(ctx, rt, j.Name)
-}
-
-// takeOver labels a Job of one of this dispatcher's tasks, made under
-// another dispatcher ID, with this dispatcher's.
-func (r *Reconciler) takeOver(ctx context.Context, j *batchv1.Job) error {
-	log.FromContext(ctx).Info("taking over a Job made under another dispatcher ID", "job", j.Name, "was", j.Labels[job.LabelDispatcher])
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{job.LabelDispatcher: r.opts.Jobs.DispatcherID}}})
-	if err := r.opts.Client.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("labelling job %s: %w", j.Name, err)
-	}
-	return nil
 }
 
 // reserve takes a slot for the Job (key) of a RunnerTask (task) about to be
