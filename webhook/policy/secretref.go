@@ -60,10 +60,18 @@ func (r *SecretRef) parseBody(body string) string {
 		if !ssmID.MatchString(body) {
 			return "invalid secret id"
 		}
+		// A parameter name is a path from the root: its leading "/" is
+		// the only empty segment it may have.
+		if p := pathProblem(strings.TrimPrefix(body, "/")); p != "" {
+			return "invalid secret id: " + p
+		}
 		r.Name = body
 	case "gcp":
 		if !gcpID.MatchString(body) {
 			return "invalid secret id"
+		}
+		if p := pathProblem(body); p != "" {
+			return "invalid secret id: " + p
 		}
 		r.Name = body
 	case "azure":
@@ -92,13 +100,36 @@ func (r *SecretRef) parseBody(body string) string {
 		if !vaultPath.MatchString(path) {
 			return "invalid secret id"
 		}
+		if p := pathProblem(path); p != "" {
+			return "invalid secret id: " + p
+		}
 		if !vaultKey.MatchString(key) {
 			return "invalid key"
 		}
 		if !vaultNS.MatchString(ns) {
 			return "invalid namespace"
 		}
+		if p := pathProblem(ns); p != "" {
+			return "invalid namespace: " + p
+		}
 		r.Name, r.Key, r.Vault = path, key, ns
+	}
+	return ""
+}
+
+// pathProblem says what is wrong with a secret's path, or "": a "." or ".."
+// segment, or an empty one ("a//b", a leading or trailing "/"). Policies
+// match names against glob patterns such as "team-a/**", which see
+// "team-a/../team-b/db" as under team-a while the store resolves it
+// elsewhere, or not at all; such a name is refused before any policy sees it.
+func pathProblem(name string) string {
+	for seg := range strings.SplitSeq(name, "/") {
+		switch seg {
+		case "":
+			return "empty path segment (a leading, trailing or doubled /)"
+		case ".", "..":
+			return fmt.Sprintf("path segment %q", seg)
+		}
 	}
 	return ""
 }

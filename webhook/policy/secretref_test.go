@@ -28,6 +28,18 @@ func TestParseSecretRef(t *testing.T) {
 		{name: "unterminated", value: "${ssm:abc", errs: []string{"no closing brace"}},
 		{name: "bad ssm id", value: "${ssm:has space}", errs: []string{"invalid secret id"}},
 		{name: "bad azure vault", value: "${azure:x@-bad}", errs: []string{"invalid vault name"}},
+		{name: "ssm parameter path", value: "${ssm:/team-a/db}", want: []SecretRef{{Store: "ssm", Name: "/team-a/db", Raw: "${ssm:/team-a/db}"}}},
+		{name: "vault dot-dot", value: "${vault:team-a/../team-b/db.password@ns}", errs: []string{`invalid secret id: path segment ".."; expected`}},
+		{name: "vault dot", value: "${vault:team-a/./db.password@ns}", errs: []string{`invalid secret id: path segment "."`}},
+		{name: "vault empty segment", value: "${vault:team-a//db.password@ns}", errs: []string{"invalid secret id: empty path segment"}},
+		{name: "vault trailing slash", value: "${vault:team-a/.password@ns}", errs: []string{"invalid secret id: empty path segment"}},
+		{name: "vault namespace dot-dot", value: "${vault:secret/db.password@team-a/..}", errs: []string{"invalid namespace"}},
+		{name: "vault namespace empty segment", value: "${vault:secret/db.password@team-a//x}", errs: []string{"invalid namespace: empty path segment"}},
+		{name: "ssm dot-dot", value: "${ssm:team-a/../team-b/db}", errs: []string{`invalid secret id: path segment ".."`}},
+		{name: "ssm leading dot-dot", value: "${ssm:/../team-b/db}", errs: []string{`invalid secret id: path segment ".."`}},
+		{name: "ssm doubled slash", value: "${ssm://team-b/db}", errs: []string{"invalid secret id: empty path segment"}},
+		{name: "gcp dot-dot", value: "${gcp:team-a/../team-b}", errs: []string{`invalid secret id: path segment ".."`}},
+		{name: "gcp leading slash", value: "${gcp:/team-b}", errs: []string{"invalid secret id: empty path segment"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,8 +66,15 @@ func TestParseSecretRef(t *testing.T) {
 	}
 }
 
+// FuzzParseSecretRef: parsing never panics, every reference is part of the
+// value, and no reference it accepts names a path with a "." or ".."
+// segment or an empty one (beyond an SSM parameter's leading "/"), which a
+// policy's pattern would place elsewhere than the store does.
 func FuzzParseSecretRef(f *testing.F) {
-	for _, s := range []string{"${ssm:a}", "${vault:a/b.c@d}", "${azure:a@bcd}", "x${gcp:", "${vault:.@}"} {
+	for _, s := range []string{
+		"${ssm:a}", "${vault:a/b.c@d}", "${azure:a@bcd}", "x${gcp:", "${vault:.@}",
+		"${ssm:/team-a/db}", "${vault:team-a/../team-b/db.password@ns}", "${vault:a//b.k@n}", "${gcp:./x}",
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, value string) {
@@ -69,6 +88,23 @@ func FuzzParseSecretRef(f *testing.F) {
 			if r.Error != "" && !strings.Contains(r.Error, "expected ${"+r.Store+":") {
 				t.Fatalf("error %q does not give the expected form", r.Error)
 			}
+			if r.Error == "" && r.Store != "azure" {
+				paths := []string{r.Name}
+				if r.Store == "ssm" {
+					paths[0] = strings.TrimPrefix(r.Name, "/")
+				}
+				if r.Store == "vault" {
+					paths = append(paths, r.Vault)
+				}
+				for _, p := range paths {
+					for _, seg := range strings.Split(p, "/") {
+						if seg == "" || seg == "." || seg == ".." {
+							t.Fatalf("accepted %q: segment %q in %q", r.Raw, seg, p)
+						}
+					}
+				}
+			}
 		}
 	})
 }
+
