@@ -61,6 +61,10 @@ var (
 	ErrInvalidTemplate  = errors.New("invalid pod template")
 	ErrEnvNotAllowed    = errors.New("env variable not on the forwarding allow-list")
 	ErrRepoNotAllowed   = errors.New("repository URL not on the allow-list")
+	// ErrEnvSource is a task variable that would read something of the
+	// cluster's (a Secret, a ConfigMap, a file of a volume the platform
+	// mounts) rather than carry a value: task input is data, never a key.
+	ErrEnvSource = errors.New("env source not allowed in a task")
 	errSecretCollisions = errors.New("a variable is both plain and secret")
 )
 
@@ -74,8 +78,10 @@ type Task struct {
 	Image string
 	// Command and Args of the runner container. Default: the template's.
 	Command, Args []string
-	// Env of the runner container. Secret references (${vault:...} and the
-	// like) pass through untouched for the webhook and the runner.
+	// Env of the runner container: plain values, or valueFrom.fieldRef or
+	// resourceFieldRef (the pod's own fields); any other source is refused
+	// (ErrEnvSource). Secret references (${vault:...} and the like) pass
+	// through untouched for the webhook and the runner.
 	Env []corev1.EnvVar
 	// SecretEnv are variables whose values must not appear in the Job: they
 	// go into the task's Secret and are referenced by secretKeyRef.
@@ -326,9 +332,15 @@ func setEnv(c *corev1.Container, e corev1.EnvVar) {
 	c.Env = append(c.Env, e)
 }
 
-// checkEnv refuses a task whose variables are not all on the allow-list, or
-// that sets one both plainly and secretly.
+// checkEnv refuses a task whose variables are not all on the allow-list,
+// that sets one both plainly and secretly, or that reads one from anything
+// but the pod's own fields (checkEnvSource).
 func checkEnv(t Task, allow []string) error {
+	for i, e := range t.Env {
+		if err := checkEnvSource(i, e); err != nil {
+			return err
+		}
+	}
 	var refused []string
 	check := func(name string) {
 		for _, p := range allow {
@@ -351,6 +363,33 @@ func checkEnv(t Task, allow []string) error {
 		return fmt.Errorf("%w: %s (allowed: %s)", ErrEnvNotAllowed, strings.Join(refused, ", "), strings.Join(allow, ", "))
 	}
 	return nil
+}
+
+// checkEnvSource refuses a variable whose value the API server would fetch
+// from a Secret, a ConfigMap or a file of one of the pod's volumes: the Job
+// runs with the dispatcher's authority and the volumes the platform mounts,
+// so such a variable would hand the task author a key the platform never
+// gave them. fieldRef and resourceFieldRef read only the pod's own fields.
+func checkEnvSource(i int, e corev1.EnvVar) error {
+	s := e.ValueFrom
+	if s == nil {
+		return nil
+	}
+	var field string
+	switch {
+	case s.SecretKeyRef != nil:
+		field = "secretKeyRef"
+	case s.ConfigMapKeyRef != nil:
+		field = "configMapKeyRef"
+	case s.FileKeyRef != nil:
+		field = "fileKeyRef"
+	case s.FieldRef != nil, s.ResourceFieldRef != nil:
+		return nil
+	default:
+		field = "an unknown source"
+	}
+	return fmt.Errorf("%w: %w: env[%d] (%s): valueFrom.%s; a task's variables carry a value, or valueFrom.fieldRef or resourceFieldRef; for a secret, use a reference such as ${vault:<path>.<key>@<namespace>} that the platform's policy allows",
+		ErrInvalidTask, ErrEnvSource, i, e.Name, field)
 }
 
 func matchesAny(res []*regexp.Regexp, s string) bool {

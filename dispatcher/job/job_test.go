@@ -162,6 +162,24 @@ func TestBuildRefuses(t *testing.T) {
 		{name: "repo not allowed", mut: func(t *Task, _ *Options) { t.RepoURL = "https://evil.example.com/x.git" }, is: ErrRepoNotAllowed},
 		{name: "no image anywhere", mut: func(t *Task, o *Options) { t.Image = ""; o.Template = corev1.PodTemplateSpec{} }, is: ErrInvalidTask, want: "no image"},
 		{name: "deadline from the task", mut: func(t *Task, _ *Options) { t.ActiveDeadlineSeconds = ptr.To[int64](60) }},
+		{name: "env from another secret", mut: func(t *Task, _ *Options) {
+			t.Env = append(t.Env, corev1.EnvVar{Name: "TF_VAR_key", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "aws-creds"}, Key: "aws_secret_access_key",
+			}}})
+		}, is: ErrEnvSource, want: "(TF_VAR_key): valueFrom.secretKeyRef"},
+		{name: "env from a config map", mut: func(t *Task, _ *Options) {
+			t.Env = append(t.Env, corev1.EnvVar{Name: "TF_VAR_cm", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "platform"}, Key: "k",
+			}}})
+		}, is: ErrEnvSource, want: "valueFrom.configMapKeyRef"},
+		{name: "env from a file of a mounted volume", mut: func(t *Task, _ *Options) {
+			t.Env = append(t.Env, corev1.EnvVar{Name: "TF_VAR_token", ValueFrom: &corev1.EnvVarSource{FileKeyRef: &corev1.FileKeySelector{
+				VolumeName: "aws-iam-token", Path: "token", Key: "token",
+			}}})
+		}, is: ErrEnvSource, want: "valueFrom.fileKeyRef"},
+		{name: "env from an unknown source", mut: func(t *Task, _ *Options) {
+			t.Env = append(t.Env, corev1.EnvVar{Name: "TF_VAR_x", ValueFrom: &corev1.EnvVarSource{}})
+		}, is: ErrEnvSource, want: "an unknown source"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -179,6 +197,28 @@ func TestBuildRefuses(t *testing.T) {
 				t.Errorf("error %v, want %v mentioning %q", err, tt.is, tt.want)
 			}
 		})
+	}
+}
+
+// TestBuildEnvFromPodFields: fieldRef and resourceFieldRef read only the
+// pod's own fields, so a task keeps them.
+func TestBuildEnvFromPodFields(t *testing.T) {
+	t.Parallel()
+	tk, o := task(), options(t)
+	tk.Env = append(tk.Env,
+		corev1.EnvVar{Name: "TF_VAR_pod", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		corev1.EnvVar{Name: "TF_VAR_mem", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}},
+	)
+	j, _, err := Build(tk, o)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	got := map[string]bool{}
+	for _, e := range runner(&j.Spec.Template.Spec).Env {
+		got[e.Name] = e.ValueFrom != nil
+	}
+	if !got["TF_VAR_pod"] || !got["TF_VAR_mem"] {
+		t.Errorf("runner env %v lacks the fieldRef and resourceFieldRef variables", got)
 	}
 }
 

@@ -43,8 +43,13 @@ type RunnerTaskSpec struct {
 	Args []string `json:"args,omitempty"`
 	// Env of the runner container. Values of the form ${ssm:...},
 	// ${gcp:...}, ${azure:...} or ${vault:...} are secret references the
-	// webhook's policy checks and the runner resolves.
+	// webhook's policy checks and the runner resolves. A variable carries a
+	// value, or valueFrom.fieldRef or resourceFieldRef (the pod's own
+	// fields); secretKeyRef, configMapKeyRef and fileKeyRef are refused: a
+	// task is data, never a key to anything in the cluster.
 	// +optional
+	// +kubebuilder:validation:MaxItems=1024
+	// +kubebuilder:validation:items:XValidation:rule="!has(self.valueFrom) || !(has(self.valueFrom.secretKeyRef) || has(self.valueFrom.configMapKeyRef) || has(self.valueFrom.fileKeyRef))",messageExpression="'env ' + self.name + ': a task variable carries a value, or valueFrom.fieldRef or resourceFieldRef; secretKeyRef, configMapKeyRef and fileKeyRef are refused (for a secret, use a reference such as ${vault:<path>.<key>@<namespace>})'",reason=FieldValueForbidden
 	Env []corev1.EnvVar `json:"env,omitempty"`
 	// RepoURL is the git repository the task deploys from; it is checked
 	// against the dispatcher's allow-list and set as the pod annotation
