@@ -32,16 +32,25 @@ type noAuth struct{}
 func (noAuth) Token(context.Context) (string, error) { return "", nil }
 func (noAuth) Invalidate()                           {}
 
+// JWTSkew is how far the dispatcher's clock may run ahead of the
+// orchestrator's: each token's iat and nbf are set this far in the past, so
+// an orchestrator that checks them strictly (no leeway) still takes it.
+const JWTSkew = time.Minute
+
 // JWT signs short-lived tokens with the dispatcher's Ed25519 private key:
 // header {"alg": "EdDSA", "typ": "JWT", "kid": KeyID}, claims iss and sub
-// (the dispatcher ID), aud (the orchestrator URL), iat, exp and jti.
+// (the dispatcher ID), aud (the orchestrator URL), iat and nbf (Skew in the
+// past), exp (TTL after iat) and jti.
 type JWT struct {
 	Key      ed25519.PrivateKey
 	KeyID    string
 	Subject  string
 	Audience string
-	// TTL is each token's lifetime. Default: 5m.
+	// TTL is each token's lifetime, from iat to exp; the protocol allows at
+	// most 5m. Default: 5m.
 	TTL time.Duration
+	// Skew is how far in the past iat and nbf are set. Default: JWTSkew.
+	Skew time.Duration
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 
@@ -85,17 +94,24 @@ func (j *JWT) Token(context.Context) (string, error) {
 	if ttl <= 0 {
 		ttl = 5 * time.Minute
 	}
+	skew := j.Skew
+	if skew <= 0 {
+		skew = JWTSkew
+	}
 	t := now()
-	if j.token != "" && j.expires.Sub(t) > ttl/5 {
+	// The token is good until iat+ttl; it is replaced once a fifth of
+	// what is left after the backdating remains.
+	if j.token != "" && j.expires.Sub(t) > (ttl-skew)/5 {
 		return j.token, nil
 	}
+	iat := t.Add(-skew)
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return "", err
 	}
 	tok, err := jwt.NewBuilder().
 		Issuer(j.Subject).Subject(j.Subject).Audience([]string{j.Audience}).
-		IssuedAt(t).Expiration(t.Add(ttl)).JwtID(hex.EncodeToString(id[:])).Build()
+		IssuedAt(iat).NotBefore(iat).Expiration(iat.Add(ttl)).JwtID(hex.EncodeToString(id[:])).Build()
 	if err != nil {
 		return "", err
 	}
@@ -109,7 +125,7 @@ func (j *JWT) Token(context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("signing the token: %w", err)
 	}
-	j.token, j.expires = string(signed), t.Add(ttl)
+	j.token, j.expires = string(signed), iat.Add(ttl)
 	return j.token, nil
 }
 

@@ -53,8 +53,10 @@ func TestJWTIsSignedAndVerifiable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("verifying: %v", err)
 	}
-	if exp, _ := parsed.Expiration(); exp.Sub(now) != 5*time.Minute {
-		t.Errorf("exp %v after iat, want 5m", exp.Sub(now))
+	iat, _ := parsed.IssuedAt()
+	nbf, _ := parsed.NotBefore()
+	if exp, _ := parsed.Expiration(); exp.Sub(iat) != 5*time.Minute || now.Sub(iat) != JWTSkew || !nbf.Equal(iat) {
+		t.Errorf("iat %v, nbf %v, exp %v: want iat = nbf = now - %v, exp 5m after iat", iat, nbf, exp, JWTSkew)
 	}
 	if id, ok := parsed.JwtID(); !ok || id == "" {
 		t.Error("no jti")
@@ -71,7 +73,11 @@ func TestJWTIsSignedAndVerifiable(t *testing.T) {
 	if again != tok {
 		t.Error("a fresh token was not reused")
 	}
-	now = now.Add(4*time.Minute + time.Second)
+	now = now.Add(3*time.Minute + 11*time.Second)
+	if later, _ := a.Token(context.Background()); later != tok {
+		t.Error("a token with more than a fifth of its life left was replaced")
+	}
+	now = now.Add(2 * time.Second)
 	if later, _ := a.Token(context.Background()); later == tok {
 		t.Error("a token close to expiry was reused")
 	}

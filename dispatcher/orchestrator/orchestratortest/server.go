@@ -38,8 +38,9 @@ type Options struct {
 
 	// PublicKey, when set, requires `Authorization: Bearer <JWT>` signed
 	// with the matching Ed25519 private key: header alg EdDSA, claims exp
-	// in the future and at most 5 minutes after iat, iat present, aud the
-	// server's URL (as URL returns it) and sub not empty.
+	// in the future and at most 5 minutes after iat, iat present and not
+	// in the future, nbf (if present) not in the future, all checked with
+	// no leeway, aud the server's URL (as URL returns it) and sub not empty.
 	PublicKey ed25519.PublicKey
 	// Token, when set, is the one bearer token accepted.
 	Token string

@@ -799,3 +799,45 @@ func TestFaultHold(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// TestJWTClockSkew: the test orchestrator checks iat, nbf and exp strictly
+// against its own clock; the dispatcher's tokens (backdated by
+// orchestrator.JWTSkew) are taken from a dispatcher whose clock is up to that
+// far ahead, or behind, and refused beyond it.
+func TestJWTClockSkew(t *testing.T) {
+	t.Parallel()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, Options{PublicKey: pub})
+	tests := []struct {
+		name string
+		skew time.Duration
+		ok   bool
+	}{
+		{"same clock", 0, true},
+		{"2s ahead", 2 * time.Second, true},
+		{"55s ahead", 55 * time.Second, true},
+		{"2m behind", -2 * time.Minute, true},
+		{"90s ahead", 90 * time.Second, false},
+		{"5m behind", -5 * time.Minute, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a := &orchestrator.JWT{Key: priv, Subject: "d-1", Audience: s.URL(), Now: func() time.Time { return time.Now().Add(tt.skew) }}
+			tok, err := a.Token(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}, tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.status == http.StatusNoContent; got != tt.ok {
+				t.Errorf("dispatcher clock %v off: %d %s, want accepted %v", tt.skew, r.status, r.body, tt.ok)
+			}
+		})
+	}
+}
