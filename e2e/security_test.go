@@ -4,16 +4,26 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/e2e-framework/klient/k8s"
+	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/kube"
 	"github.com/runwarden/runwarden/e2e/harness"
 )
 
@@ -74,6 +84,133 @@ func TestSecurityTaskEnvIsData(t *testing.T) {
 			var got v1alpha1.RunnerTaskList
 			if err := c.List(ctx, &got, client.InNamespace(ns)); err != nil || len(got.Items) != 1 {
 				t.Errorf("the task author sees %d RunnerTasks (%v), want only own-fields", len(got.Items), err)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// undecidedPolicy is added to the e2e webhook's policies: a namespace
+// annotation makes the policies unable to decide (two values for one
+// complete rule: an evaluation error), or deny every runner pod.
+const undecidedPolicy = `package runwarden.admission
+
+undecided := 1 if ns_annotations["e2e.runwarden.dev/policy"] == "undecided"
+
+undecided := 2 if ns_annotations["e2e.runwarden.dev/policy"] == "undecided"
+
+warning contains "undecided" if undecided
+
+violations contains violation("e2e-deny", "", "", "every runner pod of this namespace is denied") if {
+	ns_annotations["e2e.runwarden.dev/policy"] == "deny"
+}
+`
+
+// annotateNamespace sets (or, with value "", removes) an annotation of ns.
+func annotateNamespace(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, key, value string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, key, value)
+	if value == "" {
+		patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, key)
+	}
+	obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	if err := cfg.Client().Resources().Patch(ctx, obj, k8s.Patch{PatchType: types.MergePatchType, Data: []byte(patch)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failedCreate is the message of the newest FailedCreate event of a Job and
+// how often it was seen.
+func failedCreate(ctx context.Context, cfg *envconf.Config, ns, jobName string) (string, int32) {
+	var events corev1.EventList
+	if err := cfg.Client().Resources(ns).List(ctx, &events); err != nil {
+		return "", 0
+	}
+	var msg string
+	var count int32
+	for _, e := range events.Items {
+		if e.InvolvedObject.Kind == "Job" && e.InvolvedObject.Name == jobName && e.Reason == "FailedCreate" {
+			msg, count = e.Message, count+max(e.Count, 1)
+		}
+	}
+	return msg, count
+}
+
+// TestSecurityUndecidedIsNotDenied: a webhook that cannot decide (its
+// policies fail to evaluate) answers with an HTTP error, which the API server
+// reports as a failed call, not as a denial; the Job controller retries, the
+// dispatcher waits, and the task's pod is made once the webhook decides
+// again. A real denial still ends the task AdmissionRejected at once. Both
+// classifications are checked on the real API server's wording.
+func TestSecurityUndecidedIsNotDenied(t *testing.T) {
+	f := features.New("undecided is not denied").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			installCRD(ctx, t, cfg)
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
+				t.Fatal(err)
+			}
+			return ctx
+		}).
+		Assess("undecided is retried, denied is final", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			w := startWebhook(ctx, t, cfg)
+			if err := os.WriteFile(filepath.Join(w.policyDir, "undecided.rego"), []byte(undecidedPolicy), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			reloaded := func(context.Context) (bool, error) {
+				return strings.Contains(w.metric(t, "runwarden_webhook_policy_reloads_total"), `result="success"} 1`), nil
+			}
+			if err := harness.WaitFor(ctx, "the webhook to load the test policy", 30*time.Second, reloaded); err != nil {
+				t.Fatalf("%v\n%s\nwebhook log:\n%s", err, w.metric(t, "runwarden_webhook_policy_reloads_total"), w.log.String())
+			}
+			d := startDispatcher(ctx, t, cfg, ns, "--simulated")
+			r := cfg.Client().Resources(ns)
+
+			annotateNamespace(ctx, t, cfg, ns, "e2e.runwarden.dev/policy", "undecided")
+			rt := runnerTask(ns, "undecided", "true")
+			if err := r.Create(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			jobName := job.Name(kube.TaskID(rt))
+			var msg string
+			retried := func(ctx context.Context) (bool, error) {
+				var n int32
+				msg, n = failedCreate(ctx, cfg, ns, jobName)
+				return n >= 2, nil
+			}
+			if err := harness.WaitFor(ctx, "the Job controller to try the pod twice", time.Minute, retried); err != nil {
+				t.Fatalf("%v (last FailedCreate: %q)\nwebhook log:\n%s", err, msg, w.log.String())
+			}
+			if !strings.Contains(msg, "failed calling webhook") || !strings.Contains(msg, "runwarden webhook could not decide") ||
+				strings.Contains(msg, "denied the request") || job.DeniedByAdmission(msg) {
+				t.Errorf("FailedCreate of an undecided pod: %q; want a failed call, not a denial", msg)
+			}
+			if err := r.Get(ctx, rt.Name, ns, rt); err != nil || terminalPhase(rt.Status.Phase) {
+				t.Errorf("task while the webhook cannot decide: %+v (%v), want it still waiting", rt.Status, err)
+			}
+
+			annotateNamespace(ctx, t, cfg, ns, "e2e.runwarden.dev/policy", "")
+			admitted := func(ctx context.Context) (bool, error) {
+				var pods corev1.PodList
+				err := r.List(ctx, &pods, resources.WithLabelSelector("job-name="+jobName))
+				return err == nil && len(pods.Items) > 0, nil
+			}
+			if err := harness.WaitFor(ctx, "the Job controller to make the pod once the webhook decides", 2*time.Minute, admitted); err != nil {
+				t.Fatalf("%v\ndispatcher log:\n%s", err, d.log.String())
+			}
+			if err := r.Get(ctx, rt.Name, ns, rt); err != nil || rt.Status.Reason == job.ReasonAdmission {
+				t.Errorf("task after the webhook decided: %+v (%v)", rt.Status, err)
+			}
+
+			annotateNamespace(ctx, t, cfg, ns, "e2e.runwarden.dev/policy", "deny")
+			denied := runnerTask(ns, "denied", "true")
+			if err := r.Create(ctx, denied); err != nil {
+				t.Fatal(err)
+			}
+			got := waitPhase(ctx, t, cfg, denied, d)
+			if got.Status.Reason != job.ReasonAdmission || !strings.Contains(got.Status.Message, "denied the request") ||
+				!strings.Contains(got.Status.Message, "e2e-deny: every runner pod of this namespace is denied") {
+				t.Errorf("denied task: %+v, want AdmissionRejected with the policy's message", got.Status)
 			}
 			return ctx
 		}).Feature()

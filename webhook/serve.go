@@ -242,7 +242,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec, Namespace: c.namespace})
 		// The manager stops the server only after mctx ends: from then on
 		// a cancelled request context is the server's doing, not the client's.
-		server.Register(path, rwadmission.Detached(rwadmission.Pooled(&webhook.Admission{Handler: h}, 0), mctx.Done()))
+		server.Register(path, rwadmission.Detached(rwadmission.Pooled(rwadmission.Undecided(&webhook.Admission{Handler: h}), 0), mctx.Done()))
 	}
 	if err := mgr.Add(manager.RunnableFunc(store.Run)); err != nil {
 		return err
