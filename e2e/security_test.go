@@ -24,6 +24,8 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/kube"
+	"github.com/runwarden/runwarden/dispatcher/orchestrator"
+	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
 	"github.com/runwarden/runwarden/e2e/harness"
 )
 
@@ -215,4 +217,68 @@ func TestSecurityUndecidedIsNotDenied(t *testing.T) {
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// TestSecurityOrchestratorLimits: what an orchestrator sends cannot take
+// the dispatcher past its limits. A task too large for the API server (413)
+// or for etcd ("request is too large") ends Refused and frees its slot,
+// instead of being retried for ever while its lease is renewed; leases
+// beyond the capacity a poll asked for are handed back, so no more than
+// --max-concurrent Jobs run, and every task still runs exactly once.
+func TestSecurityOrchestratorLimits(t *testing.T) {
+	f := features.New("orchestrator limits").
+		Assess("oversized tasks are refused, extra leases handed back", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30, Faults: orchestratortest.Faults{OverDeliver: 3}})
+			running := watchRunning(ctx, t, cfg, ns)
+			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--max-concurrent", "1", "--succeeded-history", "20")
+			o.srv.Add(
+				orchestrator.Task{ID: "past-secret-limit", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_blob": strings.Repeat("x", 3<<19)}},
+				orchestrator.Task{ID: "past-etcd", Command: []string{"true"}, Env: []orchestrator.EnvVar{{Name: "TF_VAR_blob", Value: strings.Repeat("x", 2<<20)}}},
+				orchestrator.Task{ID: "past-api-server", Command: []string{"true"}, Env: []orchestrator.EnvVar{{Name: "TF_VAR_blob", Value: strings.Repeat("y", 3<<20+512<<10)}}},
+			)
+			ids := orchestratorTasks(o.srv, "after", 6)
+			waitAllDone(ctx, t, o.srv, 9, 3*time.Minute, d)
+			for id, want := range map[string]string{
+				"past-secret-limit": "may not be more than 1048576 bytes", "past-api-server": "Request entity too large",
+				// Past etcd's limit, the v1.36 API server tries the write
+				// again and refuses its own second defaulting of the Job
+				// (a new controller-uid) as invalid: final all the same.
+				"past-etcd": `Job.batch "rw-past-etcd-30f2f8bec1" is invalid`,
+			} {
+				rec := o.srv.Task(id)
+				if rec.Final.Type != orchestrator.EventFailed || rec.Final.Reason != job.ReasonRefused || !strings.Contains(rec.Final.Message, want) || rec.FinalStored != 1 {
+					t.Errorf("task %s: final %+v, want failed, Refused, naming %q; leases %+v\ndispatcher log:\n%s", id, rec.Final, want, rec.Leases, logLines(d.log.String(), id, 20))
+				}
+				if n := len(jobsFor(ctx, t, cfg, ns, id)); n != 0 {
+					t.Errorf("task %s: %d Jobs", id, n)
+				}
+			}
+			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
+			if most := running(); most > 1 {
+				t.Errorf("%d Jobs ran at once with --max-concurrent 1", most)
+			}
+			released := 0
+			for _, rec := range o.srv.Tasks() {
+				released += rec.Releases
+			}
+			if o.srv.Stats().CapacityViolations == 0 || released == 0 {
+				t.Errorf("%d polls over-delivered and %d leases were handed back; the test did not exercise over-delivery", o.srv.Stats().CapacityViolations, released)
+			}
+			t.Logf("%d over-delivering polls, %d leases handed back", o.srv.Stats().CapacityViolations, released)
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// logLines returns up to n lines of log that mention what, each cut to 600
+// characters.
+func logLines(log, what string, n int) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, what) && len(out) < n {
+			out = append(out, l[:min(len(l), 600)])
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -25,8 +25,13 @@ import (
 // match an RBAC refusal or an exhausted quota, which can pass later, so
 // denials are told by the API server's own wording. A webhook that cannot be
 // reached is a 500 and is retried.
+//
+// A Job or Secret too large for the API server (413: the request body past
+// its limit, about 3 MiB) or for etcd (a 500 "request is too large": past
+// etcd's --max-request-bytes, 1.5 MiB by default) can never be stored
+// either.
 func IsPermanent(err error) bool {
-	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err) {
 		return true
 	}
 	var st apierrors.APIStatus
@@ -34,6 +39,9 @@ func IsPermanent(err error) bool {
 		return false
 	}
 	s := st.Status()
+	if strings.Contains(s.Message, "request is too large") {
+		return true
+	}
 	if s.Code < 400 || s.Code >= 500 {
 		return false
 	}

@@ -48,6 +48,8 @@ func TestIsPermanent(t *testing.T) {
 		{"webhook unreachable", apierrors.NewInternalError(errors.New(`failed calling webhook "v.example.com": connection refused`)), false},
 		{"a webhook's own 500 naming a denial", statusError(http.StatusInternalServerError, metav1.StatusReasonInternalError,
 			`admission webhook "v.example.com" denied the request: policy engine crashed`), false},
+		{"past the API server's request limit, 413", apierrors.NewRequestEntityTooLargeError("limit is 3145728"), true},
+		{"past etcd's request limit", apierrors.NewInternalError(errors.New("etcdserver: request is too large")), true},
 		{"already exists", apierrors.NewAlreadyExists(jobs, "rw-t-1"), false},
 		{"timeout", apierrors.NewTimeoutError("slow", 1), false},
 		{"not an API error", errors.New("connection reset"), false},

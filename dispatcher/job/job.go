@@ -57,14 +57,14 @@ const (
 
 // Errors a caller can check with errors.Is; each is wrapped with the detail.
 var (
-	ErrInvalidTask      = errors.New("invalid task")
-	ErrInvalidTemplate  = errors.New("invalid pod template")
-	ErrEnvNotAllowed    = errors.New("env variable not on the forwarding allow-list")
-	ErrRepoNotAllowed   = errors.New("repository URL not on the allow-list")
+	ErrInvalidTask     = errors.New("invalid task")
+	ErrInvalidTemplate = errors.New("invalid pod template")
+	ErrEnvNotAllowed   = errors.New("env variable not on the forwarding allow-list")
+	ErrRepoNotAllowed  = errors.New("repository URL not on the allow-list")
 	// ErrEnvSource is a task variable that would read something of the
 	// cluster's (a Secret, a ConfigMap, a file of a volume the platform
 	// mounts) rather than carry a value: task input is data, never a key.
-	ErrEnvSource = errors.New("env source not allowed in a task")
+	ErrEnvSource        = errors.New("env source not allowed in a task")
 	errSecretCollisions = errors.New("a variable is both plain and secret")
 )
 

@@ -211,6 +211,11 @@ func (c *Client) Renew(ctx context.Context, leaseID string, epoch int64) (RenewR
 	return resp, err
 }
 
+// Release hands a lease back unused.
+func (c *Client) Release(ctx context.Context, leaseID string, epoch int64) error {
+	return c.do(ctx, PathRelease(url.PathEscape(leaseID)), ReleaseRequest{DispatcherID: c.id, Epoch: epoch}, nil, 30*time.Second)
+}
+
 // Report sends an event.
 func (c *Client) Report(ctx context.Context, taskID string, e Event) error {
 	return c.do(ctx, PathEvents(url.PathEscape(taskID)), e, nil, 30*time.Second)

@@ -29,6 +29,9 @@ const (
 // PathRenew is the renewal endpoint of a lease.
 func PathRenew(leaseID string) string { return "/v1/leases/" + leaseID + ":renew" }
 
+// PathRelease is the endpoint that hands a lease back unused.
+func PathRelease(leaseID string) string { return "/v1/leases/" + leaseID + ":release" }
+
 // PathEvents is the event endpoint of a task.
 func PathEvents(taskID string) string { return "/v1/tasks/" + taskID + "/events" }
 
@@ -99,6 +102,13 @@ type EnvVar struct {
 
 // RenewRequest extends a lease.
 type RenewRequest struct {
+	DispatcherID string `json:"dispatcherId"`
+	Epoch        int64  `json:"epoch"`
+}
+
+// ReleaseRequest hands a lease back: the dispatcher will not run its task,
+// and the orchestrator may hand it out again at once.
+type ReleaseRequest struct {
 	DispatcherID string `json:"dispatcherId"`
 	Epoch        int64  `json:"epoch"`
 }

@@ -404,7 +404,7 @@ func (s *Source) pollLoop(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		s.take(ctx, leases)
+		s.take(ctx, leases, free)
 	}
 	return nil
 }
@@ -415,11 +415,14 @@ func refused(err error) error {
 	return fmt.Errorf("the orchestrator refused this dispatcher: %w", err)
 }
 
-// take starts the tasks of new leases and updates re-issued ones.
-func (s *Source) take(ctx context.Context, leases []Lease) {
+// take starts the tasks of new leases and updates re-issued ones. New
+// leases beyond free, the capacity the poll asked for, are handed back
+// unused: an orchestrator that sends more must not run this dispatcher past
+// --max-concurrent.
+func (s *Source) take(ctx context.Context, leases []Lease, free int) {
 	now := s.opts.Now()
 	var fresh []*task
-	var leasesOf []Lease
+	var leasesOf, extra []Lease
 	s.mu.Lock()
 	for _, l := range leases {
 		if l.Task.ID == "" || l.LeaseID == "" {
@@ -451,6 +454,10 @@ func (s *Source) take(ctx context.Context, leases []Lease) {
 			}
 			continue
 		}
+		if len(fresh) >= free {
+			extra = append(extra, l)
+			continue
+		}
 		t = &task{
 			id: l.Task.ID, leaseID: l.LeaseID, epoch: l.Epoch, leaseSeconds: l.LeaseSeconds,
 			renewAt: now.Add(renewInterval(l.LeaseSeconds)), creating: true, sent: map[EventType]bool{},
@@ -460,6 +467,10 @@ func (s *Source) take(ctx context.Context, leases []Lease) {
 		leasesOf = append(leasesOf, l)
 	}
 	s.mu.Unlock()
+	for _, l := range extra {
+		s.log.Info("the orchestrator sent more leases than the capacity asked for; handing this one back", "task", l.Task.ID, "lease", l.LeaseID, "asked", free)
+		go s.release(ctx, l)
+	}
 	s.opts.Recorder.Leased(len(fresh))
 	for i, t := range fresh {
 		select {
@@ -471,6 +482,15 @@ func (s *Source) take(ctx context.Context, leases []Lease) {
 			defer func() { <-s.slots }()
 			s.start(ctx, t, leasesOf[i])
 		}()
+	}
+}
+
+// release hands an unused lease back. A lease that cannot be handed back
+// expires on the orchestrator's side, which then hands the task out again:
+// either way it is not run here.
+func (s *Source) release(ctx context.Context, l Lease) {
+	if err := s.opts.Client.Release(ctx, l.LeaseID, l.Epoch); err != nil && ctx.Err() == nil {
+		s.log.Error(err, "handing a lease back failed; it expires on its own", "task", l.Task.ID, "lease", l.LeaseID)
 	}
 }
 

@@ -1,10 +1,14 @@
 package orchestrator
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,7 +29,7 @@ func TestTakeIgnoresEndedAndMalformedLeases(t *testing.T) {
 		{LeaseID: "l-1", Epoch: 1, Task: Task{ID: "t-1"}},
 		{LeaseID: "", Epoch: 1, Task: Task{ID: "t-2"}},
 		{LeaseID: "l-3", Epoch: 1, Task: Task{ID: ""}},
-	})
+	}, 10)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.tasks) != 0 {
@@ -98,8 +102,60 @@ func TestTakeKeepsTheNewerLease(t *testing.T) {
 			t.Errorf("%s: holding lease %s epoch %d, want %s epoch %d", when, held.leaseID, held.epoch, leaseID, epoch)
 		}
 	}
-	s.take(t.Context(), []Lease{{LeaseID: "l-2", Epoch: 2, LeaseSeconds: 60, Task: Task{ID: "t-1"}}})
+	s.take(t.Context(), []Lease{{LeaseID: "l-2", Epoch: 2, LeaseSeconds: 60, Task: Task{ID: "t-1"}}}, 10)
 	check("after an older lease", "l-3", 3)
-	s.take(t.Context(), []Lease{{LeaseID: "l-4", Epoch: 4, LeaseSeconds: 60, Task: Task{ID: "t-1"}}})
+	s.take(t.Context(), []Lease{{LeaseID: "l-4", Epoch: 4, LeaseSeconds: 60, Task: Task{ID: "t-1"}}}, 10)
 	check("after a newer lease", "l-4", 4)
+}
+
+// roundTrip is an http.RoundTripper from a function.
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Leases beyond the capacity the poll asked for are handed back, not taken.
+func TestTakeHandsBackLeasesBeyondTheCapacityAskedFor(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	released := map[string]ReleaseRequest{}
+	done := make(chan struct{}, 2)
+	c, err := NewClient(ClientOptions{URL: "https://orch.example", DispatcherID: "d-1", Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
+		var req ReleaseRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		mu.Lock()
+		released[r.URL.Path] = req
+		mu.Unlock()
+		done <- struct{}{}
+		return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Client: c})
+	s.log = logr.Discard()
+	s.take(t.Context(), []Lease{
+		{LeaseID: "l-1", Epoch: 1, LeaseSeconds: 60, Task: Task{ID: "t-1"}},
+		{LeaseID: "l-2", Epoch: 3, LeaseSeconds: 60, Task: Task{ID: "t-2"}},
+	}, 0)
+	for range 2 {
+		select {
+		case <-done:
+		case <-t.Context().Done():
+			t.Fatal("the leases were not handed back")
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.tasks) != 0 {
+		t.Errorf("tasks taken beyond the capacity: %v", s.tasks)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]ReleaseRequest{
+		"/v1/leases/l-1:release": {DispatcherID: "d-1", Epoch: 1},
+		"/v1/leases/l-2:release": {DispatcherID: "d-1", Epoch: 3},
+	}
+	if diff := cmp.Diff(want, released); diff != "" {
+		t.Errorf("releases (-want +got):\n%s", diff)
+	}
 }

@@ -20,12 +20,14 @@ type Endpoint string
 
 // The endpoints. EndpointOther is any path the protocol does not have.
 const (
-	EndpointPoll   Endpoint = "poll"
-	EndpointRenew  Endpoint = "renew"
-	EndpointEvents Endpoint = "events"
-	EndpointLogs   Endpoint = "logs"
-	EndpointToken  Endpoint = "token"
-	EndpointOther  Endpoint = "other"
+	EndpointPoll  Endpoint = "poll"
+	EndpointRenew Endpoint = "renew"
+	// EndpointRelease is where a lease is handed back unused.
+	EndpointRelease Endpoint = "release"
+	EndpointEvents  Endpoint = "events"
+	EndpointLogs    Endpoint = "logs"
+	EndpointToken   Endpoint = "token"
+	EndpointOther   Endpoint = "other"
 )
 
 // Faults are the faults a Server injects. They apply to every endpoint,
@@ -66,6 +68,10 @@ type Faults struct {
 	DuplicateLeaseRate float64
 	// DuplicateNextPoll delays duplicates to the dispatcher's next poll.
 	DuplicateNextPoll bool
+	// OverDeliver hands out up to this many new leases beyond the
+	// capacity a poll asks for (a misbehaving orchestrator); they count in
+	// Stats.CapacityViolations.
+	OverDeliver int
 
 	// Endpoints, when not empty, limits the faults above to requests to
 	// these endpoints.
@@ -348,6 +354,9 @@ func (s *Server) route(path string) (Endpoint, handler) {
 	if id, ok := strings.CutPrefix(path, "/v1/leases/"); ok {
 		if id, ok := strings.CutSuffix(id, ":renew"); ok && id != "" && !strings.Contains(id, "/") {
 			return EndpointRenew, func(w http.ResponseWriter, r *http.Request) { s.renew(w, r, id) }
+		}
+		if id, ok := strings.CutSuffix(id, ":release"); ok && id != "" && !strings.Contains(id, "/") {
+			return EndpointRelease, func(w http.ResponseWriter, r *http.Request) { s.releaseLease(w, r, id) }
 		}
 		return EndpointOther, nil
 	}

@@ -108,7 +108,7 @@ func (s *Server) leasesLocked(req *orchestrator.PollRequest, now time.Time) ([]o
 		issued = append(issued, s.issueLocked(t, req.DispatcherID, now, true))
 		rec.Reissued++
 	}
-	for i := 0; i < len(s.queue) && rec.New < req.Capacity.Free; {
+	for i := 0; i < len(s.queue) && rec.New < req.Capacity.Free+s.faults.OverDeliver; {
 		t := s.queue[i]
 		if t.rec.Cancelled || t.rec.Final != nil {
 			i++ // re-issued only for Running
@@ -168,6 +168,31 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, leaseID string) {
 		Cancel:       t.rec.Cancelled,
 		CancelReason: t.rec.CancelReason,
 	})
+}
+
+// releaseLease is the endpoint that hands a lease back: the task goes back to the
+// queue at once.
+func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, leaseID string) {
+	var req orchestrator.ReleaseRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireLocked(time.Now())
+	t, ok := s.byLease[leaseID]
+	switch {
+	case !ok || !t.rec.Leased || t.lease.LeaseID != leaseID:
+		writeError(w, http.StatusGone, orchestrator.CodeGone, "no live lease "+leaseID)
+		return
+	case req.Epoch != t.lease.Epoch:
+		writeError(w, http.StatusConflict, orchestrator.CodeStaleLease, fmt.Sprintf("lease %s has epoch %d, not %d", leaseID, t.lease.Epoch, req.Epoch))
+		return
+	}
+	t.rec.Leased = false
+	t.rec.Releases++
+	s.enqueueLocked(t)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // checkEpochLocked answers an event or log request whose epoch is not the

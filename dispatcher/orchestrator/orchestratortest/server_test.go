@@ -841,3 +841,34 @@ func TestJWTClockSkew(t *testing.T) {
 		})
 	}
 }
+
+// TestOverDeliverAndRelease: the OverDeliver fault hands out more than the
+// poll asked for (counted as a capacity violation); a released lease's task
+// goes back to the queue at once, and the lease is gone.
+func TestOverDeliverAndRelease(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{Faults: Faults{OverDeliver: 1}})
+	s.Add(orchestrator.Task{ID: "t-1"}, orchestrator.Task{ID: "t-2"})
+	r, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got orchestrator.PollResponse
+	if err := json.Unmarshal(r.body, &got); err != nil || len(got.Leases) != 2 || s.Stats().CapacityViolations != 1 {
+		t.Fatalf("poll: %d %s (%v), %d violations; want 2 leases, 1 violation", r.status, r.body, err, s.Stats().CapacityViolations)
+	}
+	extra := got.Leases[1]
+	path := orchestrator.PathRelease(extra.LeaseID)
+	if r, err := send(t.Context(), s, path, orchestrator.ReleaseRequest{DispatcherID: "d-1", Epoch: extra.Epoch + 1}, ""); err != nil || r.status != http.StatusConflict {
+		t.Errorf("release with another epoch: %d %s (%v), want 409", r.status, r.body, err)
+	}
+	if r, err := send(t.Context(), s, path, orchestrator.ReleaseRequest{DispatcherID: "d-1", Epoch: extra.Epoch}, ""); err != nil || r.status != http.StatusNoContent {
+		t.Fatalf("release: %d %s (%v), want 204", r.status, r.body, err)
+	}
+	if rec := s.Task(extra.Task.ID); rec.Releases != 1 || !rec.Queued || rec.Leased {
+		t.Errorf("released task: %+v, want queued again", rec)
+	}
+	if r, err := send(t.Context(), s, path, orchestrator.ReleaseRequest{DispatcherID: "d-1", Epoch: extra.Epoch}, ""); err != nil || r.status != http.StatusGone {
+		t.Errorf("second release: %d %s (%v), want 410", r.status, r.body, err)
+	}
+}

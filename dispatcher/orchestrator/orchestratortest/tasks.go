@@ -33,6 +33,8 @@ type TaskRecord struct {
 	Renewals int
 	// Requeues counts the leases of the task that expired.
 	Requeues int
+	// Releases counts the leases of the task handed back unused.
+	Releases int
 
 	// Cancelled is set by Server.Cancel, with CancelReason.
 	Cancelled    bool
