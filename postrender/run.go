@@ -187,9 +187,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return 0
 	}
 	render.WarmSchema()
-	input, err := io.ReadAll(stdin)
+	input, err := readInput(stdin, maxInputBytes)
 	if err != nil {
-		return fail(c, stdout, stderr, fmt.Errorf("reading standard input: %w", err))
+		return fail(c, stdout, stderr, err)
 	}
 	prepareHeap(heapFor(len(input)))
 	shard := c.shardSize
@@ -248,6 +248,23 @@ func cliHint(c config, err error) error {
 // heapFor is the memory prepareHeap readies for an input of n bytes: about
 // what Kustomize's heap grows to (700 bytes for each byte of input, 16 MiB at
 // least for the schema and the build's setup), at most 64 MiB.
+// maxInputBytes bounds the manifests read from standard input: a release
+// far larger than any Helm stores (a release Secret holds 1 MiB,
+// compressed), and far less than would exhaust a machine.
+const maxInputBytes = 512 << 20
+
+// readInput reads all of r, failing past limit bytes.
+func readInput(r io.Reader, limit int) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading standard input: %w", err)
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("the manifests on standard input are larger than %d bytes, the most runwarden-postrender takes", limit)
+	}
+	return b, nil
+}
+
 func heapFor(n int) int {
 	return min(max(n*700, 16<<20), 64<<20)
 }

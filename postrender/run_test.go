@@ -208,3 +208,13 @@ func TestCopyOnceDropsRepeatedLines(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+func TestReadInputIsBounded(t *testing.T) {
+	t.Parallel()
+	if b, err := readInput(strings.NewReader("0123456789"), 10); err != nil || string(b) != "0123456789" {
+		t.Errorf("10 bytes with a limit of 10: %q, %v", b, err)
+	}
+	if _, err := readInput(strings.NewReader("0123456789x"), 10); err == nil || !strings.Contains(err.Error(), "larger than 10 bytes") {
+		t.Errorf("11 bytes with a limit of 10: %v, want an error naming the limit", err)
+	}
+}

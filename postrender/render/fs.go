@@ -2,9 +2,11 @@ package render
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
@@ -25,7 +27,7 @@ type overlayFS struct {
 var _ filesys.FileSystem = (*overlayFS)(nil)
 
 func newOverlayFS(path string, content []byte) *overlayFS {
-	return &overlayFS{disk: filesys.MakeFsOnDisk(), path: filepath.Clean(path), content: content}
+	return &overlayFS{disk: newDisk(), path: filepath.Clean(path), content: content}
 }
 
 func (f *overlayFS) is(name string) bool {
@@ -91,9 +93,60 @@ func (f *overlayFS) Glob(pattern string) ([]string, error) {
 	return matches, nil
 }
 
+// MaxOverlayFileBytes bounds each file of an overlay that is read.
+const MaxOverlayFileBytes = 64 << 20
+
+// ErrOverlayFile is an overlay file that is not read: not a regular file
+// (a FIFO would block the read for ever, a device such as /dev/zero would
+// exhaust memory), or larger than MaxOverlayFileBytes.
+var ErrOverlayFile = errors.New("overlay file refused")
+
 func (f *overlayFS) ReadFile(name string) ([]byte, error) {
 	if f.is(name) {
 		return f.content, nil
 	}
 	return f.disk.ReadFile(name)
+}
+
+// boundedDisk is the file system on disk, reading only regular files of at
+// most MaxOverlayFileBytes. Every read of the post-renderer (its own, and
+// Kustomize's) goes through it.
+type boundedDisk struct{ filesys.FileSystem }
+
+func newDisk() filesys.FileSystem { return boundedDisk{filesys.MakeFsOnDisk()} }
+
+func (d boundedDisk) ReadFile(name string) ([]byte, error) {
+	// Stat follows symbolic links: what is checked is what would be read.
+	fi, err := os.Stat(name)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("%w: %s is not a regular file (%s)", ErrOverlayFile, name, fi.Mode().Type())
+	case fi.Size() > MaxOverlayFileBytes:
+		return nil, fmt.Errorf("%w: %s has %d bytes, more than %d", ErrOverlayFile, name, fi.Size(), MaxOverlayFileBytes)
+	}
+	return d.FileSystem.ReadFile(name)
+}
+
+// Open is not used by Kustomize's build; it is refused rather than left
+// unbounded.
+func (d boundedDisk) Open(name string) (filesys.File, error) {
+	return nil, &os.PathError{Op: "open", Path: name, Err: errors.New("the post-renderer reads whole files only")}
+}
+
+// within tells whether path, with every symbolic link resolved, is in dir
+// (also resolved).
+func within(dir, path string) bool {
+	d, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return false
+	}
+	p, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

@@ -205,20 +205,25 @@ func overlayValues(texts []overlayText) map[string]bool {
 }
 
 // overlayAliasCycle returns an error naming the overlay file that holds an
-// alias inside its own anchor: Kustomize's reader would expand it until the
-// stack overflows.
+// alias inside its own anchor (Kustomize's reader would expand it until the
+// stack overflows), or aliases that expand past checkAliasing's bounds.
 func overlayAliasCycle(texts []overlayText) error {
 	for _, t := range texts {
 		for _, d := range t.docs {
-			a := aliasCycle(d.node.YNode())
-			if a == nil {
-				continue
-			}
-			where := fmt.Sprintf("line %d", d.line+a.Line-1)
+			where := fmt.Sprintf("line %d", d.line)
 			if t.inline {
 				where += " of an inline patch"
 			}
-			return &OverlayError{File: t.file, Err: fmt.Errorf("alias *%s on %s is inside the anchor it refers to", a.Value, where)}
+			if a := aliasCycle(d.node.YNode()); a != nil {
+				where = fmt.Sprintf("line %d", d.line+a.Line-1)
+				if t.inline {
+					where += " of an inline patch"
+				}
+				return &OverlayError{File: t.file, Err: fmt.Errorf("alias *%s on %s is inside the anchor it refers to", a.Value, where)}
+			}
+			if err := checkAliasing(d.node.YNode()); err != nil {
+				return &OverlayError{File: t.file, Err: fmt.Errorf("the document from %s: %w", where, err)}
+			}
 		}
 	}
 	return nil
@@ -237,6 +242,11 @@ func walkOverlay(fs filesys.FileSystem, dir, resourceName string, fn func(file, 
 	}
 	read := func(p string) {
 		f := filepath.Join(dir, p)
+		if !within(dir, f) {
+			// Kustomize refuses a file outside its kustomization's folder
+			// (symbolic links resolved); it is not read before that.
+			return
+		}
 		if b, err := fs.ReadFile(f); err == nil {
 			fn(f, string(b), false)
 		}

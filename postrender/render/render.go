@@ -135,7 +135,7 @@ func Render(ctx context.Context, opts Options, input []byte) ([]byte, Stats, err
 	if err != nil {
 		return nil, st, fmt.Errorf("overlay %s: %w", opts.Overlay, err)
 	}
-	disk := filesys.MakeFsOnDisk()
+	disk := newDisk()
 	if !disk.IsDir(dir) {
 		if disk.Exists(dir) {
 			return nil, st, fmt.Errorf("overlay %s %w", opts.Overlay, ErrOverlayIsFile)
@@ -291,7 +291,7 @@ func parseAll(docs []doc, workers int) error {
 // build runs the overlay over docs, split into shards when that gives the
 // same result. overlay is the overlay's own files, as readOverlay read them.
 func build(ctx context.Context, opts Options, dir string, k *types.Kustomization, overlay []overlayText, docs []doc, st *Stats) ([]byte, error) {
-	disk := filesys.MakeFsOnDisk()
+	disk := newDisk()
 	ok, why := shardable(disk, dir, k, 0)
 	if !ok {
 		st.NotShardable = why

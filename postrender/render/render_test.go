@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sigs.k8s.io/kustomize/kyaml/yaml"
 	"strings"
 	"testing"
 
@@ -247,6 +249,32 @@ func TestRenderKeepsHelmFilenameAnnotation(t *testing.T) {
 	}
 }
 
+// aliasBomb is a ConfigMap of levels lists of nine aliases of the list
+// before: 9^levels strings once expanded, from a few hundred bytes.
+func aliasBomb(levels int) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bomb\ndata:\n  l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n")
+	for i := 1; i < levels; i++ {
+		prev := fmt.Sprintf("*l%d", i-1)
+		fmt.Fprintf(&b, "  l%d: &l%d [%s]\n", i, i, strings.Repeat(prev+", ", 8)+prev)
+	}
+	return b.String()
+}
+
+// TestRenderAllowsModestAliasing: aliases that expand a document within the
+// bounds (a small document, or a few copies in a large one) render as
+// Kustomize renders them.
+func TestRenderAllowsModestAliasing(t *testing.T) {
+	t.Parallel()
+	out, _, err := Render(t.Context(), Options{Overlay: "../../kustomize/labels"}, []byte(aliasBomb(3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(out), "lol"); got != 9+81+729 {
+		t.Errorf("%d expanded strings, want %d:\n%s", got, 9+81+729, out)
+	}
+}
+
 func TestRenderErrors(t *testing.T) {
 	t.Parallel()
 	notListed := t.TempDir()
@@ -278,6 +306,14 @@ func TestRenderErrors(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cycleKust, "kustomization.yaml"), []byte("resources: [all.yaml]\ncommonAnnotations: &l\n  y: *l\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	bomb := aliasBomb(9)
+	bombFile := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bombFile, "kustomization.yaml"), []byte("resources: [all.yaml]\npatches:\n- path: p.yaml\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bombFile, "p.yaml"), []byte(bomb), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	good := "../../kustomize/labels"
 	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"
 	tests := []struct {
@@ -299,6 +335,11 @@ func TestRenderErrors(t *testing.T) {
 			input: cm + "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n  labels: &l\n    x: *l\n",
 			want:  []string{"document 2", "alias *l on input line 11 is inside the anchor"},
 		},
+		{
+			name: "an alias bomb in the input", overlay: good, input: cm + "---\n# Source: demo/templates/bomb.yaml\n" + bomb, is: ErrExcessiveAliasing,
+			want: []string{"document 2", "demo/templates/bomb.yaml", "excessive aliasing: its aliases expand 38 nodes into more than 4000000"},
+		},
+		{name: "an alias bomb in an overlay patch", overlay: bombFile, input: cm, is: ErrExcessiveAliasing, want: []string{filepath.Join(bombFile, "p.yaml"), "excessive aliasing"}},
 		{name: "a list is not a manifest", overlay: good, input: "- a\n- b\n", want: []string{"document 1", "must be a mapping"}},
 		{name: "no kind", overlay: good, input: "apiVersion: v1\nmetadata: {name: a}\n", want: []string{"document 1", "no kind"}},
 		{name: "missing overlay", overlay: "testdata/does-not-exist", input: cm, is: ErrOverlayMissing},
@@ -442,4 +483,41 @@ func FuzzSplitDocuments(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzRender runs the post-renderer's whole pipeline on arbitrary input:
+// it never panics, never takes all memory (aliases are bounded), and either
+// fails or writes manifests that parse again.
+func FuzzRender(f *testing.F) {
+	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"
+	for _, s := range []string{
+		cm, cm + "---\n" + strings.Replace(cm, "name: a", "name: b", 1), aliasBomb(9), aliasBomb(4),
+		"apiVersion: v1\nkind: List\nitems:\n- " + strings.ReplaceAll(cm, "\n", "\n  "),
+		cm + "  labels: &l\n    x: *l\n", "- a\n", "",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, _, err := Render(t.Context(), Options{Overlay: "../../kustomize/labels"}, in)
+		if err != nil {
+			return
+		}
+		if _, err := splitDocuments(out); err != nil {
+			t.Fatalf("output does not split into documents: %v\n%s", err, out)
+		}
+		for _, d := range mustSplit(t, out) {
+			if _, err := yaml.Parse(string(d.raw)); err != nil {
+				t.Fatalf("output document %d does not parse: %v", d.index, err)
+			}
+		}
+	})
+}
+
+func mustSplit(t *testing.T, b []byte) []doc {
+	t.Helper()
+	docs, err := splitDocuments(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return docs
 }

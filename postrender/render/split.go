@@ -122,6 +122,11 @@ func (d *doc) parse() error {
 			// Kustomize would expand it for ever (a stack overflow).
 			return d.errorf("alias *%s on input line %d is inside the anchor it refers to", a.Value, d.line+a.Line-1)
 		}
+		// Kustomize expands every alias into a copy: a few hundred bytes
+		// of aliases of aliases would take all memory.
+		if err := checkAliasing(node.YNode()); err != nil {
+			return d.errorf("%w", err)
+		}
 	}
 	d.node = node
 	meta, err := node.GetMeta()
@@ -161,6 +166,70 @@ func aliasCycle(n *yaml.Node) *yaml.Node {
 		return nil
 	}
 	return walk(n)
+}
+
+// Bounds on what aliases may add to a document, as the YAML decoder the
+// Kubernetes API server uses bounds them: no bound up to maxAliasFree
+// nodes, then aliases may make up at most a share of the expanded document
+// that falls from 99% at 400,000 nodes to 10% at 4,000,000, and never more
+// than maxExpandedNodes in all.
+const (
+	maxAliasFree     = 1000
+	maxExpandedNodes = 4_000_000
+)
+
+// ErrExcessiveAliasing is a document whose aliases expand it past the
+// bounds above.
+var ErrExcessiveAliasing = errors.New("excessive aliasing")
+
+// checkAliasing refuses a document whose aliases would expand it beyond the
+// bounds, without expanding it: each node's expanded size is counted once.
+func checkAliasing(root *yaml.Node) error {
+	sizes := map[*yaml.Node]int{}
+	literal := 0
+	var size func(n *yaml.Node) int
+	size = func(n *yaml.Node) int {
+		if n.Kind == yaml.AliasNode {
+			return size(n.Alias)
+		}
+		if s, ok := sizes[n]; ok {
+			return s
+		}
+		literal++
+		s := 1
+		for _, c := range n.Content {
+			s = min(s+size(c), maxExpandedNodes+1)
+		}
+		sizes[n] = s
+		return s
+	}
+	expanded := size(root)
+	aliased := expanded - literal
+	if expanded <= maxAliasFree || aliased <= 100 {
+		return nil
+	}
+	if expanded > maxExpandedNodes || float64(aliased)/float64(expanded) > allowedAliasShare(expanded) {
+		into := fmt.Sprint(expanded)
+		if expanded > maxExpandedNodes {
+			into = fmt.Sprintf("more than %d", maxExpandedNodes)
+		}
+		return fmt.Errorf("%w: its aliases expand %d nodes into %s, %d%% of them copies (a document may have %d nodes at most, and the larger it is, the smaller the share aliases may make up); write the repeated parts out, or use fewer aliases of aliases",
+			ErrExcessiveAliasing, literal, into, aliased*100/expanded, maxExpandedNodes)
+	}
+	return nil
+}
+
+// allowedAliasShare is the share of an expanded document of n nodes that
+// aliases may make up.
+func allowedAliasShare(n int) float64 {
+	switch {
+	case n <= 400_000:
+		return 0.99
+	case n >= maxExpandedNodes:
+		return 0.10
+	default:
+		return 0.10 + 0.89*float64(maxExpandedNodes-n)/float64(maxExpandedNodes-400_000)
+	}
 }
 
 func (d *doc) errorf(format string, args ...any) error {
