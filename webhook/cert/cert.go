@@ -15,8 +15,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -25,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -41,12 +44,23 @@ const (
 	CAFile   = "ca.crt"
 )
 
-// MaxBundle is the most CA certificates a caBundle keeps: this pod's, then
-// the newest of the others. Pods that were replaced leave their CA behind
-// until it expires; the cap keeps a run of restarts from growing the bundle
-// without bound. A live pod whose CA was pushed out adds it back within the
-// hour.
+// MaxBundle bounds the CA certificates a caBundle keeps: this pod's and
+// every proven live pod's (see AnnotationCAPrefix) always, then the newest
+// of the others up to MaxBundle in all. Pods that were replaced leave their
+// CA behind until it expires; the bound keeps a run of restarts from
+// growing the bundle without bound, and never pushes out the CA of a pod
+// that has served past its first check and still publishes.
 const MaxBundle = 16
+
+// AnnotationCAPrefix starts the annotations on each webhook configuration
+// that record when a pod first and last published its CA: the key ends
+// with the first 20 hex digits of the CA's SHA-256, the value is two RFC
+// 3339 times, "first last". Every pod publishes at each check (Run: a
+// minute after start, then hourly): a CA published again, last within
+// LiveFor, is a live pod's, and stays in the bundle whatever other pods
+// come and go. A pod that dies before its second check is not told from
+// one still starting; those CAs, newest first, fill the rest.
+const AnnotationCAPrefix = "ca.runwarden.dev/"
 
 // Options configure a Manager.
 type Options struct {
@@ -68,9 +82,16 @@ type Options struct {
 	MutatingWebhooks, ValidatingWebhooks []string
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
+	// LiveFor is how long after a pod last published its CA the CA counts
+	// as a live pod's, which the bundle always keeps. It must be well
+	// above the interval given to Run. Default: 3h.
+	LiveFor time.Duration
 }
 
 func (o *Options) setDefaults() {
+	if o.LiveFor <= 0 {
+		o.LiveFor = 3 * time.Hour
+	}
 	if o.Validity <= 0 {
 		o.Validity = 90 * 24 * time.Hour
 	}
@@ -147,10 +168,12 @@ func (m *Manager) Ensure(ctx context.Context) error {
 // rotation, the previous one); the published caBundle may hold more.
 func (m *Manager) CABundle() []byte { return m.ca }
 
-// Run calls Ensure every interval until ctx ends.
+// Run calls Ensure a minute after it starts (or after interval, if
+// shorter), then every interval, until ctx ends. The early call is the
+// pod's second publication, which marks its CA as a live pod's.
 func (m *Manager) Run(ctx context.Context, interval time.Duration) error {
 	log := logr.FromContextOrDiscard(ctx)
-	t := time.NewTicker(interval)
+	t := time.NewTimer(min(time.Minute, interval))
 	defer t.Stop()
 	for {
 		select {
@@ -160,6 +183,7 @@ func (m *Manager) Run(ctx context.Context, interval time.Duration) error {
 			if err := m.Ensure(ctx); err != nil {
 				log.Error(err, "keeping the serving certificate current")
 			}
+			t.Reset(interval)
 		}
 	}
 }
@@ -292,20 +316,40 @@ func (m *Manager) patchBundle(ctx context.Context, obj client.Object, name strin
 			return fmt.Errorf("reading %T %s: %w", obj, name, err)
 		}
 		patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
-		changed := false
+		now := m.opts.Now()
+		live := liveCAs(obj.GetAnnotations(), now, m.opts.LiveFor)
+		own := parseCerts(m.ca)
+		if len(own) == 0 {
+			return errors.New("this pod's CA does not parse")
+		}
+		first := now
+		if f, _, ok := caSeen(obj.GetAnnotations()[caKey(own[0])]); ok {
+			first = f
+		}
+		kept := map[string]bool{}
 		for _, cc := range clientConfigs(obj) {
-			merged, err := mergeBundle(cc.CABundle, m.ca, m.opts.Now())
+			merged, err := mergeBundle(cc.CABundle, m.ca, now, live)
 			if err != nil {
 				return err
 			}
-			if !bytes.Equal(cc.CABundle, merged) {
-				cc.CABundle = merged
-				changed = true
+			cc.CABundle = merged
+			for _, c := range parseCerts(merged) {
+				kept[caKey(c)] = true
 			}
 		}
-		if !changed {
-			return nil
+		// This pod's CA is seen now; CAs no longer in any bundle are
+		// forgotten.
+		ann := obj.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
 		}
+		for k := range ann {
+			if strings.HasPrefix(k, AnnotationCAPrefix) && !kept[k] {
+				delete(ann, k)
+			}
+		}
+		ann[caKey(own[0])] = first.UTC().Format(time.RFC3339) + " " + now.UTC().Format(time.RFC3339)
+		obj.SetAnnotations(ann)
 		return m.opts.Client.Patch(ctx, obj, patch)
 	})
 	if err != nil {
@@ -316,37 +360,73 @@ func (m *Manager) patchBundle(ctx context.Context, obj client.Object, name strin
 
 // mergeBundle returns the caBundle that holds own (this pod's CA, then
 // possibly its previous one) and every certificate of published that is
-// still valid at now, without duplicates, at most MaxBundle of them: own's
-// first certificate always, then the newest. Blocks that are not
-// certificates, or do not parse, are dropped. The result is in a fixed
-// order (newest first), so pods that see the same certificates write the
-// same bytes and do not patch back and forth.
-func mergeBundle(published, own []byte, now time.Time) ([]byte, error) {
+// still valid at now, without duplicates: own's first certificate and the
+// live ones (by caKey) always, then the newest of the others up to
+// MaxBundle in all. Blocks that are not certificates, or do not parse, are
+// dropped. The result is in a fixed order (newest first), so pods that see
+// the same certificates write the same bytes.
+func mergeBundle(published, own []byte, now time.Time, live map[string]bool) ([]byte, error) {
 	mine := parseCerts(own)
 	if len(mine) == 0 {
 		return nil, errors.New("this pod's CA does not parse")
 	}
-	current := mine[0]
-	seen := map[string]bool{string(current.Raw): true}
+	keep := []*x509.Certificate{mine[0]}
+	seen := map[string]bool{string(mine[0].Raw): true}
 	var rest []*x509.Certificate
 	for _, c := range slices.Concat(mine[1:], parseCerts(published)) {
 		if seen[string(c.Raw)] || now.After(c.NotAfter) {
 			continue
 		}
 		seen[string(c.Raw)] = true
-		rest = append(rest, c)
+		if live[caKey(c)] {
+			keep = append(keep, c)
+		} else {
+			rest = append(rest, c)
+		}
 	}
 	slices.SortFunc(rest, newestFirst)
-	if len(rest) > MaxBundle-1 {
-		rest = rest[:MaxBundle-1]
+	if room := max(MaxBundle-len(keep), 0); len(rest) > room {
+		rest = rest[:room]
 	}
-	rest = append(rest, current)
+	rest = append(rest, keep...)
 	slices.SortFunc(rest, newestFirst)
 	var out []byte
 	for _, c := range rest {
 		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
 	}
 	return out, nil
+}
+
+// caKey is the annotation that records when c was last published.
+func caKey(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.Raw)
+	return AnnotationCAPrefix + hex.EncodeToString(sum[:10])
+}
+
+// liveCAs returns the caKeys of the CAs published at two checks or more,
+// the last within liveFor of now.
+func liveCAs(ann map[string]string, now time.Time, liveFor time.Duration) map[string]bool {
+	live := map[string]bool{}
+	for k, v := range ann {
+		if !strings.HasPrefix(k, AnnotationCAPrefix) {
+			continue
+		}
+		if first, last, ok := caSeen(v); ok && last.After(first) && now.Sub(last) <= liveFor {
+			live[k] = true
+		}
+	}
+	return live
+}
+
+// caSeen reads a CA annotation's "first last" times.
+func caSeen(v string) (first, last time.Time, ok bool) {
+	a, b, found := strings.Cut(v, " ")
+	if !found {
+		return first, last, false
+	}
+	first, err1 := time.Parse(time.RFC3339, a)
+	last, err2 := time.Parse(time.RFC3339, b)
+	return first, last, err1 == nil && err2 == nil
 }
 
 // parseCerts returns the certificates of a PEM bundle, skipping blocks that

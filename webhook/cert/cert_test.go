@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,5 +264,75 @@ func TestConcurrentPublishesKeepBothCAs(t *testing.T) {
 	for _, bundle := range bundles(t, c) {
 		verify(t, dirA, bundle, host)
 		verify(t, dirB, bundle, host)
+	}
+}
+
+// TestLivePodsCAStaysThroughRestarts: one pod lives on while more than
+// MaxBundle others start, publish once and are replaced (many rolling
+// updates, evictions). The live pod's CA (published at two checks) stays
+// in every bundle, which the API server must trust to call it; the bundle
+// stays bounded; once the live pod stops publishing (it is gone), its CA
+// may go.
+func TestLivePodsCAStaysThroughRestarts(t *testing.T) {
+	t.Parallel()
+	c := configurations(t, nil)
+	now := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	live, dir := newManager(t, c, &now)
+	for range 2 { // at start, and at its first check a minute later
+		if err := live.Ensure(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Minute)
+	}
+	restart := func(n int) {
+		for range n {
+			now = now.Add(time.Minute)
+			p, _ := newManager(t, c, &now)
+			if err := p.Ensure(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	restart(MaxBundle + 4)
+	for _, bundle := range bundles(t, c) {
+		if n := countCerts(bundle); n > MaxBundle {
+			t.Errorf("bundle holds %d certificates, more than %d", n, MaxBundle)
+		}
+		verify(t, dir, bundle, host)
+	}
+	// The live pod publishes at its hourly check; more restarts follow.
+	now = now.Add(30 * time.Minute)
+	if err := live.Ensure(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	restart(MaxBundle + 4)
+	for _, bundle := range bundles(t, c) {
+		verify(t, dir, bundle, host)
+	}
+	// Gone: no publication for longer than LiveFor; newer CAs push it out.
+	now = now.Add(4 * time.Hour)
+	restart(MaxBundle)
+	pool := x509.NewCertPool()
+	for _, bundle := range bundles(t, c) {
+		if n := countCerts(bundle); n != MaxBundle {
+			t.Errorf("bundle holds %d certificates, want %d", n, MaxBundle)
+		}
+		pool.AppendCertsFromPEM(bundle)
+	}
+	if own := parseCerts(live.CABundle()); len(own) == 0 || slices.ContainsFunc(parseCerts(bytes.Join(bundles(t, c), nil)), own[0].Equal) {
+		t.Error("the CA of a pod gone for more than LiveFor is still in the bundle")
+	}
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := c.Get(t.Context(), client.ObjectKey{Name: "runwarden"}, mwc); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for k := range mwc.Annotations {
+		if strings.HasPrefix(k, AnnotationCAPrefix) {
+			n++
+		}
+	}
+	if n != MaxBundle {
+		t.Errorf("%d CA annotations, want one for each of the %d CAs kept", n, MaxBundle)
 	}
 }

@@ -107,4 +107,3 @@ func FuzzParseSecretRef(f *testing.F) {
 		}
 	})
 }
-
