@@ -62,6 +62,7 @@ type config struct {
 	kubeconfig    string
 	logLevel      string
 	version       bool
+	testRunner    string
 
 	source string
 	orch   orchestratorFlags
@@ -118,6 +119,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.DurationVar(&c.orch.pollWait, "poll-wait", 30*time.Second, "how long the orchestrator may hold a poll")
 	fs.DurationVar(&c.orch.retryMax, "retry-max-delay", time.Minute, "longest wait between retries when the orchestrator is unreachable (exponential from 1s, full jitter)")
 	fs.BoolVar(&c.orch.streamLogs, "stream-logs", true, "send the runner container's log to the orchestrator")
+	fs.StringVar(&c.testRunner, "test-runner", "", "instead of serving: run one runner Job from --pod-template in --namespace with this shell script, print its log, and exit 0 if it succeeded (what helm test runs: only the dispatcher may make runner Jobs)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -160,6 +162,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	}
 	if c.qps <= 0 || c.burst < 1 {
 		return c, fmt.Errorf("--kube-api-qps %g, --kube-api-burst %d: must be more than 0", c.qps, c.burst)
+	}
+	if c.testRunner != "" && c.namespace == "" {
+		return c, errors.New("--test-runner needs --namespace, where runner Jobs run")
 	}
 	if err := c.orch.check(c.source, c.namespace); err != nil {
 		return c, err
@@ -281,11 +286,38 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctrllog.SetLogger(logger)
 	ctx = logr.NewContext(ctx, logger)
+	if c.testRunner != "" {
+		if err := testRunner(ctx, c, tmpl, stdout); err != nil {
+			fmt.Fprintf(stderr, "runwarden-dispatcher: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if err := serve(ctx, c, tmpl); err != nil {
 		logger.Error(err, "dispatcher stopped")
 		return 1
 	}
 	return 0
+}
+
+// testRunner runs --test-runner's one runner Job.
+func testRunner(ctx context.Context, c config, tmpl corev1.PodTemplateSpec, stdout io.Writer) error {
+	restCfg, err := kube.RestConfig(c.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cl, err := client.New(restCfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	logs, err := corev1client.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	return rwkube.TestRunner(ctx, rwkube.TestRunnerOptions{
+		Client: cl, Logs: logs, Namespace: c.namespace, Script: c.testRunner, Out: stdout,
+		Jobs: job.Options{DispatcherID: c.id, Template: tmpl, DefaultDeadline: int64(c.deadline.Seconds()), TTLSecondsAfterFinished: int32(c.ttl.Seconds())},
+	})
 }
 
 func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {

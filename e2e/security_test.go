@@ -11,15 +11,19 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
 	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
+	"sigs.k8s.io/yaml"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
@@ -281,4 +285,246 @@ func logLines(log, what string, n int) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// securityPlatformConfig is the e2e platform configuration with an
+// allow-list of registries.
+const securityPlatformConfig = webhookPlatformConfig + `
+shape:
+  allowedRegistries: [registry.example.com]
+`
+
+// TestSecurityPodCreator: a user who may create and change pods in a runner
+// namespace (but not Jobs) gets nothing from runwarden: a pod claiming the
+// runner label is refused whether bare or with a forged owner reference to
+// a real runner Job; a pod without the label still gets the shape rules; a
+// running runner's image cannot be changed past the registry allow-list,
+// and no debug container can be added to it.
+func TestSecurityPodCreator(t *testing.T) {
+	f := features.New("pod creator").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
+				t.Fatal(err)
+			}
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: harness.Namespace(ctx)}}
+			if err := cfg.Client().Resources().Create(ctx, sa); err != nil {
+				t.Fatal(err)
+			}
+			return ctx
+		}).
+		Assess("claims, shape, updates and debug containers are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			w := startWebhookWith(ctx, t, cfg, securityPlatformConfig)
+			u := harness.User{Name: "intruder-" + ns[len(ns)-6:]}
+			if err := u.Grant(ctx, cfg, ns, "pod-creator", rbacv1.PolicyRule{
+				APIGroups: []string{""}, Resources: []string{"pods", "pods/ephemeralcontainers"},
+				Verbs: []string{"get", "list", "create", "update", "patch"},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			c, err := u.Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			withImage := func(p *corev1.Pod) *corev1.Pod {
+				p.Spec.Containers[0].Image = "registry.example.com/runner:1"
+				return p
+			}
+
+			if err := c.Create(ctx, withImage(runnerPodFor(ns, "bare-claim", false))); err == nil ||
+				!strings.Contains(err.Error(), `claims the label runwarden.dev/runner: "true"`) || !strings.Contains(err.Error(), "it is created by "+u.Name+", not by the Job controller") {
+				t.Errorf("a bare pod claiming the runner label: %v", err)
+			}
+
+			// A real runner Job (as the dispatcher makes it), and a pod
+			// that names it as its controller.
+			j := runnerJobFor(ns, "real-runner", false)
+			j.Spec.Template.Spec.Containers[0].Image = "registry.example.com/runner:1"
+			runner, failure := jobPod(ctx, t, cfg, j)
+			if runner == nil {
+				t.Fatalf("the runner Job's pod: %s\nwebhook log:\n%s", failure, w.log.String())
+			}
+			if _, ok := envOf(runner)["VAULT_TOKEN"]; !ok {
+				t.Errorf("the Job controller's runner pod lacks its credentials: %v", envOf(runner))
+			}
+			forged := withImage(runnerPodFor(ns, "forged-owner", false))
+			forged.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}}
+			if err := c.Create(ctx, forged); err == nil || !strings.Contains(err.Error(), "not by the Job controller") {
+				t.Errorf("a pod with a forged owner reference to a runner Job: %v", err)
+			}
+
+			privileged := withImage(runnerPodFor(ns, "privileged-plain", true))
+			privileged.Labels = map[string]string{"app": "tool"}
+			if err := c.Create(ctx, privileged); err == nil || !strings.Contains(err.Error(), "no-privileged") {
+				t.Errorf("a privileged pod without the runner label: %v", err)
+			}
+			elsewhere := runnerPodFor(ns, "plain-elsewhere", false)
+			elsewhere.Labels = map[string]string{"app": "tool"}
+			elsewhere.Spec.Containers[0].Image = "evil.example.net/tool:1"
+			if err := c.Create(ctx, elsewhere); err == nil || !strings.Contains(err.Error(), "allowed-registries") {
+				t.Errorf("a pod without the runner label from another registry: %v", err)
+			}
+
+			// The running runner's image, changed by the intruder.
+			current := &corev1.Pod{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(runner), current); err != nil {
+				t.Fatal(err)
+			}
+			current.Spec.Containers[0].Image = "evil.example.net/runner:1"
+			if err := c.Update(ctx, current); err == nil || !strings.Contains(err.Error(), "allowed-registries") {
+				t.Errorf("changing a runner pod's image: %v", err)
+			}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(runner), current); err != nil {
+				t.Fatal(err)
+			}
+			current.Labels["runwarden.dev/runner"] = "false"
+			if err := c.Update(ctx, current); err == nil || !strings.Contains(err.Error(), "cannot be added to or removed from a pod") {
+				t.Errorf("taking the runner label off a runner pod: %v", err)
+			}
+
+			// kubectl debug: an ephemeral container on the runner.
+			if err := c.Get(ctx, client.ObjectKeyFromObject(runner), current); err != nil {
+				t.Fatal(err)
+			}
+			current.Spec.EphemeralContainers = append(current.Spec.EphemeralContainers, corev1.EphemeralContainer{
+				EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "registry.example.com/debug:1", Command: []string{"cat", "/proc/1/environ"}},
+				TargetContainerName:      "main",
+			})
+			if err := c.SubResource("ephemeralcontainers").Update(ctx, current); err == nil || !strings.Contains(err.Error(), "no-ephemeral-containers") {
+				t.Errorf("adding a debug container to a runner pod: %v", err)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestSecurityDispatcherBounds: the chart's ValidatingAdmissionPolicies,
+// on the real API server. Only the dispatcher's service account makes Jobs
+// whose pods carry the runner label; its Jobs name no Secret but their own
+// and the pod template's, and run as the runner service account; its
+// Secrets are Opaque. A compromised dispatcher is held to that.
+func TestSecurityDispatcherBounds(t *testing.T) {
+	f := features.New("dispatcher bounds").
+		Assess("the chart's admission policies refuse what the dispatcher may not make", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			release := "rw-system-" + ns[len(ns)-6:]
+			out, err := newHelm(t, cfg, "helm4").run(ctx, "template", "rel", filepath.Join(suite.RepoRoot, "charts", "runwarden"),
+				"--namespace", release, "--set", "runnerNamespace="+ns, "--set", "images.pullSecrets[0].name=regcred",
+				"--show-only", "templates/admission-policy.yaml")
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, out)
+			}
+			for _, doc := range strings.Split(out, "\n---\n") {
+				obj := &unstructured.Unstructured{}
+				if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil || obj.GetKind() == "" {
+					continue
+				}
+				if err := cfg.Client().Resources().Create(ctx, obj); err != nil {
+					t.Fatalf("creating %s %s: %v", obj.GetKind(), obj.GetName(), err)
+				}
+				t.Cleanup(func() { _ = cfg.Client().Resources().Delete(context.Background(), obj) })
+			}
+			dispatcher := harness.User{Name: "system:serviceaccount:" + release + ":rel-runwarden-dispatcher"}
+			other := harness.User{Name: "team-admin-" + ns[len(ns)-6:]}
+			rules := []rbacv1.PolicyRule{
+				{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get", "delete"}},
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+			}
+			if err := dispatcher.Grant(ctx, cfg, ns, "dispatcher", rules...); err != nil {
+				t.Fatal(err)
+			}
+			if err := other.Grant(ctx, cfg, ns, "team-admin", rules...); err != nil {
+				t.Fatal(err)
+			}
+			dc, err := dispatcher.Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			oc, err := other.Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			runnerJob := func(mut func(*corev1.PodSpec)) *batchv1.Job {
+				n++
+				j := runnerJobFor(ns, fmt.Sprintf("rw-task-%d", n), false)
+				j.Spec.Template.Spec.ServiceAccountName = "runwarden-runner"
+				if mut != nil {
+					mut(&j.Spec.Template.Spec)
+				}
+				return j
+			}
+			// The API server loads new policies within a few seconds.
+			enforced := func(ctx context.Context) (bool, error) {
+				err := oc.Create(ctx, runnerJob(nil))
+				return err != nil && strings.Contains(err.Error(), "only the dispatcher"), nil
+			}
+			if err := harness.WaitFor(ctx, "the admission policies to be enforced", time.Minute, enforced); err != nil {
+				t.Fatal(err)
+			}
+			if err := oc.Create(ctx, runnerJob(nil)); err == nil || !strings.Contains(err.Error(), "only the dispatcher (system:serviceaccount:"+release+":rel-runwarden-dispatcher) may make Jobs whose pods carry runwarden.dev/runner, not "+other.Name) {
+				t.Errorf("another user's runner Job: %v", err)
+			}
+			plain := runnerJob(nil)
+			delete(plain.Spec.Template.Labels, "runwarden.dev/runner")
+			if err := oc.Create(ctx, plain); err != nil {
+				t.Errorf("another user's Job without the runner label: %v", err)
+			}
+
+			own := runnerJob(nil)
+			own.Spec.Template.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}}
+			own.Spec.Template.Spec.Containers[0].Env = append(own.Spec.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "TF_VAR_token", ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: own.Name}, Key: "TF_VAR_token"},
+			}})
+			if err := dc.Create(ctx, own); err != nil {
+				t.Errorf("the dispatcher's Job naming its own Secret and the pull secret: %v", err)
+			}
+			for what, mut := range map[string]func(*corev1.PodSpec){
+				"env": func(s *corev1.PodSpec) {
+					s.Containers[0].Env = append(s.Containers[0].Env, corev1.EnvVar{Name: "K", ValueFrom: &corev1.EnvVarSource{
+						SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "aws-creds"}, Key: "k"},
+					}})
+				},
+				"envFrom": func(s *corev1.PodSpec) {
+					s.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "aws-creds"}}}}
+				},
+				"volume": func(s *corev1.PodSpec) {
+					s.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "aws-creds"}}}}
+				},
+				"projected volume": func(s *corev1.PodSpec) {
+					s.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+						Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "aws-creds"}},
+					}}}}}}
+				},
+				"pull secret": func(s *corev1.PodSpec) {
+					s.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "aws-creds"}}
+				},
+				"init container": func(s *corev1.PodSpec) {
+					s.InitContainers = []corev1.Container{{Name: "i", Image: "busybox:stable", Env: []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{
+						SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "aws-creds"}, Key: "k"},
+					}}}}}
+				},
+			} {
+				if err := dc.Create(ctx, runnerJob(mut)); err == nil || !strings.Contains(err.Error(), "a Job of the dispatcher names no Secret but its own") {
+					t.Errorf("the dispatcher's Job naming another Secret in its %s: %v", what, err)
+				}
+			}
+			if err := dc.Create(ctx, runnerJob(func(s *corev1.PodSpec) { s.ServiceAccountName = "namespace-admin" })); err == nil || !strings.Contains(err.Error(), "runs as the runner service account (runwarden-runner)") {
+				t.Errorf("the dispatcher's Job under another service account: %v", err)
+			}
+
+			token := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: "rw-task-token", Namespace: ns, Annotations: map[string]string{corev1.ServiceAccountNameKey: "namespace-admin"}},
+				Type:       corev1.SecretTypeServiceAccountToken,
+			}
+			if err := dc.Create(ctx, token); err == nil || !strings.Contains(err.Error(), "a Secret of the dispatcher is Opaque") {
+				t.Errorf("the dispatcher minting a service-account token Secret: %v", err)
+			}
+			values := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: own.Name, Namespace: ns}, Type: corev1.SecretTypeOpaque, StringData: map[string]string{"TF_VAR_token": "x"}}
+			if err := dc.Create(ctx, values); err != nil {
+				t.Errorf("the dispatcher's Opaque Secret: %v", err)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
 }

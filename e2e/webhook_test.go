@@ -18,12 +18,15 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
+	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
+	"sigs.k8s.io/yaml"
 
 	"github.com/runwarden/runwarden/e2e/harness"
 )
@@ -76,6 +79,12 @@ const validateOnly = "e2e.runwarden.dev/validate-only"
 // fills in their caBundles.
 func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config, extraArgs ...string) *webhookProcess {
 	t.Helper()
+	return startWebhookWith(ctx, t, cfg, webhookPlatformConfig, extraArgs...)
+}
+
+// startWebhookWith starts the webhook with the given platform configuration.
+func startWebhookWith(ctx context.Context, t *testing.T, cfg *envconf.Config, platform string, extraArgs ...string) *webhookProcess {
+	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "runwarden-webhook")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./webhook")
@@ -91,7 +100,7 @@ func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config, extraA
 		t.Fatal(err)
 	}
 	cfgFile := filepath.Join(dir, "platform.yaml")
-	if err := os.WriteFile(cfgFile, []byte(webhookPlatformConfig), 0o644); err != nil {
+	if err := os.WriteFile(cfgFile, []byte(platform), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	port := freePort(t)
@@ -125,18 +134,23 @@ func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config, extraA
 			NamespaceSelector: namespaces,
 		}},
 	}
+	// As the chart's: every pod of the namespace, every way to change one.
+	validateRules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/ephemeralcontainers"}},
+	}}
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: w.config},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name:                    "pods.runwarden.dev",
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d/validate-pods", port))},
-			Rules:                   rules,
+			Rules:                   validateRules,
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			TimeoutSeconds:          ptr.To[int32](5),
 			AdmissionReviewVersions: []string{"v1"},
-			ObjectSelector:          &metav1.LabelSelector{MatchLabels: runners},
 			NamespaceSelector:       namespaces,
+			MatchConditions:         chartMatchConditions(t),
 		}},
 	}
 	for _, c := range []k8s.Object{whc, vwc} {
@@ -213,6 +227,69 @@ func (w *webhookProcess) metric(t *testing.T, name string) string {
 	return strings.Join(lines, "\n")
 }
 
+// chartMatchConditions are the validating webhook's matchConditions as the
+// chart renders them, so the real API server compiles and runs the chart's
+// own CEL.
+func chartMatchConditions(t *testing.T) []admissionregistrationv1.MatchCondition {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(suite.RepoRoot, "charts", "runwarden", "templates", "_helpers.tpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	start := strings.Index(s, "matchConditions:\n")
+	end := strings.Index(s[start:], "{{- else }}")
+	if start < 0 || end < 0 {
+		t.Fatal("the chart's validating webhook has no matchConditions")
+	}
+	var doc struct {
+		MatchConditions []admissionregistrationv1.MatchCondition `json:"matchConditions"`
+	}
+	if err := yaml.Unmarshal([]byte(s[start:start+end]), &doc); err != nil || len(doc.MatchConditions) == 0 {
+		t.Fatalf("the chart's matchConditions: %v", err)
+	}
+	return doc.MatchConditions
+}
+
+// runnerJobFor is a Job as the dispatcher makes it (its labels), whose pod
+// is runnerPodFor's: the Job controller makes the pod, so it earns the
+// runner label.
+func runnerJobFor(ns, name string, privileged bool) *batchv1.Job {
+	p := runnerPodFor(ns, name, privileged)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"runwarden.dev/dispatcher": "e2e"}},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr.To[int32](0),
+			Template:     corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: p.Labels}, Spec: p.Spec},
+		},
+	}
+}
+
+// jobPod creates j and waits until its pod exists (returned) or the Job
+// controller reports that it could not create it (the message returned).
+func jobPod(ctx context.Context, t *testing.T, cfg *envconf.Config, j *batchv1.Job) (*corev1.Pod, string) {
+	t.Helper()
+	r := cfg.Client().Resources(j.Namespace)
+	if err := r.Create(ctx, j); err != nil {
+		t.Fatalf("creating Job %s: %v", j.Name, err)
+	}
+	var pod *corev1.Pod
+	var failure string
+	made := func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		if err := r.List(ctx, &pods, resources.WithLabelSelector("job-name="+j.Name)); err == nil && len(pods.Items) > 0 {
+			pod = &pods.Items[0]
+			return true, nil
+		}
+		failure, _ = failedCreate(ctx, cfg, j.Namespace, j.Name)
+		return failure != "", nil
+	}
+	if err := harness.WaitFor(ctx, "the pod of Job "+j.Name, 2*time.Minute, made); err != nil {
+		t.Fatal(err)
+	}
+	return pod, failure
+}
+
 func runnerPodFor(ns, name string, privileged bool) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"runwarden.dev/runner": "true"}},
@@ -268,9 +345,9 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 
 			checkShaped := func(name string) {
 				t.Helper()
-				pod := runnerPodFor(ns, name, false)
-				if err := r.Create(ctx, pod); err != nil {
-					t.Fatalf("creating runner pod %s: %v\nwebhook log:\n%s", name, err, w.log.String())
+				pod, failure := jobPod(ctx, t, cfg, runnerJobFor(ns, name, false))
+				if pod == nil {
+					t.Fatalf("runner Job %s got no pod: %s\nwebhook log:\n%s", name, failure, w.log.String())
 				}
 				env := envOf(pod)
 				for k, v := range map[string]string{
@@ -302,38 +379,49 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 			}
 			checkShaped("runner-1")
 
-			// A pod that breaks a rule is refused, and the user sees the rule.
-			err := r.Create(ctx, runnerPodFor(ns, "privileged", true))
-			if err == nil || !strings.Contains(err.Error(), "no-privileged") || !strings.Contains(err.Error(), `container "main"`) {
-				t.Errorf("privileged runner pod: error %v, want a denial naming rule no-privileged and container main", err)
+			// A pod that breaks a rule is refused, and the Job's events say
+			// which rule.
+			if _, failure := jobPod(ctx, t, cfg, runnerJobFor(ns, "privileged", true)); !strings.Contains(failure, "no-privileged") || !strings.Contains(failure, `container \"main\"`) && !strings.Contains(failure, `container "main"`) {
+				t.Errorf("privileged runner pod: %q, want a denial naming rule no-privileged and container main", failure)
+			}
+			// A pod that claims the runner label without a dispatcher's Job
+			// behind it gets nothing.
+			err := r.Create(ctx, runnerPodFor(ns, "claimed", false))
+			if err == nil || !strings.Contains(err.Error(), "claims the label runwarden.dev/runner") {
+				t.Errorf("a runner pod created directly: error %v, want the refusal of its claim", err)
 			}
 
 			// The validating configuration checks the pod as it will be
 			// stored: one changed after the mutating webhook's last pass (here,
 			// one it never saw) is refused if it breaks a rule, and admitted
 			// unchanged if not.
-			late := runnerPodFor(ns, "privileged-late", true)
-			late.Labels[validateOnly] = "true"
-			err = r.Create(ctx, late)
-			if err == nil || !strings.Contains(err.Error(), "no-privileged") || !strings.Contains(err.Error(), `container "main"`) {
-				t.Errorf("privileged runner pod seen only by the validating webhook: error %v, want a denial naming rule no-privileged and container main", err)
+			late := runnerJobFor(ns, "privileged-late", true)
+			late.Spec.Template.Labels[validateOnly] = "true"
+			if _, failure := jobPod(ctx, t, cfg, late); !strings.Contains(failure, "no-privileged") {
+				t.Errorf("privileged runner pod seen only by the validating webhook: %q, want a denial naming rule no-privileged", failure)
 			}
-			unshaped := runnerPodFor(ns, "validated-only", false)
-			unshaped.Labels[validateOnly] = "true"
-			if err := r.Create(ctx, unshaped); err != nil {
-				t.Errorf("a runner pod that breaks no rule, seen only by the validating webhook: %v", err)
+			unshapedJob := runnerJobFor(ns, "validated-only", false)
+			unshapedJob.Spec.Template.Labels[validateOnly] = "true"
+			if unshaped, failure := jobPod(ctx, t, cfg, unshapedJob); unshaped == nil {
+				t.Errorf("a runner pod that breaks no rule, seen only by the validating webhook: %s", failure)
 			} else if _, ok := envOf(unshaped)["AWS_ROLE_ARN"]; ok {
 				t.Errorf("the validating webhook changed a pod: env %v", envOf(unshaped))
 			}
 
-			// A pod that is not a runner pod is untouched.
-			plain := runnerPodFor(ns, "not-a-runner", true)
+			// A pod that is not a runner pod is untouched, but checked:
+			// the shape rules apply to every pod of a runner namespace.
+			plain := runnerPodFor(ns, "not-a-runner", false)
 			plain.Labels = map[string]string{"app": "web"}
 			if err := r.Create(ctx, plain); err != nil {
 				t.Fatalf("non-runner pod refused: %v", err)
 			}
 			if _, ok := envOf(plain)["AWS_ROLE_ARN"]; ok || plain.Spec.NodeSelector != nil {
 				t.Errorf("non-runner pod was mutated: env %v, nodeSelector %v", envOf(plain), plain.Spec.NodeSelector)
+			}
+			privilegedPlain := runnerPodFor(ns, "privileged-not-a-runner", true)
+			privilegedPlain.Labels = map[string]string{"app": "web"}
+			if err := r.Create(ctx, privilegedPlain); err == nil || !strings.Contains(err.Error(), "no-privileged") {
+				t.Errorf("a privileged pod without the runner label: error %v, want the no-privileged denial", err)
 			}
 
 			// A broken policy pushed at runtime is refused; the last good set stays.
@@ -378,16 +466,19 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 				t.Fatalf("the webhook still runs %s after SIGTERM\nwebhook log:\n%s", shutdownDelay+30*time.Second, w.log.String())
 			}
 
-			// With the webhook stopped, runner pods are refused (failurePolicy
-			// Fail) and other pods are still admitted.
-			if err := r.Create(ctx, runnerPodFor(ns, "runner-4", false)); err == nil {
-				t.Error("a runner pod was admitted with the webhook down")
+			// With the webhook stopped, the pods of the runner namespace are
+			// refused (failurePolicy Fail), and those of other namespaces are
+			// still admitted.
+			if pod, failure := jobPod(ctx, t, cfg, runnerJobFor(ns, "runner-4", false)); pod != nil || !strings.Contains(failure, "failed calling webhook") {
+				t.Errorf("a runner pod with the webhook down: pod %v, %q; want it refused as a failed call", pod != nil, failure)
 			}
-			plain2 := runnerPodFor(ns, "not-a-runner-2", false)
+			plain2 := runnerPodFor("default", "not-a-runner-"+ns[len(ns)-6:], false)
 			plain2.Labels = map[string]string{"app": "web"}
-			if err := r.Create(ctx, plain2); err != nil {
-				t.Errorf("a non-runner pod was refused with the webhook down: %v", err)
+			plain2.Spec.ServiceAccountName = ""
+			if err := cfg.Client().Resources("default").Create(ctx, plain2); err != nil {
+				t.Errorf("a pod of another namespace was refused with the webhook down: %v", err)
 			}
+			_ = cfg.Client().Resources("default").Delete(ctx, plain2)
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

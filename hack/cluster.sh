@@ -117,8 +117,14 @@ kwokctl_config() {
 	# The Job controller creates pods and writes Job status through the
 	# controller manager's client: its default 20 requests/s and 5 Job
 	# workers, not the API server, would bound every Job-heavy test.
+	# Each controller acts as its own service account, as kubeadm and most
+	# distributions run them: the Job controller creates pods as
+	# system:serviceaccount:kube-system:job-controller, the user the
+	# webhook requires of a runner pod's creator.
 	- name: kube-controller-manager
 	  extraArgs:
+	  - key: use-service-account-credentials
+	    value: "true"
 	  - key: kube-api-qps
 	    value: "300"
 	  - key: kube-api-burst

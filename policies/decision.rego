@@ -17,6 +17,12 @@ cfg := object.get(input, "config", {})
 
 audit if cfg.mode == "audit"
 
+# is_runner: the pod is a runner pod the webhook found earned (made by the
+# Job controller for a Job of runwarden's dispatcher). Other pods of a
+# runner namespace get the shape rules only. An input without the field (an
+# older caller) is a runner's.
+is_runner if object.get(input, "runner", true) == true
+
 # runner_containers are the containers mutations apply to by default.
 runner_containers := object.get(cfg, "containers", ["main"])
 

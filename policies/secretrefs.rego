@@ -36,6 +36,7 @@ violations contains violation("secret-ref-malformed", ref.container, sprintf("en
 	"container %q env %s: %s",
 	[ref.container, ref.env, ref.error],
 )) if {
+	is_runner
 	some ref in object.get(input, "secretRefs", [])
 	ref.error != ""
 }
@@ -44,6 +45,7 @@ violations contains violation("secret-ref-store", ref.container, sprintf("env %s
 	"container %q env %s: namespace %s may not read from store %q (allowed: %s)",
 	[ref.container, ref.env, input.namespace.name, ref.store, concat(", ", sort([s | some s in allowed_stores]))],
 )) if {
+	is_runner
 	some ref in object.get(input, "secretRefs", [])
 	ref.error == ""
 	not ref.store in allowed_stores
@@ -53,6 +55,7 @@ violations contains violation("secret-ref-name", ref.container, sprintf("env %s"
 	"container %q env %s: namespace %s may not read secret %q (allowed: %s)",
 	[ref.container, ref.env, input.namespace.name, ref.name, concat(", ", allowed_patterns)],
 )) if {
+	is_runner
 	some ref in object.get(input, "secretRefs", [])
 	ref.error == ""
 	ref.store in allowed_stores

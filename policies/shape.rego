@@ -9,8 +9,14 @@ all_containers := array.concat(
 	input.pod.spec.containers,
 )
 
+# Ephemeral containers (kubectl debug) are checked like the others where
+# they can be: they have no resources.
+ephemeral_containers := object.get(input.pod.spec, "ephemeralContainers", [])
+
+checked_containers := array.concat(all_containers, ephemeral_containers)
+
 violations contains violation("no-privileged", c.name, "securityContext.privileged", sprintf("container %q is privileged", [c.name])) if {
-	some c in all_containers
+	some c in checked_containers
 	c.securityContext.privileged == true
 }
 
@@ -20,7 +26,7 @@ violations contains violation("no-privileged", c.name, "securityContext.privileg
 # chart's pod template sets false for main, and runnerPodSecurity:
 # restricted has the API server require false of every container.
 violations contains violation("no-privilege-escalation", c.name, "securityContext.allowPrivilegeEscalation", sprintf("container %q allows privilege escalation", [c.name])) if {
-	some c in all_containers
+	some c in checked_containers
 	c.securityContext.allowPrivilegeEscalation == true
 }
 
@@ -53,7 +59,7 @@ violations contains violation("resources-required", c.name, sprintf("resources.%
 
 violations contains violation("allowed-registries", c.name, "image", sprintf("container %q image %q is not from an allowed registry (%s)", [c.name, c.image, concat(", ", shape.allowedRegistries)])) if {
 	count(object.get(shape, "allowedRegistries", [])) > 0
-	some c in all_containers
+	some c in checked_containers
 	not image_allowed(c.image)
 }
 
@@ -73,4 +79,59 @@ violations contains violation("git-url-allowed", "", "metadata.annotations[runwa
 git_url_allowed if {
 	some p in shape.gitURLAllowList
 	regex.match(p, repo_url)
+}
+
+# Ephemeral containers added to a runner pod (kubectl debug): refused unless
+# the platform allows them (ephemeralContainers.allow), and even then never
+# with a Secret or projected volume mounted or env read from a Secret. An
+# allowed debug container that targets "main" shares its process namespace
+# and can still read its environment through /proc: allowing them is a
+# trust decision (docs/policy.md).
+old_ephemeral_names := {c.name | some c in object.get(object.get(input, "oldPod", {}), ["spec", "ephemeralContainers"], [])}
+
+new_ephemeral contains c if {
+	some c in ephemeral_containers
+	not c.name in old_ephemeral_names
+}
+
+ephemeral_allowed if object.get(cfg, ["ephemeralContainers", "allow"], false) == true
+
+violations contains violation("no-ephemeral-containers", c.name, "spec.ephemeralContainers", sprintf("ephemeral container %q: debug containers on runner pods are off (platform configuration ephemeralContainers.allow)", [c.name])) if {
+	is_runner
+	not ephemeral_allowed
+	some c in new_ephemeral
+}
+
+credential_volumes contains v.name if {
+	some v in object.get(input.pod.spec, "volumes", [])
+	v.secret
+}
+
+credential_volumes contains v.name if {
+	some v in object.get(input.pod.spec, "volumes", [])
+	v.projected
+}
+
+violations contains violation("ephemeral-no-credentials", c.name, sprintf("volumeMounts[%s]", [m.name]), sprintf("ephemeral container %q mounts volume %q, which holds credentials", [c.name, m.name])) if {
+	is_runner
+	ephemeral_allowed
+	some c in new_ephemeral
+	some m in object.get(c, "volumeMounts", [])
+	m.name in credential_volumes
+}
+
+violations contains violation("ephemeral-no-credentials", c.name, sprintf("env %s", [e.name]), sprintf("ephemeral container %q reads env %s from a Secret", [c.name, e.name])) if {
+	is_runner
+	ephemeral_allowed
+	some c in new_ephemeral
+	some e in object.get(c, "env", [])
+	e.valueFrom.secretKeyRef
+}
+
+violations contains violation("ephemeral-no-credentials", c.name, "envFrom", sprintf("ephemeral container %q reads env from Secret %q", [c.name, f.secretRef.name])) if {
+	is_runner
+	ephemeral_allowed
+	some c in new_ephemeral
+	some f in object.get(c, "envFrom", [])
+	f.secretRef
 }

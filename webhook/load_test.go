@@ -20,9 +20,12 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -330,8 +333,11 @@ func loadPod() *corev1.Pod {
 	res := corev1.ResourceRequirements{}
 	_ = yaml.Unmarshal([]byte("{requests: {cpu: '1', memory: 1Gi}, limits: {cpu: '1', memory: 1Gi}}"), &res)
 	return &corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{rwadmission.RunnerLabel: "true", "runwarden.dev/task-id": "1"}},
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{rwadmission.RunnerLabel: "true", "runwarden.dev/task-id": "1"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "task-1", UID: "job-uid-1", Controller: ptr.To(true)}},
+		},
 		Spec: corev1.PodSpec{ServiceAccountName: "runner", Containers: []corev1.Container{{
 			Name: "main", Image: "registry.example.com/runner:1", Resources: res,
 			Env: []corev1.EnvVar{{Name: "DB_PASSWORD", Value: "${vault:secret/db.password@team-a}"}},
@@ -355,6 +361,7 @@ func loadRequest(b *testing.B) (review, opaInput []byte) {
 		Request: &admissionv1.AdmissionRequest{
 			UID: "1", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
 			Namespace: "team-a", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
+			UserInfo: authenticationv1.UserInfo{Username: rwadmission.DefaultJobControllerUsers[0]},
 		},
 	}
 	review, _ = json.Marshal(ar)
@@ -379,9 +386,9 @@ func startRunwarden(b *testing.B) string {
 	_ = yaml.Unmarshal([]byte(loadPlatform), &cfg)
 	ns, sa := loadObjects()
 	h := rwadmission.New(rwadmission.Options{
-		Policies: staticSet{set}, Reader: sharedReader{ns: ns, sa: sa}, Config: cfg, Mutate: true,
+		Policies: staticSet{set}, Reader: sharedReader{ns: ns, sa: sa}, Jobs: sharedReader{ns: ns, sa: sa}, Config: cfg, Mutate: true,
 	})
-	srv := httptest.NewUnstartedServer(rwadmission.Detached(rwadmission.Pooled(&webhook.Admission{Handler: h}, 0), make(chan struct{})))
+	srv := httptest.NewUnstartedServer(rwadmission.Detached(rwadmission.Pooled(rwadmission.Undecided(&webhook.Admission{Handler: h}), 0), make(chan struct{})))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	b.Cleanup(srv.Close)
@@ -402,6 +409,13 @@ func (r sharedReader) Get(_ context.Context, key client.ObjectKey, obj client.Ob
 		*o = *r.ns
 	case *corev1.ServiceAccount:
 		*o = *r.sa
+	case *batchv1.Job:
+		// The Job a runner pod belongs to (read from the API server in
+		// the webhook: one read per runner pod).
+		*o = batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, UID: "job-uid-1", Labels: map[string]string{rwadmission.DispatcherLabel: "d-1"}},
+			Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{rwadmission.RunnerLabel: "true"}}}},
+		}
 	default:
 		return fmt.Errorf("unexpected %T %s", obj, key)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,7 +51,8 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	cfgFile := fs.String("config", "", "platform configuration (YAML)")
 	dir := fs.String("policies", "", "policy folder (default: the shipped policies)")
 	// Runner pods are created by the Job controller, not the dispatcher.
-	user := fs.String("user", "system:serviceaccount:kube-system:job-controller", "requesting user policies see as input.user.username (runner pods are created by the Job controller)")
+	user := fs.String("user", rwadmission.DefaultJobControllerUsers[0], "requesting user policies see as input.user.username (runner pods are created by the Job controller; a pod labelled runwarden.dev/runner that another user creates is refused, as the webhook refuses it)")
+	jobUsers := fs.String("job-controller-users", strings.Join(rwadmission.DefaultJobControllerUsers, ","), "comma-separated users the Job controller creates pods as, as the webhook's flag")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -81,11 +83,20 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
 		return 2
 	}
+	// The webhook also checks the pod's Job, which needs a cluster: here
+	// only who creates it is checked, and a pod labelled a runner is
+	// evaluated as an earned one, else as another pod of a runner namespace.
+	runner := pod.Labels[rwadmission.RunnerLabel] == "true"
+	if runner && !slices.Contains(strings.Split(*jobUsers, ","), *user) {
+		fmt.Fprintf(stdout, "# the pod would be DENIED: it claims the label %s: \"true\", and %s is not the Job controller (%s)\n", rwadmission.RunnerLabel, *user, *jobUsers)
+		return 1
+	}
 	in, err := rwadmission.BuildInput(ctx, nil, pod, "CREATE", *user, nil, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
 		return 3
 	}
+	in.Runner = runner
 	in.Namespace = policy.NamespaceInfo{Name: pod.Namespace, Labels: orEmpty(ns.Labels), Annotations: orEmpty(ns.Annotations)}
 	// As the webhook reads it: the pod's service account, or default.
 	in.ServiceAccount = policy.ObjectInfo{Name: cmp.Or(pod.Spec.ServiceAccountName, "default"), Annotations: map[string]string{}}
@@ -117,6 +128,11 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if clashes := rwadmission.MountClashes(pod, d.Mutations); len(clashes) > 0 {
 		fmt.Fprintf(stdout, "# the pod would be DENIED: %s\n", strings.Join(clashes, "; "))
 		return 1
+	}
+	if !runner {
+		// Another pod of a runner namespace: checked, never shaped.
+		fmt.Fprintln(stdout, "# not a runner pod: allowed, unchanged")
+		return 0
 	}
 	rwadmission.Apply(pod, d.Mutations)
 	out, _ = yaml.Marshal(map[string]any{"pod": pod})

@@ -49,6 +49,11 @@ func TestRun(t *testing.T) {
 			args:     []string{"policy", "eval", "--pod", "testdata/invalid-pod.yaml", "--policies", "testdata"},
 			wantCode: 3, wantStderr: []string{"no .rego files"},
 		},
+		{
+			name:     "policy eval of a runner pod another user creates",
+			args:     []string{"policy", "eval", "--pod", "testdata/valid-pod.yaml", "--config", "testdata/platform.yaml", "--user", "system:serviceaccount:team-a:intruder"},
+			wantCode: 1, wantStdout: []string{"DENIED", "system:serviceaccount:team-a:intruder is not the Job controller"},
+		},
 		{name: "policy eval needs a pod", args: []string{"policy", "eval"}, wantCode: 2, wantStderr: []string{"--pod is required"}},
 		{name: "policy eval of a missing file", args: []string{"policy", "eval", "--pod", "testdata/none.yaml"}, wantCode: 2, wantStderr: []string{"none.yaml"}},
 	}

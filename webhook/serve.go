@@ -62,11 +62,13 @@ type serveConfig struct {
 	logLevel       string
 	namespace      string
 	shutdownDelay  time.Duration
+	jobController  []string
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	var c serveConfig
 	var hosts string
+	jobController := strings.Join(rwadmission.DefaultJobControllerUsers, ",")
 	fs := flag.NewFlagSet("runwarden-webhook serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.bindAddress, "bind-address", "", "address the webhook server listens on (default: all)")
@@ -85,6 +87,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG when set, else in-cluster, else ~/.kube/config)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 5*time.Second, "on SIGTERM, keep serving this long with /readyz failing, so the API server stops calling this pod before it closes (0: stop at once)")
+	fs.StringVar(&jobController, "job-controller-users", jobController, "comma-separated users the Job controller creates pods as: only their pods, for a Job of runwarden's dispatcher, may carry the label runwarden.dev/runner")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -95,6 +98,14 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 		if h = strings.TrimSpace(h); h != "" {
 			c.certHosts = append(c.certHosts, h)
 		}
+	}
+	for _, u := range strings.Split(jobController, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			c.jobController = append(c.jobController, u)
+		}
+	}
+	if len(c.jobController) == 0 {
+		return c, errors.New("--job-controller-users is empty: no pod could be a runner pod")
 	}
 	switch c.certMode {
 	case "self":
@@ -239,7 +250,9 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	// GetWebhookServer also adds the server to the manager's runnables.
 	server := mgr.GetWebhookServer()
 	for path, mutate := range map[string]bool{MutatePath: true, ValidatePath: false} {
-		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec, Namespace: c.namespace})
+		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec, Namespace: c.namespace,
+			Jobs: mgr.GetAPIReader(), JobControllerUsers: c.jobController,
+		})
 		// The manager stops the server only after mctx ends: from then on
 		// a cancelled request context is the server's doing, not the client's.
 		server.Register(path, rwadmission.Detached(rwadmission.Pooled(rwadmission.Undecided(&webhook.Admission{Handler: h}), 0), mctx.Done()))

@@ -54,11 +54,11 @@ func TestDetachedFinishesRequestsInFlightAtShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader := &heldReader{
-		Reader:  fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}).Build(),
+		Reader:  fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, taskJob()).Build(),
 		entered: make(chan struct{}),
 		release: make(chan struct{}),
 	}
-	h := New(Options{Policies: staticPolicies{set}, Reader: reader, Config: platformConfig, Mutate: true})
+	h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: platformConfig, Mutate: true})
 	stopping := make(chan struct{})
 	srv := httptest.NewUnstartedServer(Detached(Pooled(&webhook.Admission{Handler: h}, 1), stopping))
 	base, cancelBase := context.WithCancel(context.Background())

@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -22,9 +25,18 @@ import (
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
-// RunnerLabel marks runner pods; the webhook configuration selects on it,
-// and the handler checks it again.
+// RunnerLabel marks runner pods; the mutating webhook configuration selects
+// on it, and the handler checks that the pod earned it.
 const RunnerLabel = "runwarden.dev/runner"
+
+// DispatcherLabel is on every Job runwarden's dispatcher makes.
+const DispatcherLabel = "runwarden.dev/dispatcher"
+
+// DefaultJobControllerUsers are the users the Job controller of
+// kube-controller-manager creates pods as: its own service account with
+// --use-service-account-credentials (the default of kubeadm and most
+// distributions), else the controller manager's user.
+var DefaultJobControllerUsers = []string{"system:serviceaccount:kube-system:job-controller", "system:kube-controller-manager"}
 
 // Policies gives the policy set in force.
 type Policies interface {
@@ -56,6 +68,14 @@ type Options struct {
 	// elsewhere (a webhook configuration wider than the chart's) is refused.
 	// Default: every namespace.
 	Namespace string
+	// Jobs reads the Job that owns a pod claiming the runner label, from the
+	// API server (not a cache: the Job was made moments before its pod).
+	// Default: none, and every such claim is refused.
+	Jobs client.Reader
+	// JobControllerUsers are the users the Job controller creates pods as;
+	// only their pods may claim the runner label. Default:
+	// DefaultJobControllerUsers.
+	JobControllerUsers []string
 }
 
 // Handler answers admission requests for runner pods.
@@ -69,6 +89,9 @@ var _ admission.Handler = (*Handler)(nil)
 func New(opts Options) *Handler {
 	if opts.Config == nil {
 		opts.Config = map[string]any{}
+	}
+	if len(opts.JobControllerUsers) == 0 {
+		opts.JobControllerUsers = DefaultJobControllerUsers
 	}
 	return &Handler{opts: opts}
 }
@@ -85,21 +108,50 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 
 func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
 	logger := log.FromContext(ctx).WithValues("namespace", req.Namespace, "operation", req.Operation)
-	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
-		return admission.Allowed("runwarden admits only the creation of pods"), "skipped"
+	if !checked(req) {
+		return admission.Allowed("runwarden checks the creation and update of pods, and ephemeral containers"), "skipped"
 	}
-	pod, err := decodePod(req)
+	if h.opts.Mutate && req.Operation != admissionv1.Create {
+		// Only a pod being created is shaped; changes are the validating
+		// configuration's to check.
+		return admission.Allowed("runwarden shapes pods at creation only"), "skipped"
+	}
+	pod, err := decodePod(req.Object.Raw)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err)), "error"
 	}
-	if pod.Labels[RunnerLabel] != "true" {
-		return admission.Allowed("not a runner pod"), "skipped"
+	var old *corev1.Pod
+	if req.Operation == admissionv1.Update {
+		if old, err = decodePod(req.OldObject.Raw); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod before the update: %w", err)), "error"
+		}
 	}
 	if pod.Namespace == "" {
 		pod.Namespace = req.Namespace
 	}
+	claimed := pod.Labels[RunnerLabel] == "true"
+	if h.opts.Mutate && !claimed {
+		return admission.Allowed("not a runner pod"), "skipped"
+	}
 	if h.opts.Namespace != "" && pod.Namespace != h.opts.Namespace {
+		if !claimed {
+			return admission.Allowed("not a runner pod, outside the runner namespace"), "skipped"
+		}
 		return admission.Denied(fmt.Sprintf("runwarden: this webhook admits runner pods in namespace %s only (its --runner-namespace), and this pod is in %s: its webhook configuration sends it more than it serves", h.opts.Namespace, pod.Namespace)), "denied"
+	}
+	runner := claimed
+	switch {
+	case old != nil && (old.Labels[RunnerLabel] == "true") != claimed:
+		return admission.Denied(fmt.Sprintf("runwarden: the label %s cannot be added to or removed from a pod: a pod is a runner from its creation, or never", RunnerLabel)), "denied"
+	case old == nil && claimed:
+		why, err := h.earned(ctx, pod, req.UserInfo.Username)
+		if err != nil {
+			logger.Error(err, "reading the Job of a runner pod")
+			return admission.Errored(http.StatusInternalServerError, err), "error"
+		}
+		if why != "" {
+			return admission.Denied(fmt.Sprintf(`runwarden: this pod claims the label %s: "true", which only pods the Job controller makes for a Job of runwarden's dispatcher carry, but %s; remove the label, or submit the work as a task`, RunnerLabel, why)), "denied"
+		}
 	}
 	set := h.opts.Policies.Current()
 	in, err := BuildInput(ctx, h.opts.Reader, pod, string(req.Operation), req.UserInfo.Username, req.UserInfo.Groups, h.opts.Config)
@@ -107,6 +159,7 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		logger.Error(err, "building the policy input")
 		return admission.Errored(http.StatusInternalServerError, err), "error"
 	}
+	in.Runner, in.OldPod, in.SubResource = runner, old, req.SubResource
 	d, err := set.Eval(ctx, in)
 	if err != nil {
 		logger.Error(err, "evaluating the policies", "policies", set.Digest)
@@ -143,16 +196,65 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	return resp, "mutated"
 }
 
-// decodePod decodes the request's pod. The API server sends admission
+// checked tells whether the handler decides on a request: the creation or
+// update of a pod, or containers added to one (pods/ephemeralcontainers).
+// Status updates and other subresources are not its business.
+func checked(req admission.Request) bool {
+	if req.Kind.Kind != "Pod" {
+		return false
+	}
+	switch req.Operation {
+	case admissionv1.Create:
+		return req.SubResource == ""
+	case admissionv1.Update:
+		return req.SubResource == "" || req.SubResource == "ephemeralcontainers"
+	}
+	return false
+}
+
+// earned says why a pod that claims the runner label may not have it, or
+// "" when it may: the Job controller creates it, for the Job its controller
+// reference names (UID included), and that Job was made by runwarden's
+// dispatcher: it carries the dispatcher label and the runner label on its
+// pod template. Only the dispatcher's service account may create such a Job
+// (the chart's ValidatingAdmissionPolicy). An error is a failed read.
+func (h *Handler) earned(ctx context.Context, pod *corev1.Pod, user string) (string, error) {
+	if !slices.Contains(h.opts.JobControllerUsers, user) {
+		return fmt.Sprintf("it is created by %s, not by the Job controller (%s)", user, strings.Join(h.opts.JobControllerUsers, ", ")), nil
+	}
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "Job" || ref.APIVersion != "batch/v1" {
+		return "it has no controller reference to a Job", nil
+	}
+	if h.opts.Jobs == nil {
+		return "this webhook cannot read Jobs to check its own", nil
+	}
+	j := &batchv1.Job{}
+	switch err := h.opts.Jobs.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: ref.Name}, j); {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("its Job %s does not exist", ref.Name), nil
+	case err != nil:
+		return "", fmt.Errorf("reading Job %s/%s: %w", pod.Namespace, ref.Name, err)
+	}
+	switch {
+	case j.UID != ref.UID:
+		return fmt.Sprintf("its controller reference names Job %s with UID %s, and that Job's UID is %s", ref.Name, ref.UID, j.UID), nil
+	case j.Labels[DispatcherLabel] == "" || j.Spec.Template.Labels[RunnerLabel] != "true":
+		return fmt.Sprintf("its Job %s was not made by runwarden's dispatcher (it lacks the label %s, or its pod template the label %s)", ref.Name, DispatcherLabel, RunnerLabel), nil
+	}
+	return "", nil
+}
+
+// decodePod decodes a pod of the request. The API server sends admission
 // requests as JSON; the pod is decoded straight from it as the API
 // machinery's JSON serializer decodes (case-sensitive, integers kept),
 // without first sniffing the object's type: the request's kind says it.
-func decodePod(req admission.Request) (*corev1.Pod, error) {
-	if len(req.Object.Raw) == 0 {
+func decodePod(raw []byte) (*corev1.Pod, error) {
+	if len(raw) == 0 {
 		return nil, errors.New("the request holds no object")
 	}
 	pod := &corev1.Pod{}
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(req.Object.Raw, pod); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(raw, pod); err != nil {
 		return nil, err
 	}
 	return pod, nil

@@ -1,7 +1,9 @@
 package admission
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -11,10 +13,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -39,6 +44,24 @@ var platformConfig = map[string]any{
 	"shape": map[string]any{"allowedRegistries": []any{"registry.example.com"}},
 }
 
+// jobController is the user the Job controller creates pods as.
+const jobController = "system:serviceaccount:kube-system:job-controller"
+
+// taskJob is the Job runnerPod's pods belong to, as the dispatcher makes it.
+func taskJob() *batchv1.Job {
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "task-1", Namespace: "team-a", UID: "job-uid-1", Labels: map[string]string{DispatcherLabel: "d-1"}},
+		Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{RunnerLabel: "true"}}}},
+	}
+}
+
+// jobIn is taskJob in another namespace.
+func jobIn(ns string) *batchv1.Job {
+	j := taskJob()
+	j.Namespace = ns
+	return j
+}
+
 func newHandler(t testing.TB, mutate bool) *Handler {
 	t.Helper()
 	set, err := policy.Load(t.Context(), policies.FS, "embedded")
@@ -50,14 +73,18 @@ func newHandler(t testing.TB, mutate bool) *Handler {
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: "team-a", Annotations: map[string]string{
 			"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/runner",
 		}}},
+		taskJob(), jobIn("team-b"),
 	).Build()
-	return New(Options{Policies: staticPolicies{set}, Reader: reader, Config: platformConfig, Mutate: mutate})
+	return New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: platformConfig, Mutate: mutate})
 }
 
 func runnerPod(image string) *corev1.Pod {
 	return &corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{RunnerLabel: "true"}},
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{RunnerLabel: "true"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "task-1", UID: "job-uid-1", Controller: ptr.To(true)}},
+		},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: "runner",
 			Containers: []corev1.Container{{
@@ -77,6 +104,7 @@ func request(t testing.TB, pod *corev1.Pod) admission.Request {
 	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		UID: "1", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Namespace: pod.Namespace,
 		Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
+		UserInfo: authenticationv1.UserInfo{Username: jobController},
 	}}
 }
 
@@ -329,9 +357,9 @@ func TestHandlerAdmitsDespiteBadNamespaceAnnotations(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			reader := fake.NewClientBuilder().WithObjects(
-				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Annotations: tt.annotations}},
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Annotations: tt.annotations}}, taskJob(),
 			).Build()
-			h := New(Options{Policies: staticPolicies{set}, Reader: reader, Config: platformConfig, Mutate: true})
+			h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: platformConfig, Mutate: true})
 			pod := runnerPod("registry.example.com/runner:1")
 			resp := h.Handle(t.Context(), request(t, pod))
 			if !resp.Allowed {
@@ -349,5 +377,166 @@ func TestHandlerAdmitsDespiteBadNamespaceAnnotations(t *testing.T) {
 				t.Errorf("tolerations (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// failingReader fails every read.
+type failingReader struct{ client.Reader }
+
+func (failingReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return errors.New("connection refused")
+}
+
+// TestRunnerStatusIsEarned: a pod gets the runner's shape and credentials
+// only if the Job controller makes it for a Job of the dispatcher; every
+// other claim of the runner label is refused, naming why, and a Job that
+// cannot be read is a failure to decide, not a denial.
+func TestRunnerStatusIsEarned(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		mut    func(*corev1.Pod, *admission.Request, *Options)
+		code   int32
+		reason string
+	}{
+		{name: "earned", code: http.StatusOK},
+		{name: "created by another user", mut: func(_ *corev1.Pod, r *admission.Request, _ *Options) {
+			r.UserInfo.Username = "system:serviceaccount:team-a:intruder"
+		}, code: http.StatusForbidden, reason: "it is created by system:serviceaccount:team-a:intruder, not by the Job controller"},
+		{name: "no controller reference", mut: func(p *corev1.Pod, _ *admission.Request, _ *Options) { p.OwnerReferences = nil }, code: http.StatusForbidden, reason: "it has no controller reference to a Job"},
+		{name: "a Job that does not exist", mut: func(p *corev1.Pod, _ *admission.Request, _ *Options) { p.OwnerReferences[0].Name = "other" }, code: http.StatusForbidden, reason: "its Job other does not exist"},
+		{name: "a forged UID", mut: func(p *corev1.Pod, _ *admission.Request, _ *Options) { p.OwnerReferences[0].UID = "forged" }, code: http.StatusForbidden, reason: "names Job task-1 with UID forged, and that Job's UID is job-uid-1"},
+		{name: "a Job not made by the dispatcher", mut: func(_ *corev1.Pod, _ *admission.Request, o *Options) {
+			j := taskJob()
+			j.Labels = nil
+			o.Jobs = fake.NewClientBuilder().WithObjects(j).Build()
+		}, code: http.StatusForbidden, reason: "its Job task-1 was not made by runwarden's dispatcher"},
+		{name: "Jobs cannot be read", mut: func(_ *corev1.Pod, _ *admission.Request, o *Options) { o.Jobs = failingReader{} }, code: http.StatusInternalServerError, reason: "reading Job team-a/task-1: connection refused"},
+		{name: "another Job controller user", mut: func(_ *corev1.Pod, r *admission.Request, o *Options) {
+			r.UserInfo.Username = "system:serviceaccount:kube-system:custom-jobs"
+			o.JobControllerUsers = []string{"system:serviceaccount:kube-system:custom-jobs"}
+		}, code: http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			set, err := policy.Load(t.Context(), policies.FS, "embedded")
+			if err != nil {
+				t.Fatal(err)
+			}
+			reader := fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, taskJob()).Build()
+			o := Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: platformConfig, Mutate: true}
+			pod := runnerPod("registry.example.com/runner:1")
+			req := request(t, pod)
+			if tt.mut != nil {
+				tt.mut(pod, &req, &o)
+				raw, _ := json.Marshal(pod)
+				req.Object.Raw = raw
+			}
+			resp := New(o).Handle(t.Context(), req)
+			if tt.code == http.StatusOK {
+				if !resp.Allowed || len(resp.Patches) == 0 {
+					t.Errorf("allowed %v with %d patches (%+v), want the runner shaped", resp.Allowed, len(resp.Patches), resp.Result)
+				}
+				return
+			}
+			if resp.Allowed || resp.Result.Code != tt.code || !strings.Contains(resp.Result.Message, tt.reason) {
+				t.Errorf("allowed %v, %d %q; want %d naming %q", resp.Allowed, resp.Result.Code, resp.Result.Message, tt.code, tt.reason)
+			}
+		})
+	}
+}
+
+// TestValidatingChecksEveryChange: the validating handler decides on every
+// pod of the namespace and every way to change one: other pods get the shape
+// rules, an update is checked as the pod it makes, the runner label cannot
+// be added or removed, and an ephemeral container on a runner pod is refused.
+func TestValidatingChecksEveryChange(t *testing.T) {
+	t.Parallel()
+	update := func(t *testing.T, old, pod *corev1.Pod, sub string) admission.Request {
+		req := request(t, pod)
+		req.Operation, req.SubResource = admissionv1.Update, sub
+		req.UserInfo.Username = "alice"
+		raw, _ := json.Marshal(old)
+		req.OldObject.Raw = raw
+		return req
+	}
+	plain := func(privileged bool) *corev1.Pod {
+		p := runnerPod("registry.example.com/web:1")
+		p.Labels, p.OwnerReferences = map[string]string{"app": "web"}, nil
+		if privileged {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		}
+		return p
+	}
+	tests := []struct {
+		name    string
+		req     func(t *testing.T) admission.Request
+		allowed bool
+		want    string
+	}{
+		{name: "a plain pod", allowed: true, req: func(t *testing.T) admission.Request {
+			r := request(t, plain(false))
+			r.UserInfo.Username = "alice"
+			return r
+		}},
+		{name: "a privileged plain pod", want: "no-privileged", req: func(t *testing.T) admission.Request {
+			r := request(t, plain(true))
+			r.UserInfo.Username = "alice"
+			return r
+		}},
+		{name: "a plain pod claiming the runner label", want: "it is created by alice", req: func(t *testing.T) admission.Request {
+			r := request(t, runnerPod("registry.example.com/runner:1"))
+			r.UserInfo.Username = "alice"
+			return r
+		}},
+		{name: "an image from elsewhere on a running runner", want: "allowed-registries", req: func(t *testing.T) admission.Request {
+			old := runnerPod("registry.example.com/runner:1")
+			return update(t, old, runnerPod("evil.example.net/runner:1"), "")
+		}},
+		{name: "an update that keeps the runner's shape", allowed: true, req: func(t *testing.T) admission.Request {
+			old := runnerPod("registry.example.com/runner:1")
+			pod := runnerPod("registry.example.com/runner:1")
+			pod.Annotations = map[string]string{"note": "x"}
+			return update(t, old, pod, "")
+		}},
+		{name: "adding the runner label", want: "cannot be added to or removed from a pod", req: func(t *testing.T) admission.Request {
+			return update(t, plain(false), runnerPod("registry.example.com/web:1"), "")
+		}},
+		{name: "removing the runner label", want: "cannot be added to or removed from a pod", req: func(t *testing.T) admission.Request {
+			return update(t, runnerPod("registry.example.com/web:1"), plain(false), "")
+		}},
+		{name: "a debug container on a runner", want: "no-ephemeral-containers", req: func(t *testing.T) admission.Request {
+			old := runnerPod("registry.example.com/runner:1")
+			pod := runnerPod("registry.example.com/runner:1")
+			pod.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "registry.example.com/debug:1"}}}
+			return update(t, old, pod, "ephemeralcontainers")
+		}},
+		{name: "a debug container on a plain pod", allowed: true, req: func(t *testing.T) admission.Request {
+			pod := plain(false)
+			pod.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "registry.example.com/debug:1"}}}
+			return update(t, plain(false), pod, "ephemeralcontainers")
+		}},
+		{name: "a status update", allowed: true, req: func(t *testing.T) admission.Request {
+			return update(t, runnerPod("registry.example.com/runner:1"), runnerPod("evil.example.net/runner:1"), "status")
+		}},
+	}
+	h := newHandler(t, false)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			resp := h.Handle(t.Context(), tt.req(t))
+			if resp.Allowed != tt.allowed || len(resp.Patches) != 0 {
+				t.Fatalf("allowed %v with %d patches (%+v), want allowed %v and no patch", resp.Allowed, len(resp.Patches), resp.Result, tt.allowed)
+			}
+			if !tt.allowed && !strings.Contains(resp.Result.Message, tt.want) {
+				t.Errorf("denial %q does not name %q", resp.Result.Message, tt.want)
+			}
+		})
+	}
+	// The mutating handler shapes pods at creation only.
+	old := runnerPod("registry.example.com/runner:1")
+	if resp := newHandler(t, true).Handle(t.Context(), update(t, old, runnerPod("evil.example.net/runner:1"), "")); !resp.Allowed || len(resp.Patches) != 0 {
+		t.Errorf("mutating an update: allowed %v with %d patches", resp.Allowed, len(resp.Patches))
 	}
 }

@@ -54,8 +54,18 @@ type ContainerVolumeMount struct {
 
 // Input is the document the policies decide on.
 type Input struct {
-	Operation      string         `json:"operation"`
-	Pod            *corev1.Pod    `json:"pod"`
+	Operation string `json:"operation"`
+	// SubResource is "ephemeralcontainers" when containers are added to
+	// a running pod (kubectl debug), else empty.
+	SubResource string      `json:"subResource,omitempty"`
+	Pod         *corev1.Pod `json:"pod"`
+	// OldPod is the pod before an UPDATE.
+	OldPod *corev1.Pod `json:"oldPod,omitempty"`
+	// Runner tells whether the pod is an earned runner pod: made by the Job
+	// controller for a Job of runwarden's dispatcher. Other pods of a
+	// runner namespace reach the validating webhook only, for the shape
+	// rules.
+	Runner         bool           `json:"runner"`
 	Namespace      NamespaceInfo  `json:"namespace"`
 	ServiceAccount ObjectInfo     `json:"serviceAccount"`
 	User           UserInfo       `json:"user"`

@@ -331,6 +331,7 @@ func sortedKeys[V any](m map[string]V) []string {
 func probeInput() *Input {
 	return &Input{
 		Operation: "CREATE",
+		Runner:    true,
 		Pod: &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "runners", Labels: map[string]string{"runwarden.dev/runner": "true"}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "runner"}}, RestartPolicy: corev1.RestartPolicyNever},

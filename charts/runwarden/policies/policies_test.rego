@@ -368,3 +368,53 @@ test_custom_runner_containers if {
 		e.containers == ["main", "sidecar"]
 	}
 }
+
+# A pod of a runner namespace that is not an earned runner gets the shape
+# rules, not the secret-reference rules (it gets no credentials).
+test_non_runner_pods_get_shape_rules_only if {
+	inp := json.patch(input_with({}), [
+		{"op": "add", "path": "/runner", "value": false},
+		{"op": "add", "path": "/pod/spec/containers/0/securityContext", "value": {"privileged": true}},
+		{"op": "add", "path": "/secretRefs", "value": [{"container": "main", "env": "X", "store": "vault", "error": "malformed secret reference ${vault:x}"}]},
+	])
+	d := admission.decision with input as inp
+	rules := {v.rule | some v in d.deny}
+	rules == {"no-privileged"}
+}
+
+ephemeral_input(cfg, container) := json.patch(input_with(cfg), [
+	{"op": "add", "path": "/operation", "value": "UPDATE"},
+	{"op": "add", "path": "/runner", "value": true},
+	{"op": "add", "path": "/subResource", "value": "ephemeralcontainers"},
+	{"op": "add", "path": "/oldPod", "value": json.patch(base_pod, [{"op": "add", "path": "/spec/ephemeralContainers", "value": [{"name": "old", "image": "registry.example.com/debug:1"}]}])},
+	{"op": "add", "path": "/pod/spec/volumes", "value": [{"name": "vault-token", "secret": {"secretName": "vault-token"}}, {"name": "work", "emptyDir": {}}]},
+	{"op": "add", "path": "/pod/spec/ephemeralContainers", "value": [{"name": "old", "image": "registry.example.com/debug:1"}, container]},
+])
+
+test_ephemeral_containers_refused_by_default if {
+	d := admission.decision with input as ephemeral_input({}, {"name": "debugger", "image": "registry.example.com/debug:1"})
+	[v.rule | some v in d.deny] == ["no-ephemeral-containers"]
+	contains(d.deny[0].message, `ephemeral container "debugger"`)
+}
+
+test_ephemeral_containers_allowed_without_credentials if {
+	cfg := {"ephemeralContainers": {"allow": true}}
+	ok := admission.decision with input as ephemeral_input(cfg, {"name": "debugger", "image": "registry.example.com/debug:1", "volumeMounts": [{"name": "work", "mountPath": "/w"}]})
+	ok.deny == []
+	mounted := admission.decision with input as ephemeral_input(cfg, {"name": "debugger", "image": "registry.example.com/debug:1", "volumeMounts": [{"name": "vault-token", "mountPath": "/t"}]})
+	[v.message | some v in mounted.deny] == [`ephemeral-no-credentials: ephemeral container "debugger" mounts volume "vault-token", which holds credentials`]
+	env := admission.decision with input as ephemeral_input(cfg, {"name": "debugger", "image": "registry.example.com/debug:1", "env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "vault-token", "key": "token"}}}], "envFrom": [{"secretRef": {"name": "aws-creds"}}]})
+	count(env.deny) == 2
+	privileged := admission.decision with input as ephemeral_input(cfg, {"name": "debugger", "image": "registry.example.com/debug:1", "securityContext": {"privileged": true}})
+	[v.rule | some v in privileged.deny] == ["no-privileged"]
+}
+
+test_image_change_on_update_is_checked if {
+	inp := json.patch(input_with({"shape": {"allowedRegistries": ["registry.example.com"]}}), [
+		{"op": "add", "path": "/operation", "value": "UPDATE"},
+		{"op": "add", "path": "/oldPod", "value": base_pod},
+		{"op": "add", "path": "/pod/spec/containers/0/image", "value": "evil.example.net/runner:1"},
+	])
+	d := admission.decision with input as inp
+	[v.rule | some v in d.deny] == ["allowed-registries"]
+}

@@ -88,10 +88,29 @@ clientConfig:
   {{- else }}
   service: {name: {{ $svc }}, namespace: {{ $root.Release.Namespace | quote }}, path: {{ .path }}, port: 443}
   {{- end }}
+{{- if .validating }}
+# Every pod of the runner namespace, and every way to change one: other
+# pods get the shape rules, and no pod takes the runner label, or changes
+# its image or adds a debug container, unchecked.
+rules:
+- {operations: [CREATE, UPDATE], apiGroups: [""], apiVersions: [v1], resources: [pods, pods/ephemeralcontainers]}
+# An update that changes neither the spec nor the labels and annotations
+# (the Job controller removing its finalizer from every pod it tracks)
+# needs no decision, and must not wait for the webhook.
+matchConditions:
+- name: changes-what-is-checked
+  expression: >-
+    request.operation != 'UPDATE' || object.spec != oldObject.spec ||
+    !((!has(object.metadata.labels) && !has(oldObject.metadata.labels)) ||
+      (has(object.metadata.labels) && has(oldObject.metadata.labels) && object.metadata.labels == oldObject.metadata.labels)) ||
+    !((!has(object.metadata.annotations) && !has(oldObject.metadata.annotations)) ||
+      (has(object.metadata.annotations) && has(oldObject.metadata.annotations) && object.metadata.annotations == oldObject.metadata.annotations))
+{{- else }}
 rules:
 - {operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}
 objectSelector:
   matchLabels: {runwarden.dev/runner: "true"}
+{{- end }}
 # This release's runner namespace only; never kube-system or its own.
 namespaceSelector:
   matchLabels: {runwarden.dev/runners: enabled}
