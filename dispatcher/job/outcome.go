@@ -150,8 +150,13 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 		// Job controller retries, and so does this check. (Not in a Job's
 		// first seconds: its pod is normally on its way, and reading events
 		// costs the API server a scan of the namespace's events.)
-		if w := o.warnings(ctx, "Job", j.Namespace, []string{j.Name}); strings.Contains(w, "FailedCreate") && DeniedByAdmission(w) {
-			return Outcome{Phase: PhaseFailed, Reason: ReasonAdmission, Message: w, Stop: true}, nil
+		// Each event is read on its own: one failed call quoting a webhook's
+		// "is forbidden" must not read as a denial, nor hide a later one.
+		events := o.warningEvents(ctx, "Job", j.Namespace, []string{j.Name})
+		for _, e := range events {
+			if e.Reason == "FailedCreate" && DeniedByAdmission(e.Message) {
+				return Outcome{Phase: PhaseFailed, Reason: ReasonAdmission, Message: eventText(events), Stop: true}, nil
+			}
 		}
 	}
 	for _, p := range pods.Items {
@@ -175,9 +180,23 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 }
 
 // DeniedByAdmission tells a denial by an admission webhook or policy from a
-// failure to reach one, in the Job controller's FailedCreate message.
+// failed call to a webhook, in one FailedCreate message of the Job
+// controller. The API server words a denial "admission webhook "<name>"
+// denied the request: ..." (or "... is forbidden: ..." for Pod Security, a
+// quota or a ValidatingAdmissionPolicy), and a webhook it could not call, or
+// that could not decide (answered with an HTTP error), "Internal error
+// occurred: failed calling webhook "<name>": ..." followed by what the
+// webhook said, which may itself quote "is forbidden" (a read it was
+// refused). Whichever of its words comes first is what the API server said.
 func DeniedByAdmission(msg string) bool {
-	return strings.Contains(msg, "denied the request") || strings.Contains(msg, "is forbidden")
+	failed := strings.Index(msg, `failed calling webhook "`)
+	denied := -1
+	for _, w := range []string{"denied the request", "is forbidden"} {
+		if i := strings.Index(msg, w); i >= 0 && (denied < 0 || i < denied) {
+			denied = i
+		}
+	}
+	return denied >= 0 && (failed < 0 || denied < failed)
 }
 
 func podNames(pods []corev1.Pod) []string {
@@ -194,6 +213,12 @@ const maxEventText = 1024
 // warnings returns the Warning events of the named objects, as
 // "Reason: message" lines, bounded in length.
 func (o Observer) warnings(ctx context.Context, kind, namespace string, names []string) string {
+	return eventText(o.warningEvents(ctx, kind, namespace, names))
+}
+
+// warningEvents returns the Warning events of the named objects (none when
+// they cannot be listed).
+func (o Observer) warningEvents(ctx context.Context, kind, namespace string, names []string) []corev1.Event {
 	events := o.Events
 	if events == nil {
 		events = o.Client
@@ -202,15 +227,21 @@ func (o Observer) warnings(ctx context.Context, kind, namespace string, names []
 	for _, name := range names {
 		var list corev1.EventList
 		if err := events.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{"involvedObject.name": name}); err != nil {
-			return ""
+			return nil
 		}
-		all = append(all, list.Items...)
+		for _, e := range list.Items {
+			if e.Type == corev1.EventTypeWarning && e.InvolvedObject.Kind == kind {
+				all = append(all, e)
+			}
+		}
 	}
+	return all
+}
+
+// eventText quotes events as "Reason: message" lines, bounded in length.
+func eventText(events []corev1.Event) string {
 	var b strings.Builder
-	for _, e := range all {
-		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.Kind != kind {
-			continue
-		}
+	for _, e := range events {
 		line := e.Reason + ": " + e.Message
 		if b.Len()+len(line) > maxEventText {
 			break

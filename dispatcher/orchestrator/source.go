@@ -536,17 +536,7 @@ func leaseAnnotations(l Lease) map[string]string {
 
 // start creates the Job of a newly leased task, or reports it refused.
 func (s *Source) start(ctx context.Context, t *task, l Lease) {
-	jt := job.Task{
-		ID: l.Task.ID, Namespace: l.Task.Namespace, Image: l.Task.Image, Command: l.Task.Command, Args: l.Task.Args,
-		SecretEnv: l.Task.SecretEnv, RepoURL: l.Task.RepoURL, ActiveDeadlineSeconds: l.Task.ActiveDeadlineSeconds,
-		Resources: l.Task.Resources,
-	}
-	for _, e := range l.Task.Env {
-		jt.Env = append(jt.Env, corev1.EnvVar{Name: e.Name, Value: e.Value})
-	}
-	if jt.Namespace == "" {
-		jt.Namespace = s.opts.Namespace
-	}
+	jt := jobTask(l.Task, s.opts.Namespace)
 	var j *batchv1.Job
 	var secret *corev1.Secret
 	err := error(nil)
@@ -619,6 +609,23 @@ func (s *Source) create(ctx context.Context, j *batchv1.Job, secret *corev1.Secr
 		s.opts.Recorder.JobCreated()
 	}
 	return err
+}
+
+// jobTask is the task as the Job builder takes it: plain env values only
+// (the protocol has no other kind), in namespace unless the task names one.
+func jobTask(t Task, namespace string) job.Task {
+	jt := job.Task{
+		ID: t.ID, Namespace: t.Namespace, Image: t.Image, Command: t.Command, Args: t.Args,
+		SecretEnv: t.SecretEnv, RepoURL: t.RepoURL, ActiveDeadlineSeconds: t.ActiveDeadlineSeconds,
+		Resources: t.Resources,
+	}
+	for _, e := range t.Env {
+		jt.Env = append(jt.Env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	if jt.Namespace == "" {
+		jt.Namespace = namespace
+	}
+	return jt
 }
 
 // refuse reports a task that can never run as failed, without a Job.

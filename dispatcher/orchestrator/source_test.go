@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
@@ -158,4 +160,53 @@ func TestTakeHandsBackLeasesBeyondTheCapacityAskedFor(t *testing.T) {
 	if diff := cmp.Diff(want, released); diff != "" {
 		t.Errorf("releases (-want +got):\n%s", diff)
 	}
+}
+
+// FuzzLeaseToJob feeds arbitrary lease JSON through what the dispatcher does
+// with a lease: decoding, then building the Job. It never panics, and a Job
+// it builds names no Secret but the task's own, runs in the dispatcher's
+// namespace, and carries the task's secret values only in that Secret.
+func FuzzLeaseToJob(f *testing.F) {
+	for _, s := range []string{
+		`{"leaseId":"l-1","epoch":1,"task":{"id":"t-1","image":"runner:1","env":[{"name":"TF_VAR_a","value":"${vault:a/b.c@ns}"}]}}`,
+		`{"leaseId":"l-1","epoch":1,"task":{"id":"t-1","secretEnv":{"TF_VAR_token":"s3cr3t"}}}`,
+		`{"leaseId":"l-1","task":{"id":"t/../x","namespace":"kube-system","env":[{"name":"K","value":"v","valueFrom":{"secretKeyRef":{"name":"aws","key":"k"}}}]}}`,
+		`{"task":{"id":"t","resources":{"limits":{"memory":"1Gi"}},"activeDeadlineSeconds":-1}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	opts := job.Options{
+		DispatcherID: "d-1", EnvAllowList: []string{"TF_*", "K"},
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "runner:1"}}}},
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var l Lease
+		if json.Unmarshal(b, &l) != nil {
+			return
+		}
+		jt := jobTask(l.Task, "runners")
+		if jt.Namespace != "runners" {
+			return // refused before Build: another namespace
+		}
+		j, secret, err := job.Build(jt, opts)
+		if err != nil {
+			return
+		}
+		raw, _ := json.Marshal(j)
+		for _, v := range l.Task.SecretEnv {
+			if len(v) >= 8 && strings.Contains(string(raw), v) {
+				t.Fatalf("secret value %q is in the Job", v)
+			}
+		}
+		for _, c := range j.Spec.Template.Spec.Containers {
+			for _, e := range c.Env {
+				if e.ValueFrom == nil {
+					continue
+				}
+				if e.ValueFrom.SecretKeyRef == nil || secret == nil || e.ValueFrom.SecretKeyRef.Name != secret.Name || secret.Name != j.Name {
+					t.Fatalf("env %s of the Job reads %+v, not the task's own Secret", e.Name, e.ValueFrom)
+				}
+			}
+		}
+	})
 }
