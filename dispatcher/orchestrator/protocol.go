@@ -8,6 +8,7 @@
 package orchestrator
 
 import (
+	"encoding/json"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -98,6 +99,10 @@ type Task struct {
 type EnvVar struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
+	// ValueFrom is not part of the protocol: it is read only so that a
+	// task sending one (say, a Kubernetes secretKeyRef) is refused,
+	// rather than run without the variable.
+	ValueFrom json.RawMessage `json:"valueFrom,omitempty"`
 }
 
 // RenewRequest extends a lease.

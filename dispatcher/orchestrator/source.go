@@ -542,7 +542,7 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 	err := error(nil)
 	if jt.Namespace != s.opts.Namespace {
 		err = fmt.Errorf("%w: namespace %q: this dispatcher runs tasks in %q only", job.ErrInvalidTask, jt.Namespace, s.opts.Namespace)
-	} else {
+	} else if err = plainEnv(l.Task); err == nil {
 		j, secret, err = job.Build(jt, s.opts.Jobs)
 	}
 	if err != nil {
@@ -626,6 +626,17 @@ func jobTask(t Task, namespace string) job.Task {
 		jt.Namespace = namespace
 	}
 	return jt
+}
+
+// plainEnv refuses a task whose env sends a valueFrom: the protocol's
+// variables carry values (a Secret's values go in secretEnv).
+func plainEnv(t Task) error {
+	for i, e := range t.Env {
+		if len(e.ValueFrom) > 0 && string(e.ValueFrom) != "null" {
+			return fmt.Errorf("%w: %w: env[%d] (%s): valueFrom is not part of the protocol; a task's variables carry values, and secret values go in secretEnv", job.ErrInvalidTask, job.ErrEnvSource, i, e.Name)
+		}
+	}
+	return nil
 }
 
 // refuse reports a task that can never run as failed, without a Job.

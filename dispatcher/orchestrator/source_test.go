@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -209,4 +210,19 @@ func FuzzLeaseToJob(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestPlainEnv(t *testing.T) {
+	t.Parallel()
+	var task Task
+	if err := json.Unmarshal([]byte(`{"id":"t","env":[{"name":"A","value":"a"},{"name":"K","valueFrom":{"secretKeyRef":{"name":"aws","key":"k"}}}]}`), &task); err != nil {
+		t.Fatal(err)
+	}
+	if err := plainEnv(task); !errors.Is(err, job.ErrEnvSource) || !strings.Contains(err.Error(), "env[1] (K): valueFrom is not part of the protocol") {
+		t.Errorf("a task sending valueFrom: %v", err)
+	}
+	task.Env = task.Env[:1]
+	if err := plainEnv(task); err != nil {
+		t.Errorf("a task with plain values: %v", err)
+	}
 }
