@@ -224,8 +224,8 @@ func TestSecurityUndecidedIsNotDenied(t *testing.T) {
 }
 
 // TestSecurityOrchestratorLimits: what an orchestrator sends cannot take
-// the dispatcher past its limits. A task too large for the API server (413)
-// or for etcd ("request is too large") ends Refused and frees its slot,
+// the dispatcher past its limits. A task too large for a Secret, for the API
+// server (413) or for etcd ends Refused and frees its slot,
 // instead of being retried for ever while its lease is renewed; leases
 // beyond the capacity a poll asked for are handed back, so no more than
 // --max-concurrent Jobs run, and every task still runs exactly once.
