@@ -339,6 +339,10 @@ func TestRenderErrors(t *testing.T) {
 			name: "an alias bomb in the input", overlay: good, input: cm + "---\n# Source: demo/templates/bomb.yaml\n" + bomb, is: ErrExcessiveAliasing,
 			want: []string{"document 2", "demo/templates/bomb.yaml", "excessive aliasing: its aliases expand 38 nodes into more than 4000000"},
 		},
+		{
+			name: "a long value aliased many times", overlay: good, is: ErrExcessiveAliasing, want: []string{"document 1", "copy more than 16777216 bytes"},
+			input: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: long\ndata:\n  a: &a " + strings.Repeat("x", 1<<20) + "\n  b: [" + strings.Repeat("*a, ", 20) + "*a]\n",
+		},
 		{name: "an alias bomb in an overlay patch", overlay: bombFile, input: cm, is: ErrExcessiveAliasing, want: []string{filepath.Join(bombFile, "p.yaml"), "excessive aliasing"}},
 		{name: "a list is not a manifest", overlay: good, input: "- a\n- b\n", want: []string{"document 1", "must be a mapping"}},
 		{name: "no kind", overlay: good, input: "apiVersion: v1\nmetadata: {name: a}\n", want: []string{"document 1", "no kind"}},

@@ -176,6 +176,9 @@ func aliasCycle(n *yaml.Node) *yaml.Node {
 const (
 	maxAliasFree     = 1000
 	maxExpandedNodes = 4_000_000
+	// maxAliasedBytes bounds the bytes of values aliases copy in one
+	// document.
+	maxAliasedBytes = 16 << 20
 )
 
 // ErrExcessiveAliasing is a document whose aliases expand it past the
@@ -185,36 +188,43 @@ var ErrExcessiveAliasing = errors.New("excessive aliasing")
 // checkAliasing refuses a document whose aliases would expand it beyond the
 // bounds, without expanding it: each node's expanded size is counted once.
 func checkAliasing(root *yaml.Node) error {
-	sizes := map[*yaml.Node]int{}
-	literal := 0
-	var size func(n *yaml.Node) int
-	size = func(n *yaml.Node) int {
+	type size struct{ nodes, bytes int }
+	sizes := map[*yaml.Node]size{}
+	literal := size{}
+	var measure func(n *yaml.Node) size
+	measure = func(n *yaml.Node) size {
 		if n.Kind == yaml.AliasNode {
-			return size(n.Alias)
+			return measure(n.Alias)
 		}
 		if s, ok := sizes[n]; ok {
 			return s
 		}
-		literal++
-		s := 1
+		literal.nodes++
+		literal.bytes += len(n.Value)
+		s := size{nodes: 1, bytes: len(n.Value)}
 		for _, c := range n.Content {
-			s = min(s+size(c), maxExpandedNodes+1)
+			cs := measure(c)
+			s.nodes = min(s.nodes+cs.nodes, maxExpandedNodes+1)
+			s.bytes = min(s.bytes+cs.bytes, maxAliasedBytes+literal.bytes+1)
 		}
 		sizes[n] = s
 		return s
 	}
-	expanded := size(root)
-	aliased := expanded - literal
-	if expanded <= maxAliasFree || aliased <= 100 {
-		return nil
-	}
-	if expanded > maxExpandedNodes || float64(aliased)/float64(expanded) > allowedAliasShare(expanded) {
+	all := measure(root)
+	expanded := all.nodes
+	aliased := expanded - literal.nodes
+	if expanded > maxAliasFree && aliased > 100 && (expanded > maxExpandedNodes || float64(aliased)/float64(expanded) > allowedAliasShare(expanded)) {
 		into := fmt.Sprint(expanded)
 		if expanded > maxExpandedNodes {
 			into = fmt.Sprintf("more than %d", maxExpandedNodes)
 		}
 		return fmt.Errorf("%w: its aliases expand %d nodes into %s, %d%% of them copies (a document may have %d nodes at most, and the larger it is, the smaller the share aliases may make up); write the repeated parts out, or use fewer aliases of aliases",
-			ErrExcessiveAliasing, literal, into, aliased*100/expanded, maxExpandedNodes)
+			ErrExcessiveAliasing, literal.nodes, into, aliased*100/expanded, maxExpandedNodes)
+	}
+	// A long value aliased many times takes few nodes and much memory.
+	if all.bytes-literal.bytes > maxAliasedBytes {
+		return fmt.Errorf("%w: its aliases copy more than %d bytes of values (at most %d MiB); write the repeated parts out, or use fewer aliases of long values",
+			ErrExcessiveAliasing, maxAliasedBytes, maxAliasedBytes>>20)
 	}
 	return nil
 }
