@@ -19,12 +19,8 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
@@ -266,54 +262,77 @@ func TestOrchestratorSecretsAndAuth(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// TestOrchestratorOwnsSecretOnRestart: a dispatcher that stopped between
-// creating a task's Secret and Job and making the Job own the Secret left a
-// Secret that would outlive the Job. The next start makes the Job its
-// owner, and the Secret goes with the Job.
-func TestOrchestratorOwnsSecretOnRestart(t *testing.T) {
-	f := features.New("orchestrator source: a Secret left without its owner").
-		Assess("the restarted dispatcher makes the Job own it", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+// TestOrchestratorStartsOverAfterAStopAwaitingTheSecret: a dispatcher
+// stopped after making a task's Job (suspended, awaiting its Secret) but
+// before the Secret: a ResourceQuota of no Secrets holds it there, and it
+// is SIGKILLed. The values came with the lease and are kept nowhere, so the
+// restarted dispatcher deletes the Job and hands the lease back; the task
+// runs from its next lease, once, with its Secret owned by its Job.
+func TestOrchestratorStartsOverAfterAStopAwaitingTheSecret(t *testing.T) {
+	f := features.New("orchestrator source: a stop before the task's Secret").
+		Assess("the task starts over from a new lease", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
-			// The Job and Secret as the dispatcher below would make them
-			// (its --dispatcher-id), stopped before the owner was set. The
-			// Job is suspended (nothing runs) and its outcome reported (no
-			// lease for the orchestrator to know).
-			j, secret, err := job.Build(job.Task{
-				ID: "left-behind", Namespace: ns, Image: "busybox", SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t"},
-			}, job.Options{DispatcherID: "e2e-" + ns[len(ns)-6:], EnvAllowList: []string{"TF_*"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			j.Spec.Suspend = ptr.To(true)
-			j.Annotations[job.AnnotationReported] = "true"
 			r := cfg.Client().Resources(ns)
-			if err := r.Create(ctx, secret); err != nil {
+			quota := &corev1.ResourceQuota{
+				ObjectMeta: metav1.ObjectMeta{Name: "no-secrets", Namespace: ns},
+				Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourceSecrets: resource.MustParse("0")}},
+			}
+			if err := r.Create(ctx, quota); err != nil {
 				t.Fatal(err)
 			}
-			if err := r.Create(ctx, j); err != nil {
-				t.Fatal(err)
-			}
-			o := newOrchestrator(t, orchestratortest.Options{})
-			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--preflight=false")
-			owned := func(ctx context.Context) (bool, error) {
-				var got corev1.Secret
-				if err := r.Get(ctx, secret.Name, ns, &got); err != nil {
+			counted := func(ctx context.Context) (bool, error) {
+				var q corev1.ResourceQuota
+				if err := r.Get(ctx, quota.Name, ns, &q); err != nil {
 					return false, err
 				}
-				return len(got.OwnerReferences) == 1 && got.OwnerReferences[0].UID == j.UID && *got.OwnerReferences[0].Controller, nil
+				_, ok := q.Status.Used[corev1.ResourceSecrets]
+				return ok, nil
 			}
-			if err := harness.WaitFor(ctx, "the Job to own its Secret", 30*time.Second, owned); err != nil {
+			if err := harness.WaitFor(ctx, "the quota to be counted", time.Minute, counted); err != nil {
+				t.Fatal(err)
+			}
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
+			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false")
+			o.srv.Add(orchestrator.Task{ID: "stopped", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t"}})
+			var first batchv1.Job
+			awaiting := func(ctx context.Context) (bool, error) {
+				jobs := jobsFor(ctx, t, cfg, ns, "stopped")
+				if len(jobs) != 1 || jobs[0].Annotations[job.AnnotationAwaitingSecret] == "" || !strings.Contains(d.log.String(), "exceeded quota") {
+					return false, nil
+				}
+				first = jobs[0]
+				return true, nil
+			}
+			if err := harness.WaitFor(ctx, "the Job to await its Secret", time.Minute, awaiting); err != nil {
 				t.Fatalf("%v\n%s", err, tail(d.log.String(), 3000))
 			}
-			if err := r.Delete(ctx, j, resources.WithDeletePropagation(string(metav1.DeletePropagationBackground))); err != nil {
+			if first.Spec.Suspend == nil || !*first.Spec.Suspend {
+				t.Fatalf("the Job awaiting its Secret is not suspended: %v", first.Spec.Suspend)
+			}
+			var pods corev1.PodList
+			if err := r.List(ctx, &pods); err != nil || len(pods.Items) != 0 {
+				t.Fatalf("%d pods (%v) before the Secret exists, want none", len(pods.Items), err)
+			}
+			d.stop(os.Kill)
+			if err := r.Delete(ctx, quota); err != nil {
 				t.Fatal(err)
 			}
-			gone := func(ctx context.Context) (bool, error) {
-				err := r.Get(ctx, secret.Name, ns, &corev1.Secret{})
-				return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+			d.start(ctx, t)
+			waitAllDone(ctx, t, o.srv, 1, 2*time.Minute, d)
+			checkExactlyOnce(ctx, t, cfg, ns, o.srv, []string{"stopped"})
+			if rec := o.srv.Task("stopped"); rec.Releases != 1 || len(rec.Leases) != 2 {
+				t.Errorf("%d leases handed back, %d leases; want the first handed back and a second", rec.Releases, len(rec.Leases))
 			}
-			if err := harness.WaitFor(ctx, "the Secret to go with its Job", time.Minute, gone); err != nil {
-				t.Fatal(err)
+			jobs := jobsFor(ctx, t, cfg, ns, "stopped")
+			if len(jobs) != 1 || jobs[0].UID == first.UID {
+				t.Fatalf("Jobs %d (the first %s), want one new Job", len(jobs), first.UID)
+			}
+			var secret corev1.Secret
+			if err := r.Get(ctx, jobs[0].Name, ns, &secret); err != nil {
+				t.Fatalf("the task's Secret: %v", err)
+			}
+			if owner := metav1.GetControllerOf(&secret); owner == nil || owner.UID != jobs[0].UID {
+				t.Errorf("Secret owners %+v, want the Job %s", secret.OwnerReferences, jobs[0].UID)
 			}
 			return ctx
 		}).Feature()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -402,7 +403,8 @@ func TestSecurityPodCreator(t *testing.T) {
 // on the real API server. Only the dispatcher's service account makes Jobs
 // whose pods carry the runner label; its Jobs name no Secret but their own
 // and the pod template's, and run as the runner service account; its
-// Secrets are Opaque. A compromised dispatcher is held to that.
+// Secrets are Opaque and owned by their Job. A compromised dispatcher is
+// held to that.
 func TestSecurityDispatcherBounds(t *testing.T) {
 	f := features.New("dispatcher bounds").
 		Assess("the chart's admission policies refuse what the dispatcher may not make", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -521,8 +523,151 @@ func TestSecurityDispatcherBounds(t *testing.T) {
 				t.Errorf("the dispatcher minting a service-account token Secret: %v", err)
 			}
 			values := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: own.Name, Namespace: ns}, Type: corev1.SecretTypeOpaque, StringData: map[string]string{"TF_VAR_token": "x"}}
+			if err := dc.Create(ctx, values.DeepCopy()); err == nil || !strings.Contains(err.Error(), "a Secret of the dispatcher is made owned by the Job of its name alone") {
+				t.Errorf("the dispatcher's Secret without an owner: %v", err)
+			}
+			values.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: own.Name, UID: own.UID, Controller: ptr.To(true)}}
 			if err := dc.Create(ctx, values); err != nil {
-				t.Errorf("the dispatcher's Opaque Secret: %v", err)
+				t.Errorf("the dispatcher's Opaque Secret owned by its Job: %v", err)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestSecurityDispatcherSecrets: the dispatcher runs tasks with secret
+// values holding only the chart's Role, whose only verb on Secrets is
+// create, under the chart's admission policies: each Secret is made owned
+// by its Job, and the Job runs only once it exists. A Secret planted ahead
+// under a task's Secret name by another user of the namespace is never
+// used: the task ends Refused naming it, no Job is left, and the planted
+// Secret is untouched.
+func TestSecurityDispatcherSecrets(t *testing.T) {
+	f := features.New("dispatcher secrets").
+		Assess("create-only on Secrets, and a planted Secret never adopted", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			release := "rws-system-" + ns[len(ns)-6:]
+			// The e2e dispatcher's pods run as the namespace's default
+			// service account: the chart is rendered to say so.
+			out, err := newHelm(t, cfg, "helm4").run(ctx, "template", "rws", filepath.Join(suite.RepoRoot, "charts", "runwarden"),
+				"--namespace", release, "--set", "runnerNamespace="+ns, "--set", "runner.serviceAccount.name=default",
+				"--show-only", "templates/rbac.yaml", "--show-only", "templates/admission-policy.yaml")
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, out)
+			}
+			var rules []rbacv1.PolicyRule
+			for _, doc := range strings.Split(out, "\n---\n") {
+				obj := &unstructured.Unstructured{}
+				if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil || obj.GetKind() == "" {
+					continue
+				}
+				switch {
+				case obj.GetKind() == "Role" && obj.GetName() == "rws-runwarden-dispatcher":
+					var role rbacv1.Role
+					if err := yaml.Unmarshal([]byte(doc), &role); err != nil {
+						t.Fatal(err)
+					}
+					rules = role.Rules
+				case strings.HasPrefix(obj.GetKind(), "ValidatingAdmissionPolicy"):
+					if err := cfg.Client().Resources().Create(ctx, obj); err != nil {
+						t.Fatalf("creating %s %s: %v", obj.GetKind(), obj.GetName(), err)
+					}
+					t.Cleanup(func() { _ = cfg.Client().Resources().Delete(context.Background(), obj) })
+				}
+			}
+			for _, r := range rules {
+				if slices.Contains(r.Resources, "secrets") && !slices.Equal(r.Verbs, []string{"create"}) {
+					t.Errorf("the chart's dispatcher Role has %v on Secrets, want create alone", r.Verbs)
+				}
+			}
+			dispatcher := harness.User{Name: "system:serviceaccount:" + release + ":rws-runwarden-dispatcher"}
+			if err := dispatcher.Grant(ctx, cfg, ns, "dispatcher", rules...); err != nil {
+				t.Fatal(err)
+			}
+			dc, err := dispatcher.Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The API server loads new policies within a few seconds.
+			enforced := func(ctx context.Context) (bool, error) {
+				err := dc.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}, Type: corev1.SecretTypeOpaque}, client.DryRunAll)
+				return err != nil && strings.Contains(err.Error(), "owned by the Job of its name"), nil
+			}
+			if err := harness.WaitFor(ctx, "the admission policies to be enforced", time.Minute, enforced); err != nil {
+				t.Fatal(err)
+			}
+
+			// Another user of the namespace plants a Secret under the name
+			// of a task's Secret (the Job's name, from the task ID).
+			planter := harness.User{Name: "team-admin-" + ns[len(ns)-6:]}
+			if err := planter.Grant(ctx, cfg, ns, "team-admin", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}}); err != nil {
+				t.Fatal(err)
+			}
+			pc, err := planter.Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			planted := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: job.Name("planted"), Namespace: ns},
+				Type:       corev1.SecretTypeOpaque, StringData: map[string]string{"TF_VAR_token": "planted-value"},
+			}
+			if err := pc.Create(ctx, planted); err != nil {
+				t.Fatal(err)
+			}
+
+			kubeconfig, err := dispatcher.Kubeconfig(cfg, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
+			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false", "--kubeconfig", kubeconfig)
+			o.srv.Add(orchestrator.Task{ID: "with-secret", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t-value"}})
+			o.srv.Add(orchestrator.Task{ID: "planted", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "the-task-value"}})
+			waitAllDone(ctx, t, o.srv, 2, 3*time.Minute, d)
+
+			if rec := o.srv.Task("with-secret"); rec.Final == nil || rec.Final.Type != orchestrator.EventSucceeded {
+				t.Errorf("the task with a secret value: final %+v\n%s", rec.Final, tail(d.log.String(), 3000))
+			}
+			jobs := jobsFor(ctx, t, cfg, ns, "with-secret")
+			if len(jobs) != 1 {
+				t.Fatalf("%d Jobs for the task with a secret value", len(jobs))
+			}
+			var secret corev1.Secret
+			if err := cfg.Client().Resources(ns).Get(ctx, jobs[0].Name, ns, &secret); err != nil {
+				t.Fatalf("the task's Secret: %v", err)
+			}
+			if owner := metav1.GetControllerOf(&secret); owner == nil || owner.UID != jobs[0].UID || len(secret.OwnerReferences) != 1 {
+				t.Errorf("Secret owners %+v, want the Job %s", secret.OwnerReferences, jobs[0].UID)
+			}
+			if _, awaiting := jobs[0].Annotations[job.AnnotationAwaitingSecret]; awaiting || jobs[0].Spec.Suspend == nil || *jobs[0].Spec.Suspend {
+				t.Errorf("the Job was not resumed: suspend %v, annotations %v", jobs[0].Spec.Suspend, jobs[0].Annotations)
+			}
+
+			rec := o.srv.Task("planted")
+			want := "secret " + planted.Name + " in namespace " + ns + " is not owned by the task's Job"
+			if rec.Final == nil || rec.Final.Type != orchestrator.EventFailed || rec.Final.Reason != job.ReasonRefused || !strings.Contains(rec.Final.Message, want) {
+				t.Errorf("the task whose Secret name was taken: final %+v, want Refused with %q", rec.Final, want)
+			} else {
+				t.Logf("the orchestrator's record of the task: %s: %s", rec.Final.Reason, rec.Final.Message)
+			}
+			if jobs := jobsFor(ctx, t, cfg, ns, "planted"); len(jobs) != 0 {
+				t.Errorf("%d Jobs left for the task whose Secret name was taken", len(jobs))
+			}
+			var got corev1.Secret
+			if err := cfg.Client().Resources(ns).Get(ctx, planted.Name, ns, &got); err != nil {
+				t.Fatalf("the planted Secret: %v", err)
+			}
+			if len(got.OwnerReferences) != 0 || string(got.Data["TF_VAR_token"]) != "planted-value" {
+				t.Errorf("the planted Secret was changed: owners %v, data %q", got.OwnerReferences, got.Data["TF_VAR_token"])
+			}
+			var pods corev1.PodList
+			if err := cfg.Client().Resources(ns).List(ctx, &pods); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods.Items {
+				if p.Annotations[job.AnnotationTaskID] == "planted" {
+					t.Errorf("pod %s ran for the task whose Secret name was taken", p.Name)
+				}
 			}
 			return ctx
 		}).Feature()

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -29,8 +31,12 @@ import (
 // A Job or Secret too large for the API server (413: the request body past
 // its limit, about 3 MiB) or for etcd (a 500 "request is too large": past
 // etcd's --max-request-bytes, 1.5 MiB by default) can never be stored
-// either.
+// either. Neither can a task whose Secret's name someone else holds
+// (ErrSecretTaken).
 func IsPermanent(err error) bool {
+	if errors.Is(err, ErrSecretTaken) {
+		return true
+	}
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err) {
 		return true
 	}
@@ -49,56 +55,150 @@ func IsPermanent(err error) bool {
 		(strings.Contains(s.Message, "ValidatingAdmissionPolicy '") && strings.Contains(s.Message, " denied request"))
 }
 
-// Create makes the task's Secret (if any) and Job as Build returned them.
-// A Job that already exists (the task was started before a restart, or
-// handed out twice) is adopted, never duplicated: it gets j's dispatcher
+// AnnotationAwaitingSecret marks a Job made suspended until its task's
+// Secret exists (see Create). A Job that carries it has never run.
+const AnnotationAwaitingSecret = "runwarden.dev/awaiting-secret"
+
+// ErrSecretTaken is a task Secret's name held by a Secret this task's Job
+// does not own: made by someone else who may write Secrets in the runner
+// namespace. It is never adopted: its values would reach the runner as the
+// task's. The task is refused (IsPermanent).
+var ErrSecretTaken = errors.New("the task's Secret name is taken by a Secret runwarden did not make for it")
+
+// DefaultSecretWait is how long Create waits for the garbage collector to
+// remove a task Secret that a deleted Job owned, before taking the name for
+// someone else's.
+const DefaultSecretWait = 30 * time.Second
+
+// CreateOptions shape Create.
+type CreateOptions struct {
+	// Adopt are the annotations an existing Job of the task gets (a nil
+	// value removes one).
+	Adopt map[string]any
+	// SecretWait bounds the wait for a Secret owned by a deleted Job to go.
+	// Default: DefaultSecretWait.
+	SecretWait time.Duration
+}
+
+// Create makes the task's Job and its Secret (if any) as Build returned
+// them. A Job that already exists (the task was started before a restart,
+// or handed out twice) is adopted, never duplicated: it gets j's dispatcher
 // label (a dispatcher whose ID changed, or another one the task was handed
 // to, takes it over: its cache sees only Jobs of its own ID) and the
-// annotations in adopt (a nil value removes one). Either way the Job then owns
-// the Secret, so they go together. created tells whether this call made
-// the Job. A Job the API server can never accept (IsPermanent) leaves no
-// Secret behind.
-func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1.Secret, adopt map[string]any) (created bool, err error) {
+// annotations in o.Adopt. created tells whether this call made the Job.
+//
+// The Secret is made with its owner already set, so the dispatcher needs no
+// other verb than create on Secrets: the Job is made suspended and marked
+// AnnotationAwaitingSecret, the Secret is made owned by it (it goes with the
+// Job), and the Job is resumed. A Secret of that name that is there already
+// is never adopted: it may be this task's from a start that stopped before
+// the resume, owned by the Job, or anyone else's. The Job is deleted; the
+// garbage collector removes a Secret it owned, and the task starts again
+// with a new Job. A Secret that stays is someone else's: ErrSecretTaken. A
+// Job the API server can never accept (IsPermanent) leaves nothing behind.
+func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1.Secret, o CreateOptions) (created bool, err error) {
+	if o.SecretWait <= 0 {
+		o.SecretWait = DefaultSecretWait
+	}
+	want := j.DeepCopy()
 	if secret != nil {
-		if err := c.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
-			return false, fmt.Errorf("creating secret %s: %w", secret.Name, err)
+		want.Spec.Suspend = ptr.To(true)
+		want.Annotations[AnnotationAwaitingSecret] = "true"
+	}
+	for round := 0; ; round++ {
+		made, created, err := createJob(ctx, c, want, o.Adopt)
+		if err != nil || secret == nil || made.Annotations[AnnotationAwaitingSecret] == "" {
+			// No Secret, or an adopted Job that was resumed (its Secret made)
+			// before.
+			return created, err
+		}
+		s := secret.DeepCopy()
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: made.Name, UID: made.UID, Controller: ptr.To(true)}}
+		err = c.Create(ctx, s)
+		if err == nil {
+			return created, resume(ctx, c, made)
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			// The Job stays suspended, awaiting its Secret: the next call
+			// adopts it and tries again.
+			return created, fmt.Errorf("creating secret %s: %w", s.Name, err)
+		}
+		if err := c.Delete(ctx, made, client.Preconditions{UID: &made.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return false, fmt.Errorf("secret %s exists already; deleting job %s to start again: %w", s.Name, made.Name, err)
+		}
+		gone, err := secretGone(ctx, c, s, o.SecretWait)
+		if err != nil {
+			return false, err
+		}
+		if !gone || round == 2 {
+			return false, fmt.Errorf("%w: secret %s in namespace %s is not owned by the task's Job (still there %s after that Job was deleted); whoever may write Secrets in the namespace made it, and the task does not run with its values", ErrSecretTaken, s.Name, s.Namespace, o.SecretWait)
 		}
 	}
+}
+
+// createJob makes j or adopts the Job of its name, and returns the Job as
+// the API server holds it.
+func createJob(ctx context.Context, c client.Client, j *batchv1.Job, adopt map[string]any) (*batchv1.Job, bool, error) {
 	made := j.DeepCopy()
-	err = c.Create(ctx, made)
+	err := c.Create(ctx, made)
+	if err == nil {
+		return made, true, nil
+	}
+	if !apierrors.IsAlreadyExists(err) && !IsPermanent(err) {
+		return nil, false, fmt.Errorf("creating job %s: %w", j.Name, err)
+	}
+	// The API server validates before it looks for the name, so a Job
+	// refused as invalid may still exist (created from an older pod
+	// template): adopt it if so. Read it back from the API server (a cache
+	// may not have it yet) through the patch, empty or not.
+	cause := err
+	made = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
+	err = c.Patch(ctx, made, client.RawPatch(types.MergePatchType, adoptPatch(j.Labels[LabelDispatcher], adopt)))
 	switch {
 	case err == nil:
-		created = true
-	case apierrors.IsAlreadyExists(err) || IsPermanent(err):
-		// The API server validates before it looks for the name, so a Job
-		// refused as invalid may still exist (created from an older pod
-		// template): adopt it if so. Read it back from the API server (a
-		// cache may not have it yet) through the patch, empty or not.
-		cause := err
-		made = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
-		err := c.Patch(ctx, made, client.RawPatch(types.MergePatchType, adoptPatch(j.Labels[LabelDispatcher], adopt)))
+		return made, false, nil
+	case apierrors.IsNotFound(err) && IsPermanent(cause):
+		return nil, false, fmt.Errorf("creating job %s: %w", j.Name, cause)
+	default:
+		// Not %w: a patch refused as invalid must not read as the Job being
+		// refused (IsPermanent); the Job exists.
+		return nil, false, fmt.Errorf("adopting job %s: %v", j.Name, err) //nolint:errorlint // see above
+	}
+}
+
+// resume lets a Job awaiting its Secret run.
+func resume(ctx context.Context, c client.Client, j *batchv1.Job) error {
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]any{AnnotationAwaitingSecret: nil}},
+		"spec":     map[string]any{"suspend": false},
+	})
+	if err := c.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("resuming job %s once its secret exists: %w", j.Name, err)
+	}
+	return nil
+}
+
+// secretGone waits up to limit for no Secret to hold s's name. The
+// dispatcher may not read Secrets: a server-side dry run of creating s
+// tells, and stores nothing.
+func secretGone(ctx context.Context, c client.Client, s *corev1.Secret, limit time.Duration) (bool, error) {
+	gone := false
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, limit, true, func(ctx context.Context) (bool, error) {
+		err := c.Create(ctx, s.DeepCopy(), client.DryRunAll)
 		switch {
 		case err == nil:
-		case apierrors.IsNotFound(err) && IsPermanent(cause):
-			// This Job will never be accepted: its Secret must not stay behind.
-			if secret != nil {
-				if derr := c.Delete(ctx, secret.DeepCopy()); client.IgnoreNotFound(derr) != nil {
-					return false, fmt.Errorf("creating job %s: %w (and deleting its secret: %w)", j.Name, cause, derr)
-				}
-			}
-			return false, fmt.Errorf("creating job %s: %w", j.Name, cause)
+			gone = true
+			return true, nil
+		case apierrors.IsAlreadyExists(err):
+			return false, nil
 		default:
-			// Not %w: a patch refused as invalid must not read as the
-			// Job being refused (IsPermanent); the Job exists.
-			return false, fmt.Errorf("adopting job %s: %v", j.Name, err) //nolint:errorlint // see above
+			return false, fmt.Errorf("checking whether secret %s is gone: %w", s.Name, err)
 		}
-	default:
-		return false, fmt.Errorf("creating job %s: %w", j.Name, err)
+	})
+	if gone || wait.Interrupted(err) {
+		return gone, nil
 	}
-	if secret == nil {
-		return created, nil
-	}
-	return created, ownSecret(ctx, c, made)
+	return false, err
 }
 
 // adoptPatch is the JSON merge patch that gives an existing Job the
@@ -123,41 +223,10 @@ func TakeOver(ctx context.Context, c client.Client, j *batchv1.Job, dispatcherID
 	return nil
 }
 
-// OwnSecret makes the Job named like j the owner of its task's Secret, if
-// it has one: a Secret made just before the dispatcher stopped, without an
-// owner, would otherwise stay when the Job goes. The Job is read from the
-// API server first (through an empty patch): j may be an older Job of the
-// same name, gone since, whose UID would hand the Secret to nothing. A Job
-// or Secret that does not exist is not an error.
-func OwnSecret(ctx context.Context, c client.Client, j *batchv1.Job) error {
-	if !HasSecret(j) {
-		return nil
-	}
-	now := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
-	if err := c.Patch(ctx, now, client.RawPatch(types.MergePatchType, []byte("{}"))); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if !HasSecret(now) {
-		return nil
-	}
-	return client.IgnoreNotFound(ownSecret(ctx, c, now))
-}
-
 // HasSecret reports whether a Job's task has a Secret of its own (marked
 // by AnnotationSecret, as Build makes it).
 func HasSecret(j *batchv1.Job) bool {
 	return j.Annotations[AnnotationSecret] == j.Name
-}
-
-func ownSecret(ctx context.Context, c client.Client, j *batchv1.Job) error {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{{
-		APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true),
-	}}}})
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
-	if err := c.Patch(ctx, sec, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("making job %s own its secret: %w", j.Name, err)
-	}
-	return nil
 }
 
 // MarkReported marks a finished Job reported (AnnotationReported) and gives

@@ -1,19 +1,28 @@
 package job
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 // statusError is an error as client-go returns it for an API server
@@ -65,6 +74,7 @@ func TestIsPermanent(t *testing.T) {
 // across a restart, or the task was handed to another dispatcher) is
 // adopted, not duplicated, and takes this dispatcher's label, without
 // which its cache would never show it; the adopt annotations are applied.
+// It ran already, so its Secret was made then: none is made now.
 func TestCreateAdoptsJobOfAnotherDispatcher(t *testing.T) {
 	t.Parallel()
 	j, secret, err := Build(task(), options(t))
@@ -75,7 +85,7 @@ func TestCreateAdoptsJobOfAnotherDispatcher(t *testing.T) {
 	old.Labels[LabelDispatcher] = "dispatcher-old"
 	old.Annotations["example.com/keep"] = "yes"
 	c := fake.NewClientBuilder().WithObjects(old).Build()
-	created, err := Create(t.Context(), c, j, secret, map[string]any{"example.com/lease": "2", "example.com/keep": "yes"})
+	created, err := Create(t.Context(), c, j, secret, CreateOptions{Adopt: map[string]any{"example.com/lease": "2", "example.com/keep": "yes"}})
 	if err != nil || created {
 		t.Fatalf("Create over an existing Job: created %v, %v; want adopted", created, err)
 	}
@@ -90,11 +100,241 @@ func TestCreateAdoptsJobOfAnotherDispatcher(t *testing.T) {
 	if err := c.List(t.Context(), &jobs); err != nil || len(jobs.Items) != 1 {
 		t.Fatalf("%d Jobs (%v), want 1", len(jobs.Items), err)
 	}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a Secret was made for a Job that ran before: %v", err)
+	}
+}
+
+// calls records the writes a client sends, with the Job's suspension at
+// the moment each Secret is made.
+type calls struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (r *calls) add(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, s)
+}
+
+// withGC is a fake client that records writes, answers a dry run and sets
+// UIDs as the API server does, and, like the garbage collector, deletes the Secrets a
+// deleted Job controlled.
+func withGC(t *testing.T, rec *calls, objs ...client.Object) client.Client {
+	t.Helper()
+	return fake.NewClientBuilder().WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			o := &client.CreateOptions{}
+			o.ApplyOptions(opts)
+			if s, ok := obj.(*corev1.Secret); ok && len(o.DryRun) == 0 {
+				var j batchv1.Job
+				state := "no job"
+				if err := c.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Name}, &j); err == nil {
+					state = fmt.Sprintf("job suspended=%v", j.Spec.Suspend != nil && *j.Spec.Suspend)
+				}
+				rec.add("create secret (" + state + ")")
+			} else if len(o.DryRun) == 0 {
+				rec.add(fmt.Sprintf("create %T", obj))
+			}
+			if len(o.DryRun) > 0 {
+				// The fake client stores nothing on a dry run but does
+				// not look for the name, as the API server does.
+				if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object)); err == nil {
+					return apierrors.NewAlreadyExists(schema.GroupResource{Resource: "secrets"}, obj.GetName())
+				}
+			}
+			if len(o.DryRun) == 0 && obj.GetUID() == "" {
+				// The fake client sets no UID; the API server does.
+				obj.SetUID(uuid.NewUUID())
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			rec.add(fmt.Sprintf("patch %T", obj))
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			rec.add(fmt.Sprintf("delete %T", obj))
+			if err := c.Delete(ctx, obj, opts...); err != nil {
+				return err
+			}
+			var secrets corev1.SecretList
+			if err := c.List(ctx, &secrets, client.InNamespace(obj.GetNamespace())); err != nil {
+				return err
+			}
+			for i := range secrets.Items {
+				if owner := metav1.GetControllerOf(&secrets.Items[i]); owner != nil && owner.UID == obj.GetUID() {
+					if err := c.Delete(ctx, &secrets.Items[i]); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+	}).Build()
+}
+
+// secretOwner is the UID of the controller of the task's Secret.
+func secretOwner(t *testing.T, c client.Client, secret *corev1.Secret) types.UID {
+	t.Helper()
 	var s corev1.Secret
 	if err := c.Get(t.Context(), client.ObjectKeyFromObject(secret), &s); err != nil {
+		t.Fatalf("the task's Secret: %v", err)
+	}
+	owner := metav1.GetControllerOf(&s)
+	if owner == nil || owner.Kind != "Job" || owner.Name != s.Name || len(s.OwnerReferences) != 1 {
+		t.Fatalf("Secret owners %+v, want its Job alone", s.OwnerReferences)
+	}
+	return owner.UID
+}
+
+// The Secret is made with its owner set, while the Job is suspended; only
+// then does the Job run. No write ever touches a Secret but its create.
+func TestCreateOwnsSecretBeforeTheJobRuns(t *testing.T) {
+	t.Parallel()
+	j, secret, err := Build(task(), options(t))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Name != j.Name {
-		t.Fatalf("secret owners %v, want the Job", s.OwnerReferences)
+	rec := &calls{}
+	c := withGC(t, rec)
+	created, err := Create(t.Context(), c, j, secret, CreateOptions{})
+	if err != nil || !created {
+		t.Fatalf("Create: created %v, %v", created, err)
+	}
+	want := []string{"create *v1.Job", "create secret (job suspended=true)", "patch *v1.Job"}
+	if !slices.Equal(rec.log, want) {
+		t.Fatalf("writes %q, want %q", rec.log, want)
+	}
+	var got batchv1.Job
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(j), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Suspend == nil || *got.Spec.Suspend || got.Annotations[AnnotationAwaitingSecret] != "" {
+		t.Fatalf("Job suspend %v, annotations %v: not resumed", got.Spec.Suspend, got.Annotations)
+	}
+	if uid := secretOwner(t, c, secret); uid != got.UID || uid == "" {
+		t.Fatalf("Secret owned by %s, want the Job %s", uid, got.UID)
+	}
+	if j.Spec.Suspend != nil || j.Annotations[AnnotationAwaitingSecret] != "" {
+		t.Fatal("Create changed the Job it was given")
+	}
+}
+
+// A Secret of the task's name that someone else made is never adopted:
+// the Job made for it is deleted, and once the Secret outlasts the wait for
+// the garbage collector the task is refused (IsPermanent) naming it. The
+// Secret is left as it was.
+func TestCreateNeverAdoptsASecret(t *testing.T) {
+	t.Parallel()
+	j, secret, err := Build(task(), options(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	planted := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: secret.Namespace, Name: secret.Name},
+		StringData: map[string]string{"TF_VAR_token": "attacker-chosen"},
+	}
+	rec := &calls{}
+	c := withGC(t, rec, planted)
+	created, err := Create(t.Context(), c, j, secret, CreateOptions{SecretWait: 300 * time.Millisecond})
+	if !errors.Is(err, ErrSecretTaken) || !IsPermanent(err) || created {
+		t.Fatalf("Create with a planted Secret: created %v, %v; want ErrSecretTaken", created, err)
+	}
+	if !strings.Contains(err.Error(), "secret "+secret.Name+" in namespace team-a is not owned by the task's Job") {
+		t.Errorf("message %q does not name the Secret", err)
+	}
+	var jobs batchv1.JobList
+	if err := c.List(t.Context(), &jobs); err != nil || len(jobs.Items) != 0 {
+		t.Fatalf("%d Jobs left (%v), want none", len(jobs.Items), err)
+	}
+	var s corev1.Secret
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(planted), &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.OwnerReferences) != 0 || s.StringData["TF_VAR_token"] != "attacker-chosen" {
+		t.Fatalf("the planted Secret was changed: owners %v, data %v", s.OwnerReferences, s.StringData)
+	}
+	if want := []string{"create *v1.Job", "create secret (job suspended=true)", "delete *v1.Job"}; !slices.Equal(rec.log, want) {
+		t.Fatalf("writes %q, want %q", rec.log, want)
+	}
+}
+
+// A start that stopped between making the Job and resuming it left a
+// suspended Job, with or without its Secret. The next start finishes it:
+// without the Secret, the Job is adopted and the Secret made; with it,
+// the Job is deleted (its Secret goes with it) and both are made again.
+func TestCreateFinishesAnInterruptedStart(t *testing.T) {
+	t.Parallel()
+	for _, withSecret := range []bool{false, true} {
+		t.Run(fmt.Sprintf("secret made %v", withSecret), func(t *testing.T) {
+			t.Parallel()
+			j, secret, err := Build(task(), options(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			left := j.DeepCopy()
+			left.UID = "first-start"
+			left.Spec.Suspend = ptr.To(true)
+			left.Annotations[AnnotationAwaitingSecret] = "true"
+			objs := []client.Object{left}
+			if withSecret {
+				s := secret.DeepCopy()
+				s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: left.UID, Controller: ptr.To(true)}}
+				objs = append(objs, s)
+			}
+			rec := &calls{}
+			c := withGC(t, rec, objs...)
+			created, err := Create(t.Context(), c, j, secret, CreateOptions{SecretWait: 5 * time.Second})
+			if err != nil || created != withSecret {
+				t.Fatalf("Create: created %v, %v; want created %v", created, err, withSecret)
+			}
+			var got batchv1.Job
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(j), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Spec.Suspend == nil || *got.Spec.Suspend || got.Annotations[AnnotationAwaitingSecret] != "" {
+				t.Fatalf("Job suspend %v, annotations %v: not resumed", got.Spec.Suspend, got.Annotations)
+			}
+			if (got.UID == left.UID) == withSecret {
+				t.Fatalf("Job UID %s, first start's %s", got.UID, left.UID)
+			}
+			if uid := secretOwner(t, c, secret); uid != got.UID || uid == "" {
+				t.Fatalf("Secret owned by %s, want the Job %s", uid, got.UID)
+			}
+			want := []string{"create *v1.Job", "patch *v1.Job", "create secret (job suspended=true)", "patch *v1.Job"}
+			if withSecret {
+				want = []string{"create *v1.Job", "patch *v1.Job", "create secret (job suspended=true)", "delete *v1.Job",
+					"create *v1.Job", "create secret (job suspended=true)", "patch *v1.Job"}
+			}
+			if !slices.Equal(rec.log, want) {
+				t.Fatalf("writes %q, want %q", rec.log, want)
+			}
+		})
+	}
+}
+
+// A Job the API server refuses for good leaves no Secret: the Secret is
+// made only once the Job exists.
+func TestCreateRefusedJobLeavesNoSecret(t *testing.T) {
+	t.Parallel()
+	j, secret, err := Build(task(), options(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*batchv1.Job); ok {
+				return apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, obj.GetName(), field.ErrorList{field.Invalid(field.NewPath("spec"), "x", "bad")})
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	}).Build()
+	if _, err := Create(t.Context(), c, j, secret, CreateOptions{}); !IsPermanent(err) {
+		t.Fatalf("Create of an invalid Job: %v, want a permanent error", err)
+	}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the refused Job's Secret: %v, want none", err)
 	}
 }

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -264,14 +265,15 @@ func (s *Source) restore(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	var withSecret []*batchv1.Job
+	var awaiting []*batchv1.Job
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		if j.DeletionTimestamp != nil {
 			continue
 		}
-		if job.HasSecret(j) {
-			withSecret = append(withSecret, j)
+		if j.Annotations[job.AnnotationAwaitingSecret] != "" {
+			awaiting = append(awaiting, j)
+			continue
 		}
 		if j.Annotations[AnnotationReported] != "" {
 			continue
@@ -282,19 +284,32 @@ func (s *Source) restore(ctx context.Context) error {
 		}
 	}
 	s.log.Info("restored in-flight tasks from their Jobs", "tasks", n)
-	if len(withSecret) > 0 {
-		go s.ownSecrets(ctx, withSecret)
+	if len(awaiting) > 0 {
+		go s.startOver(ctx, awaiting)
 	}
 	return nil
 }
 
-// ownSecrets makes each Job the owner of its task's Secret, in case the
-// process stopped between creating a Job and that step (see job.Create).
-// It runs beside the work: the Secrets matter only once their Jobs go.
-func (s *Source) ownSecrets(ctx context.Context, jobs []*batchv1.Job) {
+// startOver deletes each Job that never got its Secret (the process stopped
+// between creating the Job and resuming it, see job.Create) and hands its
+// lease back: the Secret's values came with the lease and are not kept
+// anywhere, so the task starts again from a new lease. A Secret made for
+// the Job goes with it. A lease that cannot be handed back expires on its
+// own.
+func (s *Source) startOver(ctx context.Context, jobs []*batchv1.Job) {
 	for _, j := range jobs {
-		if err := job.OwnSecret(ctx, s.opts.Kube, j); err != nil && ctx.Err() == nil {
-			s.log.Error(err, "the Job's Secret has no owner and may outlive it; trying again at the next start", "job", j.Name)
+		err := s.opts.Kube.Delete(ctx, j, client.Preconditions{UID: &j.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			if ctx.Err() == nil {
+				s.log.Error(err, "deleting a Job that never got its Secret; its lease expires, and the task's next start deletes it", "job", j.Name)
+			}
+			continue
+		}
+		epoch, _ := strconv.ParseInt(j.Annotations[AnnotationLeaseEpoch], 10, 64)
+		l := Lease{LeaseID: j.Annotations[AnnotationLeaseID], Epoch: epoch, Task: Task{ID: j.Annotations[job.AnnotationTaskID]}}
+		s.log.Info("a Job never got its Secret before the dispatcher stopped; deleted it and handing its lease back", "job", j.Name, "task", l.Task.ID)
+		if l.LeaseID != "" {
+			s.release(ctx, l)
 		}
 	}
 }
@@ -308,6 +323,11 @@ func (s *Source) adoptLocked(j *batchv1.Job) *task {
 	}
 	if t := s.tasks[id]; t != nil {
 		return t
+	}
+	if j.Annotations[job.AnnotationAwaitingSecret] != "" {
+		// Never resumed: without its lease's Secret values it cannot run.
+		// restore deletes it; if that failed, the task's next start does.
+		return nil
 	}
 	epoch, _ := strconv.ParseInt(j.Annotations[AnnotationLeaseEpoch], 10, 64)
 	secs, _ := strconv.Atoi(j.Annotations[AnnotationLeaseSeconds])
@@ -571,7 +591,11 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 			}
 			t.creating = false
 			s.mu.Unlock()
-			s.refuse(ctx, t, fmt.Errorf("%w: the API server refuses its Job: %w", job.ErrInvalidTask, err))
+			if errors.Is(err, job.ErrSecretTaken) {
+				s.refuse(ctx, t, fmt.Errorf("%w: %w", job.ErrInvalidTask, err))
+			} else {
+				s.refuse(ctx, t, fmt.Errorf("%w: the API server refuses its Job: %w", job.ErrInvalidTask, err))
+			}
 			return
 		}
 		d := s.opts.Backoff.Delay(attempt, nil)
@@ -604,7 +628,7 @@ func (s *Source) create(ctx context.Context, j *batchv1.Job, secret *corev1.Secr
 		AnnotationLeaseID: j.Annotations[AnnotationLeaseID], AnnotationLeaseEpoch: j.Annotations[AnnotationLeaseEpoch],
 		AnnotationLeaseSeconds: j.Annotations[AnnotationLeaseSeconds], AnnotationReported: nil,
 	}
-	created, err := job.Create(ctx, s.opts.Kube, j, secret, adopt)
+	created, err := job.Create(ctx, s.opts.Kube, j, secret, job.CreateOptions{Adopt: adopt})
 	if created {
 		s.opts.Recorder.JobCreated()
 	}

@@ -13,7 +13,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 )
@@ -81,6 +84,45 @@ func TestPreflightJobIsNotAdopted(t *testing.T) {
 	}
 	if got := s.adoptLocked(mk("rw-t-1", map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "2"})); got == nil || got.id != "t-1" || got.epoch != 2 {
 		t.Errorf("a task's Job was not adopted: %+v", got)
+	}
+	// A Job awaiting its Secret never ran, and the Secret's values are
+	// gone with the process that had them: it is started over, not tracked.
+	if got := s.adoptLocked(mk("rw-t-2", map[string]string{job.AnnotationTaskID: "t-2", AnnotationLeaseID: "l-2", job.AnnotationAwaitingSecret: "true"})); got != nil {
+		t.Errorf("a Job awaiting its Secret was adopted as task %q", got.id)
+	}
+}
+
+// A Job left awaiting its Secret by a stop is deleted and its lease handed
+// back, so the task starts again from a new lease with its values.
+func TestStartOverDeletesAndHandsBack(t *testing.T) {
+	t.Parallel()
+	released := make(chan string, 1)
+	c, err := NewClient(ClientOptions{URL: "https://orch.example", DispatcherID: "d-1", Transport: roundTrip(func(r *http.Request) (*http.Response, error) {
+		var req ReleaseRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		released <- fmt.Sprintf("%s epoch %d", r.URL.Path, req.Epoch)
+		return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody, Header: http.Header{}, Request: r}, nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "rw-t-1", Namespace: "runners", UID: "u-1", Annotations: map[string]string{
+		job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "4", job.AnnotationAwaitingSecret: "true",
+	}}}
+	kube := fake.NewClientBuilder().WithObjects(left).Build()
+	s := New(Options{Client: c, Kube: kube})
+	s.log = logr.Discard()
+	s.startOver(t.Context(), []*batchv1.Job{left})
+	if err := kube.Get(t.Context(), client.ObjectKeyFromObject(left), &batchv1.Job{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Job awaiting its Secret: %v, want deleted", err)
+	}
+	select {
+	case got := <-released:
+		if got != "/v1/leases/l-1:release epoch 4" {
+			t.Errorf("released %s", got)
+		}
+	default:
+		t.Error("the lease was not handed back")
 	}
 }
 

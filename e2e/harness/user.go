@@ -3,10 +3,13 @@ package harness
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 )
@@ -50,4 +53,29 @@ func (u User) Grant(ctx context.Context, cfg *envconf.Config, ns, name string, r
 		return fmt.Errorf("creating role binding %s/%s: %w", ns, name, err)
 	}
 	return nil
+}
+
+// Kubeconfig writes, into dir, a kubeconfig that acts as u with the suite's
+// own credentials, for a program the test runs (the dispatcher, kubectl),
+// and returns its path.
+func (u User) Kubeconfig(cfg *envconf.Config, dir string) (string, error) {
+	kc, err := clientcmd.LoadFromFile(cfg.KubeconfigFile())
+	if err != nil {
+		return "", fmt.Errorf("reading the suite's kubeconfig: %w", err)
+	}
+	if err := clientcmd.ResolveLocalPaths(kc); err != nil {
+		return "", fmt.Errorf("resolving the suite's kubeconfig's paths: %w", err)
+	}
+	ctx := kc.Contexts[kc.CurrentContext]
+	if ctx == nil || kc.AuthInfos[ctx.AuthInfo] == nil {
+		return "", fmt.Errorf("the suite's kubeconfig has no credentials for its current context %q", kc.CurrentContext)
+	}
+	auth := kc.AuthInfos[ctx.AuthInfo]
+	auth.Impersonate = u.Name
+	auth.ImpersonateGroups = append([]string{"system:authenticated"}, u.Groups...)
+	path := filepath.Join(dir, "kubeconfig-"+strings.NewReplacer(":", "-", "/", "-").Replace(u.Name))
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return "", fmt.Errorf("writing a kubeconfig for user %s: %w", u.Name, err)
+	}
+	return path, nil
 }
