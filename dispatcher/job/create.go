@@ -118,12 +118,20 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 		if err == nil {
 			return created, resume(ctx, c, made)
 		}
+		if IsPermanent(err) {
+			// The Secret can never be stored (too large, invalid): the
+			// task is refused, and its Job must not stay behind.
+			if derr := deleteJob(ctx, c, made); derr != nil {
+				return false, fmt.Errorf("creating secret %s: %w (and deleting its job: %w)", s.Name, err, derr)
+			}
+			return false, fmt.Errorf("creating secret %s: %w", s.Name, err)
+		}
 		if !apierrors.IsAlreadyExists(err) {
 			// The Job stays suspended, awaiting its Secret: the next call
 			// adopts it and tries again.
 			return created, fmt.Errorf("creating secret %s: %w", s.Name, err)
 		}
-		if err := c.Delete(ctx, made, client.Preconditions{UID: &made.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		if err := deleteJob(ctx, c, made); err != nil {
 			return false, fmt.Errorf("secret %s exists already; deleting job %s to start again: %w", s.Name, made.Name, err)
 		}
 		gone, err := secretGone(ctx, c, s, o.SecretWait)
@@ -164,6 +172,16 @@ func createJob(ctx context.Context, c client.Client, j *batchv1.Job, adopt map[s
 		// refused (IsPermanent); the Job exists.
 		return nil, false, fmt.Errorf("adopting job %s: %v", j.Name, err) //nolint:errorlint // see above
 	}
+}
+
+// deleteJob deletes the Job j, made for a Secret that could not be made: it
+// never ran. A Job gone, or replaced since (another UID), is not an error.
+func deleteJob(ctx context.Context, c client.Client, j *batchv1.Job) error {
+	err := c.Delete(ctx, j, client.Preconditions{UID: &j.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting job %s: %w", j.Name, err)
+	}
+	return nil
 }
 
 // resume lets a Job awaiting its Secret run.

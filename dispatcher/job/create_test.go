@@ -338,3 +338,29 @@ func TestCreateRefusedJobLeavesNoSecret(t *testing.T) {
 		t.Fatalf("the refused Job's Secret: %v, want none", err)
 	}
 }
+
+// A Secret the API server can never store (past its size limit) ends the
+// task (IsPermanent) and leaves neither the Secret nor the Job made for it.
+func TestCreateRefusedSecretLeavesNoJob(t *testing.T) {
+	t.Parallel()
+	j, secret, err := Build(task(), options(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Secret); ok {
+				return apierrors.NewInvalid(schema.GroupKind{Kind: "Secret"}, obj.GetName(), field.ErrorList{field.TooLong(field.NewPath("data"), "", 1<<20)})
+			}
+			obj.SetUID(uuid.NewUUID())
+			return c.Create(ctx, obj, opts...)
+		},
+	}).Build()
+	if _, err := Create(t.Context(), c, j, secret, CreateOptions{}); !IsPermanent(err) {
+		t.Fatalf("Create with a Secret past the limit: %v, want a permanent error", err)
+	}
+	var jobs batchv1.JobList
+	if err := c.List(t.Context(), &jobs); err != nil || len(jobs.Items) != 0 {
+		t.Fatalf("%d Jobs left (%v), want none", len(jobs.Items), err)
+	}
+}

@@ -594,7 +594,8 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 			if errors.Is(err, job.ErrSecretTaken) {
 				s.refuse(ctx, t, fmt.Errorf("%w: %w", job.ErrInvalidTask, err))
 			} else {
-				s.refuse(ctx, t, fmt.Errorf("%w: the API server refuses its Job: %w", job.ErrInvalidTask, err))
+				// err names the Job or the Secret the API server refused.
+				s.refuse(ctx, t, fmt.Errorf("%w: the API server refuses it: %w", job.ErrInvalidTask, err))
 			}
 			return
 		}
