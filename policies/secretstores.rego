@@ -10,9 +10,18 @@ store_on(name) if object.get(stores, [name, "enabled"], false) == true
 # AWS Secrets Manager and SSM Parameter Store.
 aws_region := object.get(stores, ["aws", "region"], "us-east-1")
 
-env contains env_var("AWS_REGION", aws_region) if store_on("aws")
+# The store's region, unless the container sets one itself or workload
+# identity sets the platform's.
+env contains identity_env(identity_targets, aws_region_vars, name, aws_region) if {
+	store_on("aws")
+	not aws_identity_region
+	some name in aws_region_vars
+}
 
-env contains env_var("AWS_DEFAULT_REGION", aws_region) if store_on("aws")
+aws_identity_region if {
+	aws_identity
+	object.get(aws_cfg, "region", "") != ""
+}
 
 env contains env_secret("AWS_ACCESS_KEY_ID", stores.aws.secretName, object.get(stores, ["aws", "accessKeyIdKey"], "aws_access_key_id")) if {
 	store_on("aws")

@@ -81,7 +81,7 @@ test_azure_inject_mode if {
 	env == {
 		"AZURE_CLIENT_ID": "cid",
 		"AZURE_TENANT_ID": "tid",
-		"AZURE_FEDERATED_TOKEN_FILE": "/var/run/secrets/azure/tokens/azure-identity-token",
+		"AZURE_FEDERATED_TOKEN_FILE": "/var/run/secrets/azure/wi/token/azure-identity-token",
 		"AZURE_AUTHORITY_HOST": "https://login.microsoftonline.com/",
 	}
 	some v in d.mutations.volumes
