@@ -62,13 +62,20 @@ e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default l
 	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} hack/e2e.sh -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/
 
 .PHONY: bench
-bench: bench-postrender bench-webhook bench-dispatcher ## Run every benchmark.
+bench: bench-postrender bench-webhook bench-dispatcher bench-secrets ## Run every benchmark.
 
 .PHONY: bench-dispatcher
 bench-dispatcher: ## Benchmark tasks to Jobs (both sources) beside plain client-go loops, on the local cluster (RUNWARDEN_BENCH_TASKS, default 500; RUNWARDEN_BENCH_DRAIN=10000 adds the drain).
 	hack/tools.sh kubernetes etcd kwok coredns opentofu
 	@mkdir -p $(BIN_DIR)
 	RUNWARDEN_REAL_NODE=false hack/e2e.sh -run '^$$' -bench BenchmarkDispatcherJobs -benchtime 1x -timeout 30m ./e2e/ | tee bin/bench-dispatcher.txt
+
+.PHONY: bench-secrets
+bench-secrets: ## Benchmark a runner pod's start with 10 Vault references against none, on the local cluster's real node.
+	hack/tools.sh kubernetes etcd kwok coredns opentofu vault benchstat
+	@mkdir -p $(BIN_DIR)
+	hack/e2e.sh -run '^$$' -bench BenchmarkSecretsPodStart -benchtime 5x -count 6 -timeout 30m ./e2e/ | tee bin/bench-secrets.txt
+	$(call tool,benchstat)/benchstat -col /refs bin/bench-secrets.txt
 
 .PHONY: bench-webhook
 bench-webhook: ## Benchmark the webhook: handler and policy evaluation, and a TLS load test beside opa run --server.
@@ -141,7 +148,8 @@ demo: ## Start the local cluster, install runwarden through the post-renderer, r
 	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} flock -o "$(STATE_DIR)/in-use-$${RUNWARDEN_CLUSTER_NAME:-runwarden}.lock" hack/demo.sh
 
 .PHONY: demo-down
-demo-down: ## Remove the demo: the local cluster and everything it holds.
+demo-down: ## Remove the demo: the local cluster and everything it holds, and the demo's Vault.
+	hack/demo/vault.sh down
 	hack/cluster.sh down
 
 .PHONY: clean

@@ -345,8 +345,8 @@ func TestSecurityPodCreator(t *testing.T) {
 			if runner == nil {
 				t.Fatalf("the runner Job's pod: %s\nwebhook log:\n%s", failure, w.log.String())
 			}
-			if _, ok := envOf(runner)["VAULT_TOKEN"]; !ok {
-				t.Errorf("the Job controller's runner pod lacks its credentials: %v", envOf(runner))
+			if len(runner.Spec.InitContainers) == 0 || containerEnv(runner.Spec.InitContainers[0])["VAULT_TOKEN"] == "" {
+				t.Errorf("the Job controller's runner pod lacks its resolver's credentials: %+v", runner.Spec.InitContainers)
 			}
 			forged := withImage(runnerPodFor(ns, "forged-owner", false))
 			forged.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}}

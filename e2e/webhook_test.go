@@ -83,7 +83,7 @@ func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config, extraA
 }
 
 // startWebhookWith starts the webhook with the given platform configuration.
-func startWebhookWith(ctx context.Context, t *testing.T, cfg *envconf.Config, platform string, extraArgs ...string) *webhookProcess {
+func startWebhookWith(ctx context.Context, t testing.TB, cfg *envconf.Config, platform string, extraArgs ...string) *webhookProcess {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "runwarden-webhook")
@@ -162,7 +162,12 @@ func startWebhookWith(ctx context.Context, t *testing.T, cfg *envconf.Config, pl
 		})
 	}
 
+	resolver, err := suite.ImageRef(ctx, "webhook")
+	if err != nil {
+		t.Fatal(err)
+	}
 	w.cmd = exec.Command(bin, append([]string{"serve",
+		"--resolver-image", resolver, "--resolver-image-pull-policy", "Never",
 		"--bind-address", "127.0.0.1", "--port", fmt.Sprint(port),
 		"--cert-dir", filepath.Join(dir, "certs"), "--cert-mode", "self", "--cert-hosts", "127.0.0.1",
 		"--mutating-webhook-configuration", w.config, "--validating-webhook-configuration", w.config,
@@ -230,7 +235,7 @@ func (w *webhookProcess) metric(t *testing.T, name string) string {
 // chartMatchConditions are the validating webhook's matchConditions as the
 // chart renders them, so the real API server compiles and runs the chart's
 // own CEL.
-func chartMatchConditions(t *testing.T) []admissionregistrationv1.MatchCondition {
+func chartMatchConditions(t testing.TB) []admissionregistrationv1.MatchCondition {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(suite.RepoRoot, "charts", "runwarden", "templates", "_helpers.tpl"))
 	if err != nil {
@@ -309,11 +314,21 @@ func runnerPodFor(ns, name string, privileged bool) *corev1.Pod {
 }
 
 func envOf(p *corev1.Pod) map[string]string {
+	return containerEnv(p.Spec.Containers[0])
+}
+
+// containerEnv is a container's env as name: value, a Secret's key as
+// "secret:<name>/<key>", an env file's as "file:<volume>/<path>#<key>".
+func containerEnv(c corev1.Container) map[string]string {
 	m := map[string]string{}
-	for _, e := range p.Spec.Containers[0].Env {
+	for _, e := range c.Env {
 		m[e.Name] = e.Value
-		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
 			m[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		case e.ValueFrom != nil && e.ValueFrom.FileKeyRef != nil:
+			f := e.ValueFrom.FileKeyRef
+			m[e.Name] = "file:" + f.VolumeName + "/" + f.Path + "#" + f.Key
 		}
 	}
 	return m
@@ -353,13 +368,21 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 				for k, v := range map[string]string{
 					"AWS_ROLE_ARN":                "arn:aws:iam::111122223333:role/runner",
 					"AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token",
-					"VAULT_ADDR":                  "https://vault.example:8200",
-					"VAULT_TOKEN":                 "secret:vault-token/token",
-					"DB_PASSWORD":                 "${vault:secret/db.password@team-a}",
+					"DB_PASSWORD":                 "file:runwarden-secrets/secrets.env#RW_0",
+					"VAULT_ADDR":                  "",
+					"VAULT_TOKEN":                 "",
 				} {
 					if env[k] != v {
 						t.Errorf("pod %s env %s = %q, want %q", name, k, env[k], v)
 					}
+				}
+				// The store's credentials go to the resolver alone.
+				if len(pod.Spec.InitContainers) == 0 || pod.Spec.InitContainers[0].Name != "runwarden-secrets" {
+					t.Fatalf("pod %s has no resolver init container: %+v", name, pod.Spec.InitContainers)
+				}
+				resolver := containerEnv(pod.Spec.InitContainers[0])
+				if resolver["VAULT_ADDR"] != "https://vault.example:8200" || resolver["VAULT_TOKEN"] != "secret:vault-token/token" || resolver["RUNWARDEN_SECRET_REFS"] == "" {
+					t.Errorf("pod %s resolver env %v, want Vault's address, token and the plan", name, resolver)
 				}
 				if pod.Spec.NodeSelector["runwarden.dev/pool"] != "runner" {
 					t.Errorf("pod %s nodeSelector %v", name, pod.Spec.NodeSelector)

@@ -18,7 +18,7 @@ runners=runwarden-runners
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "Building the tools this demo needs (once; later runs reuse them)"
-hack/tools.sh kubernetes etcd kwok coredns opentofu "$helm_tool"
+hack/tools.sh kubernetes etcd kwok coredns opentofu vault "$helm_tool"
 if [[ $(id -u) -eq 0 ]]; then hack/tools.sh node-packages; fi
 kubectl_bin=$(hack/tools.sh path kubernetes)/kubectl
 helm_bin=$(hack/tools.sh path "$helm_tool")/helm
@@ -61,6 +61,9 @@ kubectl get deployments,pods -n "$ns" -o wide
 echo "Every object carries the overlay's labels, e.g. the dispatcher Deployment:"
 kubectl get deployment -n "$ns" runwarden-dispatcher -o jsonpath='{.metadata.labels}'; echo
 
+step "Starting the demo's secret store: a Vault dev server the runner pods reach"
+hack/demo/vault.sh up "$runners"
+
 step "Submitting five RunnerTasks (hack/demo/tasks.yaml)"
 kubectl apply -f hack/demo/tasks.yaml
 deadline=$((SECONDS + 180))
@@ -88,13 +91,24 @@ for task in tofu-apply failing-step too-slow refused-by-policy cannot-schedule; 
 		pod=$(kubectl get pods -n "$runners" -l "batch.kubernetes.io/job-name=$job" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null || true)
 	fi
 	if [[ -n $pod ]]; then
-		kubectl get pod -n "$runners" "$pod" -o jsonpath='{"  pod: "}{.metadata.name}{" on node "}{.spec.nodeName}{"\n  env (credentials, identity, references): "}{range .spec.containers[0].env[*]}{.name}{"="}{.value}{.valueFrom.secretKeyRef.name}{" "}{end}{"\n  projected token audiences: "}{range .spec.volumes[*]}{.projected.sources[*].serviceAccountToken.audience}{" "}{end}{"\n  node selector: "}{.spec.nodeSelector}{"\n  tolerations: "}{range .spec.tolerations[*]}{.key}{"="}{.value}{":"}{.effect}{" "}{end}{"\n  required node affinity: "}{.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[*].matchExpressions}{"\n  annotations: "}{.metadata.annotations}{"\n"}'
+		kubectl get pod -n "$runners" "$pod" -o jsonpath='{"  pod: "}{.metadata.name}{" on node "}{.spec.nodeName}{"\n  env (identity, resolved references): "}{range .spec.containers[0].env[*]}{.name}{"="}{.value}{.valueFrom.secretKeyRef.name}{.valueFrom.fileKeyRef.path}{" "}{end}{"\n  init containers: "}{range .spec.initContainers[*]}{.name}{" ("}{.image}{"; env: "}{range .env[*]}{.name}{" "}{end}{") "}{end}{"\n  projected token audiences: "}{range .spec.volumes[*]}{.projected.sources[*].serviceAccountToken.audience}{" "}{end}{"\n  node selector: "}{.spec.nodeSelector}{"\n  tolerations: "}{range .spec.tolerations[*]}{.key}{"="}{.value}{":"}{.effect}{" "}{end}{"\n  required node affinity: "}{.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[*].matchExpressions}{"\n  annotations: "}{.metadata.annotations}{"\n"}'
 	fi
 done
 job=$(kubectl get runnertask tofu-apply -n "$runners" -o jsonpath='{.status.jobName}')
 echo
 echo "The OpenTofu runner's own output (kubectl logs job/$job):"
 kubectl logs -n "$runners" "job/$job" | sed 's/^/  | /'
+echo
+echo "TF_VAR_db_password came from Vault (secret/db, key password): the init container runwarden-secrets"
+echo "fetched it with the token of Secret vault-token and wrote it to an in-memory env file; the runner"
+echo "container read it through valueFrom.fileKeyRef and never held the token. The value is in no object:"
+value=$(VAULT_ADDR=http://10.88.0.1:8200 VAULT_TOKEN=$(kubectl get secret vault-token -n "$runners" -o jsonpath='{.data.token}' | base64 -d) \
+	"$(hack/tools.sh path vault)/vault" kv get -mount=secret -field=password db)
+if [[ -z $value ]] || kubectl get pods,jobs,runnertasks,events -n "$runners" -o yaml | grep -qF -- "$value"; then
+	echo "  the value was not read back, or is in the cluster's objects: this is a bug" >&2
+	exit 1
+fi
+echo "  kubectl get pods,jobs,runnertasks,events -o yaml | grep <value>: nothing"
 echo
 echo "The state OpenTofu keeps in the cluster:"
 kubectl get secret tfstate-default-demo -n "$runners"

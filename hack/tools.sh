@@ -31,8 +31,9 @@ BENCHSTAT_VERSION=v0.0.0-20260908200009-22c9c6c9d4da
 CONTROLLER_GEN_VERSION=v0.23.0
 OPENTOFU_VERSION=v1.12.6
 COREDNS_VERSION=v1.15.0
+VAULT_VERSION=v1.19.0 # also in hack/tools/vault/go.mod
 
-all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns)
+all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns vault)
 
 # folder prints the cache folder of one tool.
 folder() {
@@ -49,6 +50,7 @@ folder() {
 	controller-gen) echo "$tools_dir/controller-gen-$CONTROLLER_GEN_VERSION" ;;
 	opentofu) echo "$tools_dir/opentofu-$OPENTOFU_VERSION" ;;
 	coredns) echo "$tools_dir/coredns-$COREDNS_VERSION" ;;
+	vault) echo "$tools_dir/vault-$VAULT_VERSION" ;;
 	*)
 		echo "hack/tools.sh: unknown tool \"$1\"; known tools: ${all_tools[*]}" >&2
 		return 2
@@ -114,6 +116,9 @@ recipe() {
 	opentofu)
 		# Static, so it runs in the runner image with nothing but busybox beside it.
 		build_wrapper opentofu "$out" "-X github.com/opentofu/opentofu/version.dev=no" github.com/opentofu/opentofu/cmd/tofu
+		;;
+	vault)
+		build_wrapper vault "$out" "" github.com/hashicorp/vault
 		;;
 	coredns)
 		install_mod "$out" "github.com/coredns/coredns@$COREDNS_VERSION"

@@ -29,6 +29,12 @@ func Namespace(ctx context.Context) string {
 	return ns
 }
 
+// WithNamespace returns ctx naming ns as the namespace Namespace returns,
+// for code outside a feature (a benchmark) that made its own.
+func WithNamespace(ctx context.Context, ns string) context.Context {
+	return context.WithValue(ctx, namespaceKey{}, ns)
+}
+
 // namespaceName derives a valid, unique namespace name from a feature name.
 func namespaceName(feature string) string {
 	base := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(feature), "-"), "-")

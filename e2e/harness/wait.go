@@ -15,10 +15,16 @@ const DefaultInterval = 250 * time.Millisecond
 // WaitFor polls cond until it is true, it returns an error, or timeout passes.
 // The error says what was awaited, so a failing test reads well.
 func WaitFor(ctx context.Context, what string, timeout time.Duration, cond apimachinerywait.ConditionWithContextFunc) error {
+	return WaitForEvery(ctx, what, timeout, DefaultInterval, cond)
+}
+
+// WaitForEvery is WaitFor polling every interval: a benchmark that times
+// what it waits for polls more often.
+func WaitForEvery(ctx context.Context, what string, timeout, interval time.Duration, cond apimachinerywait.ConditionWithContextFunc) error {
 	err := wait.For(cond,
 		wait.WithContext(ctx),
 		wait.WithTimeout(timeout),
-		wait.WithInterval(DefaultInterval),
+		wait.WithInterval(interval),
 		wait.WithImmediate(),
 	)
 	if err != nil {

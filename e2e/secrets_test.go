@@ -1,0 +1,215 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	vault "github.com/hashicorp/vault/api"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/e2e/harness"
+)
+
+// realNodeGateway is the real node's bridge gateway: the host, as its pods
+// reach it (hack/node.sh).
+const realNodeGateway = "10.88.0.1"
+
+// vaultServer is a HashiCorp Vault dev server (the pinned one of
+// hack/tools.sh), on the address runner pods on the real node reach the host
+// by.
+type vaultServer struct {
+	addr, root string
+	client     *vault.Client
+	log        *strings.Builder
+}
+
+func startVault(ctx context.Context, t testing.TB) *vaultServer {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, filepath.Join(suite.RepoRoot, "hack", "tools.sh"), "path", "vault").Output()
+	if err != nil {
+		t.Fatalf("hack/tools.sh path vault: %v", err)
+	}
+	bin := filepath.Join(strings.TrimSpace(string(out)), "vault")
+	l, err := net.Listen("tcp", realNodeGateway+":0")
+	if err != nil {
+		t.Fatalf("listening on the real node's gateway: %v", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	v := &vaultServer{addr: fmt.Sprintf("http://%s:%d", realNodeGateway, port), root: rand.Text(), log: &strings.Builder{}}
+	cmd := exec.Command(bin, "server", "-dev", "-dev-root-token-id="+v.root, "-dev-listen-address="+fmt.Sprintf("%s:%d", realNodeGateway, port), "-dev-no-store-token")
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "SKIP_SETCAP=1", "VAULT_DISABLE_MLOCK=true")
+	cmd.Stdout, cmd.Stderr = v.log, v.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_, _ = cmd.Process.Wait()
+	})
+	cfg := vault.DefaultConfig()
+	cfg.Address = v.addr
+	if v.client, err = vault.NewClient(cfg); err != nil {
+		t.Fatal(err)
+	}
+	v.client.SetToken(v.root)
+	up := func(ctx context.Context) (bool, error) {
+		h, err := v.client.Sys().HealthWithContext(ctx)
+		return err == nil && h.Initialized && !h.Sealed, nil
+	}
+	if err := harness.WaitFor(ctx, "Vault to serve", 30*time.Second, up); err != nil {
+		t.Fatalf("%v\n%s", err, v.log.String())
+	}
+	return v
+}
+
+func sha(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// TestSecretsResolvedInThePod runs tasks whose variables hold Vault
+// references through the dispatcher and the webhook on the real node, with a
+// real Vault: the runner sees the values (KV v2 and v1, a reference inside
+// other text), the store's token never reaches it, and a reference the
+// runner's Vault policy denies ends the task SecretResolutionFailed naming
+// the variable and the reference. No value is found in any object, event or
+// log of the namespace, nor in the dispatcher's and the webhook's logs.
+func TestSecretsResolvedInThePod(t *testing.T) {
+	f := features.New("secrets resolved in the pod").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			if err := suite.LoadImages(ctx, "runner", "webhook"); err != nil {
+				t.Fatal(err)
+			}
+			installCRD(ctx, t, cfg)
+			return ctx
+		}).
+		Assess("values reach the runner only, failures are named", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			v := startVault(ctx, t)
+			values := map[string]string{"db": "s3cr3t-" + rand.Text(), "v1": "kv1-" + rand.Text(), "other": "other-" + rand.Text()}
+			if _, err := v.client.KVv2("secret").Put(ctx, "db", map[string]any{"password": values["db"]}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.client.KVv2("secret").Put(ctx, "other", map[string]any{"password": values["other"]}); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.client.Sys().MountWithContext(ctx, "kv1", &vault.MountInput{Type: "kv", Options: map[string]string{"version": "1"}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.client.Logical().WriteWithContext(ctx, "kv1/app", map[string]any{"token": values["v1"]}); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.client.Sys().PutPolicyWithContext(ctx, "runner", `
+path "secret/data/db" { capabilities = ["read"] }
+path "kv1/app" { capabilities = ["read"] }
+`); err != nil {
+				t.Fatal(err)
+			}
+			tok, err := v.client.Auth().Token().CreateWithContext(ctx, &vault.TokenCreateRequest{Policies: []string{"runner"}, TTL: "1h"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runnerToken := tok.Auth.ClientToken
+			r := cfg.Client().Resources(ns)
+			if err := r.Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: "vault-token", Namespace: ns},
+				StringData: map[string]string{"token": runnerToken},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
+				t.Fatal(err)
+			}
+			w := startWebhookWith(ctx, t, cfg, fmt.Sprintf("secretStores:\n  vault: {enabled: true, address: %q, secretName: vault-token}\n", v.addr))
+			d := startDispatcher(ctx, t, cfg, ns)
+
+			resolved := runnerTask(ns, "resolved", `printf %s "$TF_VAR_db_password" | sha256sum; printf %s "$TF_VAR_dsn" | sha256sum; printf %s "$TF_VAR_v1" | sha256sum; echo "vault token: ${VAULT_TOKEN:-none}"`)
+			resolved.Spec.Env = []corev1.EnvVar{
+				{Name: "TF_VAR_db_password", Value: "${vault:secret/db.password@team-a}"},
+				{Name: "TF_VAR_dsn", Value: "postgres://app:${vault:secret/db.password@team-a}@db:5432/app"},
+				{Name: "TF_VAR_v1", Value: "${vault:kv1/app.token@team-a}"},
+			}
+			denied := runnerTask(ns, "denied", "true")
+			denied.Spec.Env = []corev1.EnvVar{{Name: "TF_VAR_other", Value: "${vault:secret/other.password@team-a}"}}
+			for _, rt := range []*v1alpha1.RunnerTask{resolved, denied} {
+				if err := r.Create(ctx, rt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			logs := ""
+			got := waitPhase(ctx, t, cfg, resolved, d)
+			if got.Status.Phase != v1alpha1.PhaseSucceeded {
+				t.Errorf("task resolved: %s %s: %s\nwebhook log:\n%s", got.Status.Phase, got.Status.Reason, got.Status.Message, tail(w.log.String(), 3000))
+			} else {
+				out, err := suite.Kubectl(ctx, cfg, "logs", "-n", ns, "job/"+got.Status.JobName, "-c", "main")
+				if err != nil {
+					t.Fatal(err)
+				}
+				logs += out
+				for _, want := range []string{sha(values["db"]), sha("postgres://app:" + values["db"] + "@db:5432/app"), sha(values["v1"]), "vault token: none"} {
+					if !strings.Contains(out, want) {
+						t.Errorf("the runner's log %q lacks %q", out, want)
+					}
+				}
+			}
+			got = waitPhase(ctx, t, cfg, denied, d)
+			want := "container main env TF_VAR_other: ${vault:secret/other.password@team-a}: vault: reading secret/data/other"
+			if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != "SecretResolutionFailed" || !strings.Contains(got.Status.Message, want) || !strings.Contains(got.Status.Message, "permission denied") {
+				t.Errorf("task denied: %s %s: %q, want Failed, SecretResolutionFailed, naming %q", got.Status.Phase, got.Status.Reason, got.Status.Message, want)
+			} else {
+				t.Logf("the denied task's status: %s: %s", got.Status.Reason, got.Status.Message)
+			}
+
+			// No value anywhere the cluster keeps or shows.
+			dump, err := suite.Kubectl(ctx, cfg, "get", "pods,jobs,runnertasks,events,configmaps", "-n", ns, "-o", "yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []string{"runwarden-secrets", "main"} {
+				for _, j := range []string{"resolved", "denied"} {
+					out, _ := suite.Kubectl(ctx, cfg, "logs", "-n", ns, "job/"+jobName(ctx, t, cfg, ns, j), "-c", c)
+					logs += out
+				}
+			}
+			for what, text := range map[string]string{"objects and events": dump, "pod logs": logs, "dispatcher log": d.log.String(), "webhook log": w.log.String()} {
+				for name, value := range values {
+					if strings.Contains(text, value) {
+						t.Errorf("the %s value is in the %s", name, what)
+					}
+				}
+				if strings.Contains(text, runnerToken) {
+					t.Errorf("the runner's Vault token is in the %s", what)
+				}
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// jobName is the name of the Job of a RunnerTask.
+func jobName(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, task string) string {
+	t.Helper()
+	got := &v1alpha1.RunnerTask{}
+	if err := cfg.Client().Resources(ns).Get(ctx, task, ns, got); err != nil {
+		t.Fatal(err)
+	}
+	return got.Status.JobName
+}
