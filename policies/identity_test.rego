@@ -89,14 +89,6 @@ test_aws_existing_volume_is_kept if {
 	}
 }
 
-test_store_region_leaves_a_containers_own_region if {
-	cfg := {"secretStores": {"aws": {"enabled": true, "secretName": "aws-creds", "region": "us-west-2"}}}
-	pod := [{"op": "add", "path": "/pod/spec/containers/0/env", "value": [{"name": "AWS_REGION", "value": "ap-south-1"}]}]
-	d := admission.decision with input as json.patch(input_with(cfg), pod)
-	env_of(d, "AWS_REGION")[0].containers == []
-	env_of(d, "AWS_DEFAULT_REGION")[0].containers == []
-}
-
 azure_on(extra) := {"workloadIdentity": {"azure": object.union({"enabled": true, "tenantId": "tid"}, extra)}}
 
 client := {"azure.workload.identity/client-id": "cid"}

@@ -40,9 +40,15 @@ test_irsa_injects_like_the_eks_webhook if {
 	{"containers": ["main"], "volumeMount": {"name": "aws-iam-token", "mountPath": "/var/run/secrets/eks.amazonaws.com/serviceaccount", "readOnly": true}} in d.mutations.volumeMounts
 }
 
+# A pod's valid references to the stores given (ssm, gcp, azure, vault).
+with_refs(cfg, forms) := json.patch(input_with(cfg), [{"op": "replace", "path": "/secretRefs", "value": [
+{"container": "main", "env": upper(f), "store": f, "name": "x", "raw": sprintf("${%s:x}", [f]), "error": ""} |
+	some f in forms
+]}])
+
 test_irsa_replaces_static_aws_keys if {
 	cfg := {"workloadIdentity": {"aws": {"enabled": true}}, "secretStores": {"aws": {"enabled": true, "secretName": "aws-creds"}}}
-	inp := json.patch(input_with(cfg), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}}])
+	inp := json.patch(with_refs(cfg, ["ssm"]), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}}])
 	d := admission.decision with input as inp
 	names := {e.env.name | some e in d.mutations.env}
 	"AWS_ROLE_ARN" in names
@@ -51,10 +57,29 @@ test_irsa_replaces_static_aws_keys if {
 }
 
 test_aws_static_keys_from_secret_with_default_region if {
-	d := admission.decision with input as input_with({"secretStores": {"aws": {"enabled": true, "secretName": "aws-creds"}}})
-	{"containers": ["main"], "env": {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "aws-creds", "key": "aws_access_key_id"}}}} in d.mutations.env
-	{"containers": ["main"], "env": {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "aws-creds", "key": "aws_secret_access_key"}}}} in d.mutations.env
-	{"containers": ["main"], "env": {"name": "AWS_REGION", "value": "us-east-1"}} in d.mutations.env
+	d := admission.decision with input as with_refs({"secretStores": {"aws": {"enabled": true, "secretName": "aws-creds"}}}, ["ssm"])
+	{"containers": ["runwarden-secrets"], "env": {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "aws-creds", "key": "aws_access_key_id"}}}} in d.mutations.env
+	{"containers": ["runwarden-secrets"], "env": {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "aws-creds", "key": "aws_secret_access_key"}}}} in d.mutations.env
+	{"containers": ["runwarden-secrets"], "env": {"name": "AWS_REGION", "value": "us-east-1"}} in d.mutations.env
+}
+
+# The store's credentials are for its references only: a pod without one
+# gets none, and the runner containers never do.
+test_store_credentials_only_for_references if {
+	cfg := {"secretStores": {"aws": {"enabled": true, "secretName": "aws-creds"}, "vault": {"enabled": true, "address": "https://vault:8200", "secretName": "vault-token"}}}
+	none := admission.decision with input as input_with(cfg)
+	none.mutations.env == []
+	vault := admission.decision with input as with_refs(cfg, ["vault"])
+	{e.env.name | some e in vault.mutations.env} == {"VAULT_ADDR", "VAULT_TOKEN"}
+	every e in vault.mutations.env {
+		e.containers == ["runwarden-secrets"]
+	}
+}
+
+test_reference_to_a_disabled_store_is_denied if {
+	d := admission.decision with input as with_refs({"secretStores": {"aws": {"enabled": true, "secretName": "aws-creds"}}}, ["vault"])
+	[v.rule | some v in d.deny] == ["secret-ref-store-disabled"]
+	contains(d.deny[0].message, `${vault:x} reads store "vault", which the platform configuration does not enable (secretStores.vault.enabled)`)
 }
 
 test_azure_label_mode if {
@@ -90,13 +115,13 @@ test_azure_inject_mode if {
 }
 
 test_azure_service_principal_without_identity if {
-	d := admission.decision with input as input_with({"secretStores": {"azure": {"enabled": true, "secretName": "sp"}}})
+	d := admission.decision with input as with_refs({"secretStores": {"azure": {"enabled": true, "secretName": "sp"}}}, ["azure"])
 	{e.env.name | some e in d.mutations.env} == {"AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID"}
 }
 
 test_gke_identity_selects_metadata_server_nodes if {
 	cfg := {"workloadIdentity": {"gcp": {"enabled": true}}, "secretStores": {"gcp": {"enabled": true, "secretName": "gcp-key", "project": "p1"}}}
-	inp := json.patch(input_with(cfg), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"iam.gke.io/gcp-service-account": "runner@p1.iam.gserviceaccount.com"}}])
+	inp := json.patch(with_refs(cfg, ["gcp"]), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"iam.gke.io/gcp-service-account": "runner@p1.iam.gserviceaccount.com"}}])
 	d := admission.decision with input as inp
 	d.mutations.nodeSelector == {"iam.gke.io/gke-metadata-server-enabled": "true"}
 	d.mutations.volumes == []
@@ -104,15 +129,15 @@ test_gke_identity_selects_metadata_server_nodes if {
 }
 
 test_gcp_key_file if {
-	d := admission.decision with input as input_with({"secretStores": {"gcp": {"enabled": true, "secretName": "gcp-key"}}})
+	d := admission.decision with input as with_refs({"secretStores": {"gcp": {"enabled": true, "secretName": "gcp-key"}}}, ["gcp"])
 	d.mutations.volumes == [{"name": "gcp-credentials", "secret": {"secretName": "gcp-key"}}]
-	{"containers": ["main"], "env": {"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": "/var/run/secrets/runwarden/gcp/credentials.json"}} in d.mutations.env
+	{"containers": ["runwarden-secrets"], "env": {"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": "/var/run/secrets/runwarden/gcp/credentials.json"}} in d.mutations.env
 }
 
 test_vault_token_and_kubernetes_auth if {
-	t := admission.decision with input as input_with({"secretStores": {"vault": {"enabled": true, "address": "https://vault:8200", "secretName": "vault-token", "namespace": "ns1"}}})
+	t := admission.decision with input as with_refs({"secretStores": {"vault": {"enabled": true, "address": "https://vault:8200", "secretName": "vault-token", "namespace": "ns1"}}}, ["vault"])
 	{e.env.name | some e in t.mutations.env} == {"VAULT_ADDR", "VAULT_NAMESPACE", "VAULT_TOKEN"}
-	k := admission.decision with input as input_with({"secretStores": {"vault": {"enabled": true, "address": "https://vault:8200", "auth": "kubernetes", "role": "runner"}}})
+	k := admission.decision with input as with_refs({"secretStores": {"vault": {"enabled": true, "address": "https://vault:8200", "auth": "kubernetes", "role": "runner"}}}, ["vault"])
 	{e.env.name | some e in k.mutations.env} == {"VAULT_ADDR", "VAULT_AUTH_ROLE", "VAULT_AUTH_MOUNT", "VAULT_TOKEN_FILE"}
 	k.mutations.volumes[0].projected.sources[0].serviceAccountToken.audience == "vault"
 }
@@ -133,7 +158,7 @@ test_no_literal_secret_values if {
 		"aws": {"enabled": true, "secretName": "a"}, "azure": {"enabled": true, "secretName": "b"},
 		"vault": {"enabled": true, "address": "x", "secretName": "c"},
 	}}
-	d := admission.decision with input as input_with(cfg)
+	d := admission.decision with input as with_refs(cfg, ["ssm", "azure", "vault"])
 	count(d.mutations.env) == 9
 	every e in d.mutations.env {
 		secret_ref_or_public(e.env)
@@ -266,8 +291,14 @@ test_tolerations_annotation_leaves_out_each_kind_of_invalid_item if {
 
 ref(store, name, err) := {"container": "main", "env": "DB_PASSWORD", "store": store, "name": name, "raw": "x", "error": err}
 
+# Every store on, so that references are checked for their stores and names.
+all_stores := {"secretStores": {
+	"aws": {"enabled": true, "secretName": "a"}, "gcp": {"enabled": true, "secretName": "g"},
+	"azure": {"enabled": true, "secretName": "z"}, "vault": {"enabled": true, "address": "x", "secretName": "v"},
+}}
+
 test_secret_refs_allowed_by_default if {
-	inp := json.patch(input_with({}), [{"op": "replace", "path": "/secretRefs", "value": [ref("ssm", "prod/db", "")]}])
+	inp := json.patch(input_with(all_stores), [{"op": "replace", "path": "/secretRefs", "value": [ref("ssm", "prod/db", "")]}])
 	d := admission.decision with input as inp
 	d.deny == []
 }
@@ -282,7 +313,7 @@ test_malformed_secret_ref_is_denied_with_the_variable if {
 }
 
 test_secret_ref_store_and_name_per_namespace if {
-	inp := json.patch(input_with({}), [
+	inp := json.patch(input_with(all_stores), [
 		{"op": "replace", "path": "/secretRefs", "value": [ref("gcp", "x", ""), ref("vault", "team-b/db", ""), ref("vault", "team-a/db", "")]},
 		{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/secret-stores": "vault, ssm", "runwarden.dev/secret-patterns": "team-a/*"}},
 	])
@@ -292,7 +323,7 @@ test_secret_ref_store_and_name_per_namespace if {
 }
 
 test_secret_ref_config_defaults if {
-	cfg := {"secretRefs": {"allowedStores": ["ssm"], "allowedPatterns": ["shared/**"]}}
+	cfg := object.union(all_stores, {"secretRefs": {"allowedStores": ["ssm"], "allowedPatterns": ["shared/**"]}})
 	inp := json.patch(input_with(cfg), [{"op": "replace", "path": "/secretRefs", "value": [ref("ssm", "shared/a/b", ""), ref("ssm", "other", ""), ref("vault", "shared/x", "")]}])
 	d := admission.decision with input as inp
 	count(d.deny) == 2
@@ -417,4 +448,16 @@ test_image_change_on_update_is_checked if {
 	])
 	d := admission.decision with input as inp
 	[v.rule | some v in d.deny] == ["allowed-registries"]
+}
+
+# The resolver's image is runwarden's, named by the webhook, not the pod: it
+# passes the registry allow-list; the same image named by the pod alone does not.
+test_resolver_image_is_allowed if {
+	cfg := {"shape": {"allowedRegistries": ["registry.example.com"]}}
+	pod := [{"op": "add", "path": "/pod/spec/initContainers", "value": [{"name": "runwarden-secrets", "image": "localhost/runwarden/webhook:1"}]}]
+	with_image := json.patch(input_with(cfg), array.concat(pod, [{"op": "add", "path": "/resolverImage", "value": "localhost/runwarden/webhook:1"}]))
+	allowed := admission.decision with input as with_image
+	allowed.deny == []
+	without := admission.decision with input as json.patch(input_with(cfg), pod)
+	[v.rule | some v in without.deny] == ["allowed-registries"]
 }

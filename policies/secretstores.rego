@@ -1,62 +1,91 @@
 # Secret-store credentials: taken from Secrets the platform configuration
 # names, always as secretKeyRef or Secret volumes, never as literal values.
 # Where a cloud's workload identity applies, its static keys are left out.
+#
+# They go to the init container that resolves the runner's secret references
+# (runwarden-secrets), never to the runner containers, and only for a store
+# one of the pod's references reads: the task's code never holds them.
 package runwarden.admission
 
 stores := object.get(cfg, "secretStores", {})
 
 store_on(name) if object.get(stores, [name, "enabled"], false) == true
 
+# The store each reference form reads.
+ref_stores := {"ssm": "aws", "gcp": "gcp", "azure": "azure", "vault": "vault"}
+
+# store_used: the store is on and one of the pod's references reads it.
+store_used(name) if {
+	store_on(name)
+	some ref in object.get(input, "secretRefs", [])
+	ref.error == ""
+	ref_stores[ref.store] == name
+}
+
+resolver_containers := ["runwarden-secrets"]
+
+store_var(name, value) := {"containers": resolver_containers, "env": {"name": name, "value": value}}
+
+store_secret(name, secret, key) := {"containers": resolver_containers, "env": {
+	"name": name,
+	"valueFrom": {"secretKeyRef": {"name": secret, "key": key}},
+}}
+
+store_mount(volume, path) := {"containers": resolver_containers, "volumeMount": {"name": volume, "mountPath": path, "readOnly": true}}
+
+# A reference to a store the platform has not turned on cannot be resolved.
+violations contains violation("secret-ref-store-disabled", ref.container, sprintf("env %s", [ref.env]), sprintf(
+	"container %q env %s: %s reads store %q, which the platform configuration does not enable (secretStores.%s.enabled), so it cannot be resolved",
+	[ref.container, ref.env, ref.raw, ref_stores[ref.store], ref_stores[ref.store]],
+)) if {
+	is_runner
+	some ref in object.get(input, "secretRefs", [])
+	ref.error == ""
+	not store_on(ref_stores[ref.store])
+}
+
 # AWS Secrets Manager and SSM Parameter Store.
 aws_region := object.get(stores, ["aws", "region"], "us-east-1")
 
-# The store's region, unless the container sets one itself or workload
-# identity sets the platform's.
-env contains identity_env(identity_targets, aws_region_vars, name, aws_region) if {
-	store_on("aws")
-	not aws_identity_region
-	some name in aws_region_vars
+env contains store_var(name, aws_region) if {
+	store_used("aws")
+	some name in ["AWS_REGION", "AWS_DEFAULT_REGION"]
 }
 
-aws_identity_region if {
-	aws_identity
-	object.get(aws_cfg, "region", "") != ""
-}
-
-env contains env_secret("AWS_ACCESS_KEY_ID", stores.aws.secretName, object.get(stores, ["aws", "accessKeyIdKey"], "aws_access_key_id")) if {
-	store_on("aws")
+env contains store_secret("AWS_ACCESS_KEY_ID", stores.aws.secretName, object.get(stores, ["aws", "accessKeyIdKey"], "aws_access_key_id")) if {
+	store_used("aws")
 	not aws_identity
 }
 
-env contains env_secret("AWS_SECRET_ACCESS_KEY", stores.aws.secretName, object.get(stores, ["aws", "secretAccessKeyKey"], "aws_secret_access_key")) if {
-	store_on("aws")
+env contains store_secret("AWS_SECRET_ACCESS_KEY", stores.aws.secretName, object.get(stores, ["aws", "secretAccessKeyKey"], "aws_secret_access_key")) if {
+	store_used("aws")
 	not aws_identity
 }
 
 # GCP Secret Manager: a service account key file from a Secret volume.
 gcp_keys if {
-	store_on("gcp")
+	store_used("gcp")
 	not gcp_identity
 }
 
 volumes contains {"name": "gcp-credentials", "secret": {"secretName": stores.gcp.secretName}} if gcp_keys
 
-volume_mounts contains mount("gcp-credentials", "/var/run/secrets/runwarden/gcp") if gcp_keys
+volume_mounts contains store_mount("gcp-credentials", "/var/run/secrets/runwarden/gcp") if gcp_keys
 
-env contains env_var("GOOGLE_APPLICATION_CREDENTIALS", concat("/", ["/var/run/secrets/runwarden/gcp", object.get(stores, ["gcp", "key"], "credentials.json")])) if gcp_keys
+env contains store_var("GOOGLE_APPLICATION_CREDENTIALS", concat("/", ["/var/run/secrets/runwarden/gcp", object.get(stores, ["gcp", "key"], "credentials.json")])) if gcp_keys
 
-env contains env_var("GOOGLE_CLOUD_PROJECT", stores.gcp.project) if {
-	store_on("gcp")
+env contains store_var("GOOGLE_CLOUD_PROJECT", stores.gcp.project) if {
+	store_used("gcp")
 	stores.gcp.project != ""
 }
 
 # Azure Key Vault: a service principal from a Secret.
 azure_keys if {
-	store_on("azure")
+	store_used("azure")
 	not azure_identity
 }
 
-env contains env_secret(name, stores.azure.secretName, key) if {
+env contains store_secret(name, stores.azure.secretName, key) if {
 	azure_keys
 	some [name, key] in [
 		["AZURE_CLIENT_ID", "client_id"],
@@ -69,32 +98,32 @@ env contains env_secret(name, stores.azure.secretName, key) if {
 # projected service account token.
 vault_auth := object.get(stores, ["vault", "auth"], "token")
 
-env contains env_var("VAULT_ADDR", stores.vault.address) if store_on("vault")
+env contains store_var("VAULT_ADDR", stores.vault.address) if store_used("vault")
 
-env contains env_var("VAULT_NAMESPACE", stores.vault.namespace) if {
-	store_on("vault")
+env contains store_var("VAULT_NAMESPACE", stores.vault.namespace) if {
+	store_used("vault")
 	stores.vault.namespace != ""
 }
 
-env contains env_secret("VAULT_TOKEN", stores.vault.secretName, object.get(stores, ["vault", "tokenKey"], "token")) if {
-	store_on("vault")
+env contains store_secret("VAULT_TOKEN", stores.vault.secretName, object.get(stores, ["vault", "tokenKey"], "token")) if {
+	store_used("vault")
 	vault_auth == "token"
 }
 
 vault_kubernetes if {
-	store_on("vault")
+	store_used("vault")
 	vault_auth == "kubernetes"
 }
 
-env contains env_var("VAULT_AUTH_ROLE", stores.vault.role) if vault_kubernetes
+env contains store_var("VAULT_AUTH_ROLE", stores.vault.role) if vault_kubernetes
 
-env contains env_var("VAULT_AUTH_MOUNT", object.get(stores, ["vault", "mount"], "kubernetes")) if vault_kubernetes
+env contains store_var("VAULT_AUTH_MOUNT", object.get(stores, ["vault", "mount"], "kubernetes")) if vault_kubernetes
 
-env contains env_var("VAULT_TOKEN_FILE", "/var/run/secrets/runwarden/vault/token") if vault_kubernetes
+env contains store_var("VAULT_TOKEN_FILE", "/var/run/secrets/runwarden/vault/token") if vault_kubernetes
 
 volumes contains projected_token("vault-token", object.get(stores, ["vault", "audience"], "vault"), 600, "token") if vault_kubernetes
 
-volume_mounts contains mount("vault-token", "/var/run/secrets/runwarden/vault") if vault_kubernetes
+volume_mounts contains store_mount("vault-token", "/var/run/secrets/runwarden/vault") if vault_kubernetes
 
 # Other credential sets a runner needs (VCS credentials, tool API keys),
 # each from a named Secret: variables from keys, or the Secret mounted.

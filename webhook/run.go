@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/runwarden/runwarden/internal/version"
 )
@@ -13,6 +14,9 @@ const usage = `Usage:
   runwarden-webhook policy eval [flags] print the decision and the resulting pod for a pod file
   runwarden-webhook policy test [--min-coverage N] [DIR]
                                         run the policies' tests with coverage (default: the shipped policies)
+  runwarden-webhook resolve [--out FILE]
+                                        resolve a runner's secret references into an env file
+                                        (the runner pod's init container; see docs/secrets.md)
   runwarden-webhook --version
 `
 
@@ -40,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "runwarden-webhook: unknown policy command %q\n%s", args[1], usage)
 		return 2
+	case "resolve":
+		return resolveSecrets(ctx, args[1:], stdout, stderr, os.Getenv)
 	case "--version", "-version", "version":
 		fmt.Fprintf(stdout, "runwarden-webhook %s\n", version.String())
 		return 0

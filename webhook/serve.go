@@ -63,6 +63,8 @@ type serveConfig struct {
 	namespace      string
 	shutdownDelay  time.Duration
 	jobController  []string
+	resolverImage  string
+	resolverPull   string
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
@@ -87,6 +89,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG when set, else in-cluster, else ~/.kube/config)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 5*time.Second, "on SIGTERM, keep serving this long with /readyz failing, so the API server stops calling this pod before it closes (0: stop at once)")
+	fs.StringVar(&c.resolverImage, "resolver-image", "", "runwarden image whose runwarden-webhook resolves runner pods' secret references in an init container (runwarden-secrets); empty: references reach the runner as written")
+	fs.StringVar(&c.resolverPull, "resolver-image-pull-policy", "", "pull policy of --resolver-image: Always, IfNotPresent or Never (default: the cluster's)")
 	fs.StringVar(&jobController, "job-controller-users", jobController, "comma-separated users the Job controller creates pods as: only their pods, for a Job of runwarden's dispatcher, may carry the label runwarden.dev/runner")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -129,6 +133,11 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if c.port < 1 || c.port > 65535 {
 		return c, fmt.Errorf("--port %d: out of range", c.port)
+	}
+	switch corev1.PullPolicy(c.resolverPull) {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return c, fmt.Errorf("--resolver-image-pull-policy %q: use Always, IfNotPresent or Never", c.resolverPull)
 	}
 	return c, nil
 }
@@ -249,9 +258,15 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	defer stop()
 	// GetWebhookServer also adds the server to the manager's runnables.
 	server := mgr.GetWebhookServer()
+	var resolver *rwadmission.Resolver
+	if c.resolverImage != "" {
+		resolver = &rwadmission.Resolver{Image: c.resolverImage, PullPolicy: corev1.PullPolicy(c.resolverPull)}
+	} else {
+		logger.Info("no --resolver-image: secret references reach runner pods as written, unresolved")
+	}
 	for path, mutate := range map[string]bool{MutatePath: true, ValidatePath: false} {
 		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec, Namespace: c.namespace,
-			Jobs: mgr.GetAPIReader(), JobControllerUsers: c.jobController,
+			Jobs: mgr.GetAPIReader(), JobControllerUsers: c.jobController, Resolver: resolver,
 		})
 		// The manager stops the server only after mctx ends: from then on
 		// a cancelled request context is the server's doing, not the client's.

@@ -10,6 +10,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/runwarden/runwarden/internal/resolve"
 )
 
 // Reasons of a task's outcome; a bounded set, used as metric labels and in
@@ -29,6 +31,10 @@ const (
 	ReasonFailed           = "Failed"
 	ReasonAdmission        = "AdmissionRejected"
 	ReasonUnschedulable    = "Unschedulable"
+	// ReasonSecretResolution: the init container that resolves the task's
+	// secret references failed; its message names the variable and the
+	// reference.
+	ReasonSecretResolution = "SecretResolutionFailed"
 )
 
 // Phases of a finished task.
@@ -275,6 +281,16 @@ func podState(pods []corev1.Pod) runnerState {
 		if p.Status.Reason == "Evicted" {
 			return runnerState{reason: ReasonEvicted, message: p.Status.Message}
 		}
+		for _, s := range p.Status.InitContainerStatuses {
+			if t := s.State.Terminated; t != nil && t.ExitCode != 0 && s.Name == resolve.InitContainer {
+				return runnerState{reason: ReasonSecretResolution, message: strings.TrimSpace(t.Message)}
+			}
+			if w := s.State.Waiting; w != nil {
+				if r := waitingReason(w.Reason); r != "" {
+					return runnerState{reason: r, message: fmt.Sprintf("init container %s: %s", s.Name, w.Message)}
+				}
+			}
+		}
 		for _, s := range p.Status.ContainerStatuses {
 			if s.Name != RunnerContainer {
 				continue
@@ -290,16 +306,25 @@ func podState(pods []corev1.Pod) runnerState {
 				return runnerState{exit: &code, message: t.Message, running: true}
 			}
 			if w := s.State.Waiting; w != nil {
-				switch w.Reason {
-				case "ErrImagePull", "ImagePullBackOff":
-					return runnerState{reason: ReasonImagePullError, message: w.Message}
-				case "InvalidImageName":
-					return runnerState{reason: ReasonInvalidImage, message: w.Message}
-				case "CreateContainerConfigError":
-					return runnerState{reason: ReasonContainerConfig, message: w.Message}
+				if r := waitingReason(w.Reason); r != "" {
+					return runnerState{reason: r, message: w.Message}
 				}
 			}
 		}
 	}
 	return st
+}
+
+// waitingReason is the task's failure reason for a container that waits
+// for something that will not come, else "".
+func waitingReason(reason string) string {
+	switch reason {
+	case "ErrImagePull", "ImagePullBackOff":
+		return ReasonImagePullError
+	case "InvalidImageName":
+		return ReasonInvalidImage
+	case "CreateContainerConfigError":
+		return ReasonContainerConfig
+	}
+	return ""
 }

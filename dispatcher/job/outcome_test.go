@@ -85,3 +85,52 @@ func TestOutcomeReadsEachFailedCreate(t *testing.T) {
 		})
 	}
 }
+
+// A failed secret resolution is reported as SecretResolutionFailed with the
+// init container's termination message; an init container that cannot
+// start fails the task as its runner container would.
+func TestOutcomeOfInitContainers(t *testing.T) {
+	t.Parallel()
+	const msg = "runwarden: resolving secret references: container main env TF_VAR_db: ${vault:secret/db.password@ns}: vault: reading secret/data/db: access denied"
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	failed := batchv1.JobCondition{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}
+	tests := []struct {
+		name       string
+		conditions []batchv1.JobCondition
+		status     corev1.ContainerStatus
+		want       Outcome
+	}{
+		{"resolution failed", []batchv1.JobCondition{failed}, corev1.ContainerStatus{Name: "runwarden-secrets", State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: msg + "\n"},
+		}}, Outcome{Phase: PhaseFailed, Reason: ReasonSecretResolution, Message: failed.Message + " " + msg}},
+		{"resolver image cannot be pulled", nil, corev1.ContainerStatus{Name: "runwarden-secrets", State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"},
+		}}, Outcome{Phase: PhaseFailed, Reason: ReasonImagePullError, Message: "init container runwarden-secrets: Back-off pulling image", Stop: true}},
+		{"resolver still running", nil, corev1.ContainerStatus{Name: "runwarden-secrets", State: corev1.ContainerState{
+			Running: &corev1.ContainerStateRunning{},
+		}}, Outcome{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			j := &batchv1.Job{
+				ObjectMeta: metav1.ObjectMeta{Name: "rw-t-1", Namespace: "runners", CreationTimestamp: metav1.NewTime(created)},
+				Status:     batchv1.JobStatus{Conditions: tt.conditions},
+			}
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "rw-t-1-abcde", Namespace: "runners", Labels: map[string]string{"batch.kubernetes.io/job-name": j.Name}, CreationTimestamp: metav1.NewTime(created)},
+				Status:     corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{tt.status}},
+			}
+			c := fake.NewClientBuilder().WithObjects(pod).WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string {
+				return []string{o.(*corev1.Event).InvolvedObject.Name}
+			}).Build()
+			got, err := Observer{Client: c, Now: func() time.Time { return created.Add(10 * time.Second) }}.Outcome(t.Context(), j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("outcome (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

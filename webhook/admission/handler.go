@@ -76,6 +76,10 @@ type Options struct {
 	// only their pods may claim the runner label. Default:
 	// DefaultJobControllerUsers.
 	JobControllerUsers []string
+	// Resolver, when set, resolves runner pods' secret references in an
+	// init container (PlanSecrets); when nil they reach the runner as
+	// written. Default: nil.
+	Resolver *Resolver
 }
 
 // Handler answers admission requests for runner pods.
@@ -160,6 +164,9 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		return admission.Errored(http.StatusInternalServerError, err), "error"
 	}
 	in.Runner, in.OldPod, in.SubResource = runner, old, req.SubResource
+	if h.opts.Resolver != nil {
+		in.ResolverImage = h.opts.Resolver.Image
+	}
 	d, err := set.Eval(ctx, in)
 	if err != nil {
 		logger.Error(err, "evaluating the policies", "policies", set.Digest)
@@ -182,11 +189,19 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		resp.Warnings = d.Warnings
 		return resp, "allowed"
 	}
+	before := pod.DeepCopy()
+	if h.opts.Resolver != nil && runner && req.Operation == admissionv1.Create {
+		// Before Apply: the policies give the store credentials to the
+		// resolver's init container.
+		if _, err := PlanSecrets(pod, *h.opts.Resolver); err != nil {
+			logger.Error(err, "planning the secret references")
+			return admission.Errored(http.StatusInternalServerError, err), "error"
+		}
+	}
 	if clashes := MountClashes(pod, d.Mutations); len(clashes) > 0 {
 		// The API server would refuse the pod for it, with less to go on.
 		return admission.Denied("runwarden policy: " + strings.Join(clashes, "; ")), "denied"
 	}
-	before := pod.DeepCopy()
 	Apply(pod, d.Mutations)
 	resp := admission.Patched("", Patch(before, pod)...)
 	resp.Warnings = d.Warnings

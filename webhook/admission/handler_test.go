@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/runwarden/runwarden/internal/resolve"
 	"github.com/runwarden/runwarden/policies"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
@@ -75,8 +77,14 @@ func newHandler(t testing.TB, mutate bool) *Handler {
 		}}},
 		taskJob(), jobIn("team-b"),
 	).Build()
-	return New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: platformConfig, Mutate: mutate})
+	return New(Options{
+		Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: platformConfig, Mutate: mutate,
+		Resolver: &Resolver{Image: resolverImage},
+	})
 }
+
+// resolverImage is the runwarden image the handlers' resolver runs.
+const resolverImage = "registry.example.com/runwarden/webhook:1"
 
 func runnerPod(image string) *corev1.Pod {
 	return &corev1.Pod{
@@ -143,22 +151,57 @@ func TestHandlerMutatesRunnerPods(t *testing.T) {
 		t.Fatalf("denied: %v", resp.Result)
 	}
 	got := mutatedPod(t, pod, resp)
-	env := map[string]string{}
-	for _, e := range got.Spec.Containers[0].Env {
-		env[e.Name] = e.Value
-		if e.ValueFrom != nil {
-			env[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+	envOf := func(c corev1.Container) map[string]string {
+		env := map[string]string{}
+		for _, e := range c.Env {
+			switch {
+			case e.ValueFrom == nil:
+				env[e.Name] = e.Value
+			case e.ValueFrom.SecretKeyRef != nil:
+				env[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+			case e.ValueFrom.FileKeyRef != nil:
+				f := e.ValueFrom.FileKeyRef
+				env[e.Name] = "file:" + f.VolumeName + "/" + f.Path + "#" + f.Key
+			}
 		}
+		return env
 	}
+	// The runner gets its identity and the reference's value from the env
+	// file; the store's credentials go to the resolver alone.
 	want := map[string]string{
-		"DB_PASSWORD":                 "${vault:secret/db.password@team-a}",
+		"DB_PASSWORD":                 "file:runwarden-secrets/secrets.env#RW_0",
 		"AWS_ROLE_ARN":                "arn:aws:iam::111122223333:role/runner",
 		"AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token",
-		"VAULT_ADDR":                  "https://vault:8200",
-		"VAULT_TOKEN":                 "secret:vault-token/token",
 	}
-	if diff := cmp.Diff(want, env); diff != "" {
-		t.Errorf("env (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, envOf(got.Spec.Containers[0])); diff != "" {
+		t.Errorf("runner env (-want +got):\n%s", diff)
+	}
+	if len(got.Spec.InitContainers) != 1 || got.Spec.InitContainers[0].Name != "runwarden-secrets" || got.Spec.InitContainers[0].Image != resolverImage {
+		t.Fatalf("init containers %+v, want the resolver", got.Spec.InitContainers)
+	}
+	resolver := envOf(got.Spec.InitContainers[0])
+	spec, err := base64.StdEncoding.DecodeString(resolver["RUNWARDEN_SECRET_REFS"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(resolver, "RUNWARDEN_SECRET_REFS")
+	if diff := cmp.Diff(map[string]string{"VAULT_ADDR": "https://vault:8200", "VAULT_TOKEN": "secret:vault-token/token"}, resolver); diff != "" {
+		t.Errorf("resolver env (-want +got):\n%s", diff)
+	}
+	var vars []resolve.Var
+	if err := json.Unmarshal(spec, &vars); err != nil {
+		t.Fatal(err)
+	}
+	wantVars := []resolve.Var{{Key: "RW_0", Container: "main", Env: "DB_PASSWORD", Value: "${vault:secret/db.password@team-a}", Refs: []resolve.Ref{{
+		Store: "vault", Name: "secret/db", Key: "password", Vault: "team-a", Raw: "${vault:secret/db.password@team-a}",
+	}}}}
+	if diff := cmp.Diff(wantVars, vars); diff != "" {
+		t.Errorf("resolver plan (-want +got):\n%s", diff)
+	}
+	if !slices.ContainsFunc(got.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "runwarden-secrets" && v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumMemory
+	}) {
+		t.Errorf("volumes %+v lack the in-memory env file volume", got.Spec.Volumes)
 	}
 	if got.Spec.NodeSelector["runwarden.dev/pool"] != "runner" || len(got.Spec.Tolerations) != 1 || got.Spec.Affinity == nil {
 		t.Errorf("placement not applied: %+v %+v %+v", got.Spec.NodeSelector, got.Spec.Tolerations, got.Spec.Affinity)
@@ -538,5 +581,39 @@ func TestValidatingChecksEveryChange(t *testing.T) {
 	old := runnerPod("registry.example.com/runner:1")
 	if resp := newHandler(t, true).Handle(t.Context(), update(t, old, runnerPod("evil.example.net/runner:1"), "")); !resp.Allowed || len(resp.Patches) != 0 {
 		t.Errorf("mutating an update: allowed %v with %d patches", resp.Allowed, len(resp.Patches))
+	}
+}
+
+// The resolver goes first, so an init container of the pod's own gets its
+// references' values too; the JSON patch inserts it ahead of the others.
+func TestHandlerResolvesForInitContainers(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, true)
+	pod := runnerPod("registry.example.com/runner:1")
+	pod.Spec.InitContainers = []corev1.Container{{
+		Name: "clone", Image: "registry.example.com/git:1",
+		Env: []corev1.EnvVar{{Name: "GIT_TOKEN", Value: "token ${vault:secret/git.token@team-a}"}, {Name: "PLAIN", Value: "x"}},
+	}}
+	resp := h.Handle(t.Context(), request(t, pod))
+	if !resp.Allowed {
+		t.Fatalf("denied: %v", resp.Result)
+	}
+	got := mutatedPod(t, pod, resp)
+	var names []string
+	for _, c := range got.Spec.InitContainers {
+		names = append(names, c.Name)
+	}
+	if !slices.Equal(names, []string{"runwarden-secrets", "clone"}) {
+		t.Fatalf("init containers %v, want the resolver first", names)
+	}
+	clone := got.Spec.InitContainers[1].Env
+	if len(clone) != 2 || clone[0].ValueFrom == nil || clone[0].ValueFrom.FileKeyRef == nil || clone[0].ValueFrom.FileKeyRef.Key != "RW_0" || clone[1].Value != "x" {
+		t.Errorf("clone env %+v, want GIT_TOKEN from the env file (RW_0) and PLAIN kept", clone)
+	}
+	if e := got.Spec.Containers[0].Env[0]; e.ValueFrom == nil || e.ValueFrom.FileKeyRef == nil || e.ValueFrom.FileKeyRef.Key != "RW_1" {
+		t.Errorf("main's DB_PASSWORD %+v, want RW_1 of the env file", e)
+	}
+	if again := h.Handle(t.Context(), request(t, got)); !again.Allowed || len(again.Patches) != 0 {
+		t.Errorf("second admission: allowed=%v, %d patches: %+v", again.Allowed, len(again.Patches), again.Patches)
 	}
 }

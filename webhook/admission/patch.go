@@ -11,16 +11,17 @@ import (
 )
 
 // Patch returns the JSON patch that turns before into after, for the fields
-// Apply changes: labels, annotations, node selector, tolerations, the
-// required node affinity, volumes, and each container's env, envFrom and
-// volume mounts.
+// Apply and PlanSecrets change: labels, annotations, node selector,
+// tolerations, the required node affinity, volumes, init containers added
+// first, and each container's env, envFrom and volume mounts.
 //
 // The pod is decoded into the webhook's own API types, which drop fields
 // they do not know (a volume source or an env field newer than the
 // webhook). So the patch touches only what Apply changed, never a whole
 // list or object the pod already had: new map keys and new list items are
 // added, and a changed list item is replaced by itself alone. Apply never
-// removes or reorders items, which is what makes this exact;
+// removes or reorders items (PlanSecrets only puts init containers first),
+// which is what makes this exact;
 // FuzzDecisionToPatch checks it against the two documents.
 func Patch(before, after *corev1.Pod) []jsonpatch.Operation {
 	var p patcher
@@ -35,12 +36,23 @@ func Patch(before, after *corev1.Pod) []jsonpatch.Operation {
 	return p.ops
 }
 
+// containers patches each container's env, envFrom and volume mounts.
+// after may start with containers before lacks (PlanSecrets puts the
+// resolver first): they are added whole, ahead of the others.
 func containers(p *patcher, path string, before, after []corev1.Container) {
-	for i := range after {
-		b, a := &before[i], &after[i]
-		lists(p, fmt.Sprintf("%s/%d/env", path, i), b.Env, a.Env)
-		lists(p, fmt.Sprintf("%s/%d/envFrom", path, i), b.EnvFrom, a.EnvFrom)
-		lists(p, fmt.Sprintf("%s/%d/volumeMounts", path, i), b.VolumeMounts, a.VolumeMounts)
+	n := len(after) - len(before)
+	if n > 0 && before == nil {
+		p.add(path, after)
+		return
+	}
+	for i := range n {
+		p.add(fmt.Sprintf("%s/%d", path, i), after[i])
+	}
+	for i := range before {
+		b, a := &before[i], &after[i+n]
+		lists(p, fmt.Sprintf("%s/%d/env", path, i+n), b.Env, a.Env)
+		lists(p, fmt.Sprintf("%s/%d/envFrom", path, i+n), b.EnvFrom, a.EnvFrom)
+		lists(p, fmt.Sprintf("%s/%d/volumeMounts", path, i+n), b.VolumeMounts, a.VolumeMounts)
 	}
 }
 

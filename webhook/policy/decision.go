@@ -71,6 +71,9 @@ type Input struct {
 	User           UserInfo       `json:"user"`
 	Config         map[string]any `json:"config"`
 	SecretRefs     []SecretRef    `json:"secretRefs"`
+	// ResolverImage is the image of the init container that resolves the
+	// secret references (the webhook's --resolver-image), else empty.
+	ResolverImage string `json:"resolverImage,omitempty"`
 }
 
 // NamespaceInfo is the pod's namespace as the policies see it.

@@ -68,6 +68,13 @@ image_allowed(image) if {
 	startswith(image, concat("", [trim_suffix(r, "/"), "/"]))
 }
 
+# runwarden's own image, which resolves the secret references in an init
+# container (the webhook's --resolver-image, never the pod's choice).
+image_allowed(image) if {
+	object.get(input, "resolverImage", "") != ""
+	image == input.resolverImage
+}
+
 repo_url := input.pod.metadata.annotations["runwarden.dev/repo-url"]
 
 violations contains violation("git-url-allowed", "", "metadata.annotations[runwarden.dev/repo-url]", sprintf("repository %q matches no allowed pattern", [repo_url])) if {

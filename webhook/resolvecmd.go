@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/runwarden/runwarden/internal/resolve"
+)
+
+// maxTerminationMessage is what the kubelet keeps of a termination message.
+const maxTerminationMessage = 4096
+
+// resolveSecrets is the runner pod's init container: it fetches the secret
+// references the webhook planned (resolve.SpecEnv) from their stores and
+// writes the env file the runner's variables are read from. On failure it
+// writes the reason (the variable and the reference, never a value) to the
+// termination message, which the dispatcher reports as
+// SecretResolutionFailed, and exits 1.
+func resolveSecrets(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("runwarden-webhook resolve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", filepath.Join(resolve.MountPath, resolve.EnvFile), "env file to write")
+	termLog := fs.String("termination-log", "/dev/termination-log", "file the failure reason is written to (the container's terminationMessagePath)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(err error) int {
+		// One line: a store's error may span several.
+		msg := "runwarden: resolving secret references: " + strings.Join(strings.Fields(err.Error()), " ")
+		if len(msg) > maxTerminationMessage {
+			msg = msg[:maxTerminationMessage]
+		}
+		fmt.Fprintln(stderr, msg)
+		if *termLog != "" {
+			_ = os.WriteFile(*termLog, []byte(msg), 0o644)
+		}
+		return 1
+	}
+	var vars []resolve.Var
+	spec, err := base64.StdEncoding.DecodeString(getenv(resolve.SpecEnv))
+	if err == nil {
+		err = json.Unmarshal(spec, &vars)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("reading %s: %w", resolve.SpecEnv, err))
+	}
+	stores := map[string]resolve.Store{}
+	for _, v := range vars {
+		for _, r := range v.Refs {
+			if _, done := stores[r.Store]; done {
+				continue
+			}
+			switch r.Store {
+			case "vault":
+				o := resolve.VaultOptionsFromEnv(getenv)
+				if o.Address == "" {
+					// Not configured: Resolve names the store and the variable.
+					continue
+				}
+				s, err := resolve.NewVault(ctx, o)
+				if err != nil {
+					return fail(err)
+				}
+				stores["vault"] = s
+			default:
+				stores[r.Store] = unsupported(r.Store)
+			}
+		}
+	}
+	values, err := resolve.Resolve(ctx, vars, stores, resolve.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	if err := resolve.WriteEnvFile(*out, values, vars); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "runwarden: resolved %d variables\n", len(vars))
+	return 0
+}
+
+// unsupported is a store this resolver does not read yet.
+type unsupported string
+
+func (u unsupported) Fetch(context.Context, resolve.Ref) (string, error) {
+	return "", fmt.Errorf("resolving %s references is not supported yet (see docs/secrets.md)", string(u))
+}
