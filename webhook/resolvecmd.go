@@ -73,6 +73,16 @@ func resolveSecrets(ctx context.Context, args []string, stdout, stderr io.Writer
 					return fail(err)
 				}
 				stores["vault"] = s
+			case "ssm":
+				if getenv("AWS_REGION") == "" && getenv("AWS_DEFAULT_REGION") == "" {
+					// Not configured: Resolve names the store and the variable.
+					continue
+				}
+				s, err := resolve.NewAWS(ctx)
+				if err != nil {
+					return fail(err)
+				}
+				stores["ssm"] = s
 			default:
 				stores[r.Store] = unsupported(r.Store)
 			}

@@ -106,7 +106,7 @@ type SecretRef struct {
 	Name string `json:"name"`
 	// Vault is the Azure Key Vault name or the Vault namespace.
 	Vault string `json:"vault,omitempty"`
-	// Key is the Vault key.
+	// Key is the Vault key, or the JSON key of an ssm value.
 	Key string `json:"key,omitempty"`
 	// Raw is the reference as written.
 	Raw string `json:"raw"`

@@ -22,7 +22,7 @@ var (
 
 // refForms says, per store, the form a reference must have.
 var refForms = map[string]string{
-	"ssm":   "${ssm:<secret-id>}",
+	"ssm":   "${ssm:<secret-id>} or ${ssm:<secret-id>#<json-key>}",
 	"gcp":   "${gcp:<secret-id>}",
 	"azure": "${azure:<secret-name>@<vault-name>}",
 	"vault": "${vault:<secret-id>.<key>@<namespace>}",
@@ -57,6 +57,13 @@ func ParseSecretRef(container, env, value string) []SecretRef {
 func (r *SecretRef) parseBody(body string) string {
 	switch r.Store {
 	case "ssm":
+		// A "#<key>" names a key of a JSON value (a Secrets Manager secret's).
+		if id, key, ok := strings.Cut(body, "#"); ok {
+			if !vaultKey.MatchString(key) {
+				return "invalid JSON key"
+			}
+			body, r.Key = id, key
+		}
 		if !ssmID.MatchString(body) {
 			return "invalid secret id"
 		}

@@ -29,6 +29,10 @@ func TestParseSecretRef(t *testing.T) {
 		{name: "bad ssm id", value: "${ssm:has space}", errs: []string{"invalid secret id"}},
 		{name: "bad azure vault", value: "${azure:x@-bad}", errs: []string{"invalid vault name"}},
 		{name: "ssm parameter path", value: "${ssm:/team-a/db}", want: []SecretRef{{Store: "ssm", Name: "/team-a/db", Raw: "${ssm:/team-a/db}"}}},
+		{name: "ssm JSON key", value: "${ssm:arn:aws:secretsmanager:eu-west-1:1:secret:db-AbCd#password}", want: []SecretRef{{
+			Store: "ssm", Name: "arn:aws:secretsmanager:eu-west-1:1:secret:db-AbCd", Key: "password", Raw: "${ssm:arn:aws:secretsmanager:eu-west-1:1:secret:db-AbCd#password}",
+		}}},
+		{name: "ssm bad JSON key", value: "${ssm:/db#pass word}", errs: []string{"invalid JSON key"}},
 		{name: "vault dot-dot", value: "${vault:team-a/../team-b/db.password@ns}", errs: []string{`invalid secret id: path segment ".."; expected`}},
 		{name: "vault dot", value: "${vault:team-a/./db.password@ns}", errs: []string{`invalid secret id: path segment "."`}},
 		{name: "vault empty segment", value: "${vault:team-a//db.password@ns}", errs: []string{"invalid secret id: empty path segment"}},

@@ -72,8 +72,15 @@ aws_identity if {
 
 aws_cfg := object.get(cfg, ["workloadIdentity", "aws"], {})
 
+# The runner containers, and the resolver init container when it reads
+# Parameter Store or Secrets Manager: with IRSA on, the store is read with
+# the same identity.
+aws_targets contains n if some n in identity_targets
+
+aws_targets contains "runwarden-secrets" if store_used("aws")
+
 # eks.amazonaws.com/skip-containers: comma-separated container names.
-aws_containers := identity_targets - {trim_space(n) | some n in split(object.get(pod_annotations_in, "eks.amazonaws.com/skip-containers", ""), ",")}
+aws_containers := aws_targets - {trim_space(n) | some n in split(object.get(pod_annotations_in, "eks.amazonaws.com/skip-containers", ""), ",")}
 
 # The audience: the service account's annotation, else the platform's.
 aws_audience := object.get(sa_annotations, "eks.amazonaws.com/audience", object.get(aws_cfg, "audience", "sts.amazonaws.com"))

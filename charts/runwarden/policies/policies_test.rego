@@ -50,6 +50,12 @@ test_irsa_replaces_static_aws_keys if {
 	cfg := {"workloadIdentity": {"aws": {"enabled": true}}, "secretStores": {"aws": {"enabled": true, "secretName": "aws-creds"}}}
 	inp := json.patch(with_refs(cfg, ["ssm"]), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}}])
 	d := admission.decision with input as inp
+
+	# The resolver reads the store with the runner's IRSA identity.
+	{"containers": ["main", "runwarden-secrets"], "env": {"name": "AWS_ROLE_ARN", "value": "arn:aws:iam::1:role/r"}} in d.mutations.env
+	some m in d.mutations.volumeMounts
+	m.volumeMount.name == "aws-iam-token"
+	m.containers == ["main", "runwarden-secrets"]
 	names := {e.env.name | some e in d.mutations.env}
 	"AWS_ROLE_ARN" in names
 	"AWS_REGION" in names
