@@ -83,6 +83,14 @@ func resolveSecrets(ctx context.Context, args []string, stdout, stderr io.Writer
 					return fail(err)
 				}
 				stores["ssm"] = s
+			case "gcp":
+				// Application Default Credentials: the key file the
+				// policies mount, or GKE's metadata server.
+				s, err := resolve.NewGCP(ctx, getenv("GOOGLE_CLOUD_PROJECT"))
+				if err != nil {
+					return fail(err)
+				}
+				stores["gcp"] = s
 			default:
 				stores[r.Store] = unsupported(r.Store)
 			}

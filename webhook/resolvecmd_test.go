@@ -24,7 +24,7 @@ func TestResolveCommandFailures(t *testing.T) {
 		return base64.StdEncoding.EncodeToString(b)
 	}
 	ssm := resolve.Ref{Store: "ssm", Name: "/prod/db", Raw: "${ssm:/prod/db}"}
-	gcp := resolve.Ref{Store: "gcp", Name: "db", Raw: "${gcp:db}"}
+	azure := resolve.Ref{Store: "azure", Name: "db", Vault: "kv1", Raw: "${azure:db@kv1}"}
 	vault := resolve.Ref{Store: "vault", Name: "secret/db", Key: "password", Raw: "${vault:secret/db.password@ns}"}
 	for _, c := range []struct {
 		name, spec string
@@ -35,8 +35,8 @@ func TestResolveCommandFailures(t *testing.T) {
 		{"not base64", "{}", nil, "reading RUNWARDEN_SECRET_REFS"},
 		{"aws without its region", plan([]resolve.Var{{Key: "RW_0", Container: "main", Env: "DB", Value: ssm.Raw, Refs: []resolve.Ref{ssm}}}), nil,
 			`container main env DB: ${ssm:/prod/db}: store "ssm" is not enabled`},
-		{"a store not read yet", plan([]resolve.Var{{Key: "RW_0", Container: "main", Env: "DB", Value: gcp.Raw, Refs: []resolve.Ref{gcp}}}), nil,
-			"container main env DB: ${gcp:db}: resolving gcp references is not supported yet"},
+		{"a store not read yet", plan([]resolve.Var{{Key: "RW_0", Container: "main", Env: "DB", Value: azure.Raw, Refs: []resolve.Ref{azure}}}), nil,
+			"container main env DB: ${azure:db@kv1}: resolving azure references is not supported yet"},
 		{"vault without its address", plan([]resolve.Var{{Key: "RW_0", Container: "main", Env: "DB", Value: vault.Raw, Refs: []resolve.Ref{vault}}}), nil,
 			`container main env DB: ${vault:secret/db.password@ns}: store "vault" is not enabled`},
 		{"vault without credentials", plan([]resolve.Var{{Key: "RW_0", Container: "main", Env: "DB", Value: vault.Raw, Refs: []resolve.Ref{vault}}}),
