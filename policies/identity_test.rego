@@ -155,3 +155,14 @@ test_azure_tenant_and_skip_and_own_env if {
 	sa := object.union(client, {"azure.workload.identity/tenant-id": "sa-tenant"})
 	env_of(decide(with_identity(azure_on({}), sa, [])), "AZURE_TENANT_ID")[0].env.value == "sa-tenant"
 }
+
+# The resolver reads Key Vault with the runner's Azure identity.
+test_azure_identity_reaches_the_resolver if {
+	cfg := {"workloadIdentity": {"azure": {"enabled": true, "tenantId": "tid"}}, "secretStores": {"azure": {"enabled": true, "secretName": "sp"}}}
+	inp := json.patch(with_identity(cfg, client, []), [{"op": "replace", "path": "/secretRefs", "value": [
+		{"container": "main", "env": "DB", "store": "azure", "name": "db", "vault": "kv1", "raw": "${azure:db@kv1}", "error": ""},
+	]}])
+	d := decide(inp)
+	env_of(d, "AZURE_CLIENT_ID")[0].containers == ["main", "runwarden-secrets"]
+	not "AZURE_CLIENT_SECRET" in {e.env.name | some e in d.mutations.env}
+}

@@ -91,6 +91,18 @@ func resolveSecrets(ctx context.Context, args []string, stdout, stderr io.Writer
 					return fail(err)
 				}
 				stores["gcp"] = s
+			case "azure":
+				// The service principal's or Workload Identity's variables;
+				// without them the default credential would ask the
+				// instance metadata service.
+				if getenv("AZURE_CLIENT_ID") == "" {
+					continue
+				}
+				s, err := resolve.NewAzure()
+				if err != nil {
+					return fail(err)
+				}
+				stores["azure"] = s
 			default:
 				stores[r.Store] = unsupported(r.Store)
 			}
@@ -111,5 +123,5 @@ func resolveSecrets(ctx context.Context, args []string, stdout, stderr io.Writer
 type unsupported string
 
 func (u unsupported) Fetch(context.Context, resolve.Ref) (string, error) {
-	return "", fmt.Errorf("resolving %s references is not supported yet (see docs/secrets.md)", string(u))
+	return "", fmt.Errorf("resolving %s references is not supported", string(u))
 }

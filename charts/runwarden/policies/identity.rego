@@ -158,8 +158,14 @@ azure_inject if {
 	azure_mode == "inject"
 }
 
+# The runner containers, and the resolver init container when it reads Key
+# Vault: the store is read with the same identity.
+azure_targets contains n if some n in identity_targets
+
+azure_targets contains "runwarden-secrets" if store_used("azure")
+
 # azure.workload.identity/skip-containers: semicolon-separated names.
-azure_containers := identity_targets - {trim_space(n) | some n in split(object.get(pod_annotations_in, "azure.workload.identity/skip-containers", ""), ";")}
+azure_containers := azure_targets - {trim_space(n) | some n in split(object.get(pod_annotations_in, "azure.workload.identity/skip-containers", ""), ";")}
 
 # The tenant: the service account's annotation (even empty), else the
 # platform's. A variable with no value is not set.
