@@ -369,6 +369,12 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			return err
 		}
 		logger.Info("preflight passed: a runner pod was admitted", "namespace", c.namespace, "took", time.Since(start).Round(time.Millisecond).String())
+		switch err := rwkube.EnvFiles(ctx, rwkube.PreflightOptions{Client: direct, Jobs: jobOpts, Namespace: c.namespace}); {
+		case errors.Is(err, rwkube.ErrNoEnvFiles):
+			logger.Error(err, "runner variables holding secret references cannot be resolved into env files on this cluster; set the platform configuration's secretDelivery: files (webhook.platform.secretDelivery) to deliver them as files (docs/secrets.md)")
+		case err != nil:
+			logger.Error(err, "could not check whether the cluster takes env files")
+		}
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,

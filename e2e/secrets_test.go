@@ -178,6 +178,12 @@ path "kv1/app" { capabilities = ["read"] }
 				t.Logf("the denied task's status: %s: %s", got.Status.Reason, got.Status.Message)
 			}
 
+			// The dispatcher's preflight found the API server keeps
+			// fileKeyRef (EnvFiles, on by default since 1.35).
+			if log := d.log.String(); !strings.Contains(log, "preflight passed") || strings.Contains(log, "env files") {
+				t.Errorf("the dispatcher's preflight did not pass, or found no env files:\n%s", tail(log, 3000))
+			}
+
 			// No value anywhere the cluster keeps or shows.
 			dump, err := suite.Kubectl(ctx, cfg, "get", "pods,jobs,runnertasks,events,configmaps", "-n", ns, "-o", "yaml")
 			if err != nil {

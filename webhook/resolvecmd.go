@@ -29,10 +29,15 @@ func resolveSecrets(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.SetOutput(stderr)
 	out := fs.String("out", filepath.Join(resolve.MountPath, resolve.EnvFile), "env file to write")
 	termLog := fs.String("termination-log", "/dev/termination-log", "file the failure reason is written to (the container's terminationMessagePath)")
+	delivery := fs.String("delivery", resolve.DeliveryEnvFile, `"envFile": the values in the env file --out; "files": each value in a file of its own, named by its key, in --out's folder`)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if *delivery != resolve.DeliveryEnvFile && *delivery != resolve.DeliveryFiles {
+		fmt.Fprintf(stderr, "runwarden-webhook resolve: --delivery %q: use envFile or files\n", *delivery)
 		return 2
 	}
 	fail := func(err error) int {
@@ -112,8 +117,15 @@ func resolveSecrets(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fail(err)
 	}
-	if err := resolve.WriteEnvFile(*out, values, vars); err != nil {
-		return fail(err)
+	switch *delivery {
+	case resolve.DeliveryFiles:
+		if err := resolve.WriteFiles(filepath.Dir(*out), values); err != nil {
+			return fail(err)
+		}
+	default:
+		if err := resolve.WriteEnvFile(*out, values, vars); err != nil {
+			return fail(err)
+		}
 	}
 	fmt.Fprintf(stdout, "runwarden: resolved %d variables\n", len(vars))
 	return 0

@@ -139,3 +139,48 @@ func createRefused(namespace string, err error) error {
 	}
 	return fmt.Errorf("%w: creating a Job in %s: %w", ErrPreflight, namespace, err)
 }
+
+// ErrNoEnvFiles says the API server drops or refuses fileKeyRef, the way
+// resolved secret references reach runner variables.
+var ErrNoEnvFiles = errors.New("the cluster does not take env files (fileKeyRef)")
+
+// EnvFiles checks, with a server-side dry run of a runner Job whose
+// variable reads an env file, that the API server keeps valueFrom.fileKeyRef
+// (Kubernetes EnvFiles: beta and on by default since 1.35). Without it,
+// resolved secret references cannot reach runner variables: the platform
+// configuration's secretDelivery: files delivers them as files instead.
+// Nothing is stored.
+func EnvFiles(ctx context.Context, o PreflightOptions) error {
+	opts := o.Jobs
+	opts.EnvAllowList = nil
+	j, _, err := job.Build(job.Task{ID: "preflight/" + o.Jobs.DispatcherID + "/envfiles", Namespace: o.Namespace, Command: []string{"true"}}, opts)
+	if err != nil {
+		return fmt.Errorf("%w: the pod template cannot make a Job: %w", ErrPreflight, err)
+	}
+	j.Annotations[job.AnnotationPreflight] = "true"
+	spec := &j.Spec.Template.Spec
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "runwarden-envfiles-probe", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	main := &spec.Containers[0]
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == job.RunnerContainer {
+			main = &spec.Containers[i]
+		}
+	}
+	main.Env = append(main.Env, corev1.EnvVar{Name: "RUNWARDEN_ENVFILES_PROBE", ValueFrom: &corev1.EnvVarSource{FileKeyRef: &corev1.FileKeySelector{
+		VolumeName: "runwarden-envfiles-probe", Path: "probe.env", Key: "PROBE",
+	}}})
+	if err := o.Client.Create(ctx, j, client.DryRunAll); err != nil {
+		if apierrors.IsInvalid(err) && strings.Contains(err.Error(), "valueFrom") {
+			return fmt.Errorf("%w: %w", ErrNoEnvFiles, err)
+		}
+		return fmt.Errorf("%w: checking env files with a dry run in %s: %w", ErrPreflight, o.Namespace, err)
+	}
+	for _, c := range j.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == "RUNWARDEN_ENVFILES_PROBE" && (e.ValueFrom == nil || e.ValueFrom.FileKeyRef == nil) {
+				return fmt.Errorf("%w: the API server dropped it (the EnvFiles feature gate is off, or it is older than 1.34)", ErrNoEnvFiles)
+			}
+		}
+	}
+	return nil
+}

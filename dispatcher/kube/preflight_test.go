@@ -1,12 +1,21 @@
 package kube
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
 )
 
 // A refused preflight Job names the cause the API server gave: RBAC, quota
@@ -31,6 +40,55 @@ func TestPreflightNamesWhyTheJobWasRefused(t *testing.T) {
 			err := createRefused("runners", tt.err)
 			if !errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got %v, want it to say %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// EnvFiles tells a cluster that keeps fileKeyRef from one whose API server
+// drops it (the gate off) or refuses it, and stores nothing either way.
+func TestEnvFilesProbe(t *testing.T) {
+	t.Parallel()
+	opts := job.Options{DispatcherID: "d-1", Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "runner:1"}}}}}
+	drop := func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.CreateOption) error {
+		j := obj.(*batchv1.Job)
+		for i := range j.Spec.Template.Spec.Containers {
+			for k := range j.Spec.Template.Spec.Containers[i].Env {
+				if e := &j.Spec.Template.Spec.Containers[i].Env[k]; e.ValueFrom != nil && e.ValueFrom.FileKeyRef != nil {
+					e.ValueFrom = nil
+				}
+			}
+		}
+		return c.Create(ctx, obj, o...)
+	}
+	refuse := func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+		return apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "x", field.ErrorList{
+			field.Required(field.NewPath("spec", "template", "spec", "containers").Index(0).Child("env").Index(0).Child("valueFrom"), "must specify one of"),
+		})
+	}
+	for _, c := range []struct {
+		name   string
+		create func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error
+		want   error
+	}{
+		{"kept", nil, nil},
+		{"dropped", drop, ErrNoEnvFiles},
+		{"refused", refuse, ErrNoEnvFiles},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := fake.NewClientBuilder()
+			if c.create != nil {
+				b = b.WithInterceptorFuncs(interceptor.Funcs{Create: c.create})
+			}
+			cl := b.Build()
+			err := EnvFiles(t.Context(), PreflightOptions{Client: cl, Jobs: opts, Namespace: "runners"})
+			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+				t.Fatalf("EnvFiles: %v, want %v", err, c.want)
+			}
+			var jobs batchv1.JobList
+			if err := cl.List(t.Context(), &jobs); err != nil || len(jobs.Items) != 0 {
+				t.Errorf("%d Jobs stored (%v): the probe is a dry run", len(jobs.Items), err)
 			}
 		})
 	}

@@ -30,6 +30,20 @@ const (
 	EnvFile = "secrets.env"
 	// SpecEnv is the init container's variable holding the plan (JSON).
 	SpecEnv = "RUNWARDEN_SECRET_REFS"
+	// FileSuffix names the variable that holds a value's file, with
+	// delivery "files": DB_PASSWORD becomes DB_PASSWORD_FILE.
+	FileSuffix = "_FILE"
+)
+
+// Deliveries: how the values reach the runner.
+const (
+	// DeliveryEnvFile: each variable from the env file (fileKeyRef;
+	// Kubernetes EnvFiles, on by default since 1.35). The default.
+	DeliveryEnvFile = "envFile"
+	// DeliveryFiles: each value in a file of its own on the in-memory
+	// volume, mounted read-only, named by the variable NAME_FILE; NAME is
+	// not set. For clusters without EnvFiles.
+	DeliveryFiles = "files"
 )
 
 // Var is one runner variable whose value holds secret references: its value
@@ -207,6 +221,28 @@ func WriteEnvFile(path string, values map[string]string, vars []Var) error {
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("writing the env file: %w", err)
+	}
+	return nil
+}
+
+// WriteFiles writes each value to a file named by its key in dir, readable
+// by the pod's containers (delivery "files"). Any value can be written.
+func WriteFiles(dir string, values map[string]string) error {
+	for k, v := range values {
+		tmp, err := os.CreateTemp(dir, ".secret-*")
+		if err != nil {
+			return fmt.Errorf("writing the value files: %w", err)
+		}
+		_, werr := tmp.WriteString(v)
+		cerr := tmp.Chmod(0o444)
+		if err := errors.Join(werr, cerr, tmp.Close()); err != nil {
+			_ = os.Remove(tmp.Name())
+			return fmt.Errorf("writing the value files: %w", err)
+		}
+		if err := os.Rename(tmp.Name(), filepath.Join(dir, k)); err != nil {
+			_ = os.Remove(tmp.Name())
+			return fmt.Errorf("writing the value files: %w", err)
+		}
 	}
 	return nil
 }

@@ -115,3 +115,23 @@ func TestWriteEnvFile(t *testing.T) {
 		t.Errorf("a refused env file was written: %v", err)
 	}
 }
+
+// Delivery "files" takes any value, the env file's impossible ones too.
+func TestWriteFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	values := map[string]string{"RW_0": "it's", "RW_1": "", "RW_2": "a\x00b\nc"}
+	if err := WriteFiles(dir, values); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range values {
+		got, err := os.ReadFile(filepath.Join(dir, k))
+		if err != nil || string(got) != want {
+			t.Errorf("%s: %q, %v; want %q", k, got, err, want)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != len(values) {
+		t.Errorf("%d files, want %d: temporary files left", len(entries), len(values))
+	}
+}

@@ -97,6 +97,13 @@ func New(opts Options) *Handler {
 	if len(opts.JobControllerUsers) == 0 {
 		opts.JobControllerUsers = DefaultJobControllerUsers
 	}
+	if opts.Resolver != nil {
+		r := *opts.Resolver
+		if d, ok := opts.Config["secretDelivery"].(string); ok && d != "" {
+			r.Delivery = d
+		}
+		opts.Resolver = &r
+	}
 	return &Handler{opts: opts}
 }
 

@@ -617,3 +617,41 @@ func TestHandlerResolvesForInitContainers(t *testing.T) {
 		t.Errorf("second admission: allowed=%v, %d patches: %+v", again.Allowed, len(again.Patches), again.Patches)
 	}
 }
+
+// With secretDelivery "files" (clusters without EnvFiles) each value is a
+// file on the in-memory volume, mounted read-only: NAME_FILE names it, NAME
+// is not set, never to the reference's text.
+func TestHandlerFilesDelivery(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, true)
+	cfg := map[string]any{"secretDelivery": "files"}
+	for k, v := range platformConfig {
+		cfg[k] = v
+	}
+	h = New(Options{Policies: h.opts.Policies, Reader: h.opts.Reader, Jobs: h.opts.Jobs, Config: cfg, Mutate: true, Resolver: &Resolver{Image: resolverImage}})
+	pod := runnerPod("registry.example.com/runner:1")
+	resp := h.Handle(t.Context(), request(t, pod))
+	if !resp.Allowed {
+		t.Fatalf("denied: %v", resp.Result)
+	}
+	got := mutatedPod(t, pod, resp)
+	main := got.Spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range main.Env {
+		env[e.Name] = e.Value
+	}
+	if _, set := env["DB_PASSWORD"]; set || env["DB_PASSWORD_FILE"] != "/run/runwarden/secrets/RW_0" {
+		t.Errorf("runner env %v, want DB_PASSWORD_FILE naming the value's file and no DB_PASSWORD", env)
+	}
+	if !slices.ContainsFunc(main.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "runwarden-secrets" && m.MountPath == "/run/runwarden/secrets" && m.ReadOnly
+	}) {
+		t.Errorf("runner mounts %+v, want the values' volume read-only", main.VolumeMounts)
+	}
+	if args := got.Spec.InitContainers[0].Args; !slices.Equal(args, []string{"resolve", "--delivery", "files"}) {
+		t.Errorf("resolver args %q", args)
+	}
+	if again := h.Handle(t.Context(), request(t, got)); !again.Allowed || len(again.Patches) != 0 {
+		t.Errorf("second admission: allowed=%v, %d patches", again.Allowed, len(again.Patches))
+	}
+}

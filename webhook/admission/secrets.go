@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -22,6 +23,10 @@ type Resolver struct {
 	Image string
 	// PullPolicy is the image's pull policy. Default: the cluster's.
 	PullPolicy corev1.PullPolicy
+	// Delivery is how the values reach the runner: resolve.DeliveryEnvFile
+	// (the default) or resolve.DeliveryFiles (platform configuration
+	// secretDelivery), for clusters without EnvFiles.
+	Delivery string
 }
 
 // envFileSize bounds the in-memory volume the env file is written to.
@@ -54,6 +59,13 @@ func PlanSecrets(pod *corev1.Pod, r Resolver) (bool, error) {
 					v.Refs = append(v.Refs, resolve.Ref{Store: ref.Store, Name: ref.Name, Vault: ref.Vault, Key: ref.Key, Raw: ref.Raw})
 				}
 				vars = append(vars, v)
+				if r.Delivery == resolve.DeliveryFiles {
+					*e = corev1.EnvVar{Name: e.Name + resolve.FileSuffix, Value: resolve.MountPath + "/" + v.Key}
+					if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == resolve.Volume }) {
+						c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: resolve.Volume, MountPath: resolve.MountPath, ReadOnly: true})
+					}
+					continue
+				}
 				*e = corev1.EnvVar{Name: e.Name, ValueFrom: &corev1.EnvVarSource{FileKeyRef: &corev1.FileKeySelector{
 					VolumeName: resolve.Volume, Path: resolve.EnvFile, Key: v.Key,
 				}}}
@@ -79,7 +91,7 @@ func PlanSecrets(pod *corev1.Pod, r Resolver) (bool, error) {
 	}})
 	init := corev1.Container{
 		Name: resolve.InitContainer, Image: r.Image, ImagePullPolicy: r.PullPolicy,
-		Args:         []string{"resolve"},
+		Args:         []string{"resolve", "--delivery", cmp.Or(r.Delivery, resolve.DeliveryEnvFile)},
 		Env:          []corev1.EnvVar{{Name: resolve.SpecEnv, Value: base64.StdEncoding.EncodeToString(spec)}},
 		VolumeMounts: []corev1.VolumeMount{{Name: resolve.Volume, MountPath: resolve.MountPath}},
 		Resources: corev1.ResourceRequirements{
