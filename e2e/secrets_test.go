@@ -17,8 +17,12 @@ import (
 	"time"
 
 	vault "github.com/hashicorp/vault/api"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
@@ -218,4 +222,156 @@ func jobName(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, task st
 		t.Fatal(err)
 	}
 	return got.Status.JobName
+}
+
+// TestSecretsDeliveredAsFiles: with the platform's secretDelivery: files
+// (for clusters without EnvFiles) a resolved value reaches the runner as a
+// file named by NAME_FILE, on the in-memory volume, whatever it holds (a
+// single quote, which an env file cannot); NAME is not set.
+func TestSecretsDeliveredAsFiles(t *testing.T) {
+	f := features.New("secrets delivered as files").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			if err := suite.LoadImages(ctx, "runner", "webhook"); err != nil {
+				t.Fatal(err)
+			}
+			installCRD(ctx, t, cfg)
+			return ctx
+		}).
+		Assess("the value is in the file NAME_FILE names", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			v := startVault(ctx, t)
+			value := "it's " + rand.Text()
+			if _, err := v.client.KVv2("secret").Put(ctx, "db", map[string]any{"password": value}); err != nil {
+				t.Fatal(err)
+			}
+			r := cfg.Client().Resources(ns)
+			if err := r.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vault-token", Namespace: ns}, StringData: map[string]string{"token": v.root}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
+				t.Fatal(err)
+			}
+			startWebhookWith(ctx, t, cfg, fmt.Sprintf("secretDelivery: files\nsecretStores:\n  vault: {enabled: true, address: %q, secretName: vault-token}\n", v.addr))
+			d := startDispatcher(ctx, t, cfg, ns)
+			rt := runnerTask(ns, "as-file", `sha256sum < "$TF_VAR_db_password_FILE"; echo "TF_VAR_db_password set: ${TF_VAR_db_password+yes}"`)
+			rt.Spec.Env = []corev1.EnvVar{{Name: "TF_VAR_db_password", Value: "${vault:secret/db.password@team-a}"}}
+			if err := r.Create(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			got := waitPhase(ctx, t, cfg, rt, d)
+			if got.Status.Phase != v1alpha1.PhaseSucceeded {
+				t.Fatalf("task: %s %s: %s", got.Status.Phase, got.Status.Reason, got.Status.Message)
+			}
+			out, err := suite.Kubectl(ctx, cfg, "logs", "-n", ns, "job/"+got.Status.JobName, "-c", "main")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, sha(value)) || !strings.Contains(out, "TF_VAR_db_password set: \n") {
+				t.Errorf("the runner's log %q: want the value's SHA-256 from the file, and TF_VAR_db_password unset", out)
+			}
+			if strings.Contains(out, value) {
+				t.Error("the value is in the runner's log")
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestSecretsVaultKubernetesAuth: with the platform's Vault auth:
+// kubernetes, the resolver logs in to the real Vault with the pod's projected
+// service account token (audience vault), which Vault checks with the API
+// server's TokenReview, and reads the secret the role's policy allows.
+func TestSecretsVaultKubernetesAuth(t *testing.T) {
+	f := features.New("vault kubernetes auth").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			if err := suite.LoadImages(ctx, "runner", "webhook"); err != nil {
+				t.Fatal(err)
+			}
+			installCRD(ctx, t, cfg)
+			return ctx
+		}).
+		Assess("the resolver logs in as the pod's service account", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			v := startVault(ctx, t)
+			value := "k8s-auth-" + rand.Text()
+			if _, err := v.client.KVv2("secret").Put(ctx, "db", map[string]any{"password": value}); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.client.Sys().PutPolicyWithContext(ctx, "runner", `path "secret/data/db" { capabilities = ["read"] }`); err != nil {
+				t.Fatal(err)
+			}
+			// Vault reviews the pods' tokens with a reviewer of its own.
+			r := cfg.Client().Resources(ns)
+			reviewer := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "vault-reviewer", Namespace: ns}}
+			if err := r.Create(ctx, reviewer); err != nil {
+				t.Fatal(err)
+			}
+			crb := &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: "vault-reviewer-" + ns},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
+				Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: reviewer.Name, Namespace: ns}},
+			}
+			if err := cfg.Client().Resources().Create(ctx, crb); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cfg.Client().Resources().Delete(context.Background(), crb) })
+			cs, err := kubernetes.NewForConfig(cfg.Client().RESTConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, reviewer.Name, &authenticationv1.TokenRequest{
+				Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc := cfg.Client().RESTConfig()
+			ca := string(rc.CAData)
+			if ca == "" && rc.CAFile != "" {
+				b, err := os.ReadFile(rc.CAFile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ca = string(b)
+			}
+			if err := v.client.Sys().EnableAuthWithOptionsWithContext(ctx, "kubernetes", &vault.EnableAuthOptions{Type: "kubernetes"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.client.Logical().WriteWithContext(ctx, "auth/kubernetes/config", map[string]any{
+				"kubernetes_host": rc.Host, "kubernetes_ca_cert": ca, "token_reviewer_jwt": tr.Status.Token, "disable_local_ca_jwt": true,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.client.Logical().WriteWithContext(ctx, "auth/kubernetes/role/runner", map[string]any{
+				"bound_service_account_names": "default", "bound_service_account_namespaces": ns,
+				"audience": "vault", "token_policies": "runner", "token_ttl": "10m",
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
+				t.Fatal(err)
+			}
+			startWebhookWith(ctx, t, cfg, fmt.Sprintf("secretStores:\n  vault: {enabled: true, address: %q, auth: kubernetes, role: runner}\n", v.addr))
+			d := startDispatcher(ctx, t, cfg, ns)
+			rt := runnerTask(ns, "k8s-auth", `printf %s "$TF_VAR_db_password" | sha256sum`)
+			rt.Spec.Env = []corev1.EnvVar{{Name: "TF_VAR_db_password", Value: "${vault:secret/db.password@team-a}"}}
+			if err := r.Create(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			got := waitPhase(ctx, t, cfg, rt, d)
+			if got.Status.Phase != v1alpha1.PhaseSucceeded {
+				t.Fatalf("task: %s %s: %s", got.Status.Phase, got.Status.Reason, got.Status.Message)
+			}
+			out, err := suite.Kubectl(ctx, cfg, "logs", "-n", ns, "job/"+got.Status.JobName, "-c", "main")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, sha(value)) {
+				t.Errorf("the runner's log %q lacks the value's SHA-256", out)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
 }
