@@ -29,10 +29,10 @@ func TestVaultNamespaces(t *testing.T) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		switch {
-		case r.URL.Path == "/v1/sys/internal/ui/mounts/secret/db":
+		switch r.URL.Path {
+		case "/v1/sys/internal/ui/mounts/secret/db":
 			_ = json.NewEncoder(w).Encode(map[string]any{"data": map[string]any{"path": "secret/", "options": map[string]any{"version": "2"}}})
-		case r.URL.Path == "/v1/secret/data/db":
+		case "/v1/secret/data/db":
 			_ = json.NewEncoder(w).Encode(map[string]any{"data": map[string]any{"data": map[string]any{"password": "in " + strings.TrimSuffix(ns, "/")}}})
 		default:
 			w.WriteHeader(http.StatusNotFound)

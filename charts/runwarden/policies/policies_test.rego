@@ -400,7 +400,8 @@ test_audit_mode_turns_denials_into_warnings if {
 }
 
 test_custom_runner_containers if {
-	d := admission.decision with input as input_with({"containers": ["main", "sidecar"], "secretStores": {"aws": {"enabled": true, "secretName": "a"}}})
+	d := admission.decision with input as input_with({"containers": ["main", "sidecar"], "credentialSets": [{"name": "gh", "secretName": "gh", "env": [{"name": "GH_TOKEN", "key": "token"}]}]})
+	count(d.mutations.env) == 1
 	every e in d.mutations.env {
 		e.containers == ["main", "sidecar"]
 	}
@@ -442,6 +443,11 @@ test_ephemeral_containers_allowed_without_credentials if {
 	[v.message | some v in mounted.deny] == [`ephemeral-no-credentials: ephemeral container "debugger" mounts volume "vault-token", which holds credentials`]
 	env := admission.decision with input as ephemeral_input(cfg, {"name": "debugger", "image": "registry.example.com/debug:1", "env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "vault-token", "key": "token"}}}], "envFrom": [{"secretRef": {"name": "aws-creds"}}]})
 	count(env.deny) == 2
+	values := admission.decision with input as ephemeral_input(cfg, {"name": "debugger", "image": "registry.example.com/debug:1", "volumeMounts": [{"name": "runwarden-secrets", "mountPath": "/s"}], "env": [{"name": "V", "valueFrom": {"fileKeyRef": {"volumeName": "runwarden-secrets", "path": "secrets.env", "key": "RW_0"}}}]})
+	{v.message | some v in values.deny} == {
+		`ephemeral-no-credentials: ephemeral container "debugger" mounts volume "runwarden-secrets", which holds credentials`,
+		`ephemeral-no-credentials: ephemeral container "debugger" reads env V from the resolved secret references`,
+	}
 	privileged := admission.decision with input as ephemeral_input(cfg, {"name": "debugger", "image": "registry.example.com/debug:1", "securityContext": {"privileged": true}})
 	[v.rule | some v in privileged.deny] == ["no-privileged"]
 }

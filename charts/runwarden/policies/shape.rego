@@ -119,6 +119,17 @@ credential_volumes contains v.name if {
 	v.projected
 }
 
+# The resolved secret references' in-memory volume (docs/secrets.md).
+credential_volumes contains "runwarden-secrets"
+
+violations contains violation("ephemeral-no-credentials", c.name, sprintf("env %s", [e.name]), sprintf("ephemeral container %q reads env %s from the resolved secret references", [c.name, e.name])) if {
+	is_runner
+	ephemeral_allowed
+	some c in new_ephemeral
+	some e in object.get(c, "env", [])
+	e.valueFrom.fileKeyRef
+}
+
 violations contains violation("ephemeral-no-credentials", c.name, sprintf("volumeMounts[%s]", [m.name]), sprintf("ephemeral container %q mounts volume %q, which holds credentials", [c.name, m.name])) if {
 	is_runner
 	ephemeral_allowed
