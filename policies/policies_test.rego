@@ -473,3 +473,15 @@ test_resolver_image_is_allowed if {
 	without := admission.decision with input as json.patch(input_with(cfg), pod)
 	[v.rule | some v in without.deny] == ["allowed-registries"]
 }
+
+# A cloud store without a Secret (its credentials come from workload
+# identity, or are missing) gets no key variables or volumes, never a mount of
+# a volume that is not there.
+test_cloud_store_without_a_secret if {
+	cfg := {"secretStores": {"aws": {"enabled": true}, "gcp": {"enabled": true, "project": "p1"}, "azure": {"enabled": true}}}
+	d := admission.decision with input as with_refs(cfg, ["ssm", "gcp", "azure"])
+	d.deny == []
+	d.mutations.volumes == []
+	d.mutations.volumeMounts == []
+	{e.env.name | some e in d.mutations.env} == {"AWS_REGION", "AWS_DEFAULT_REGION", "GOOGLE_CLOUD_PROJECT"}
+}

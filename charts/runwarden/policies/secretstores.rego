@@ -66,6 +66,7 @@ env contains store_secret("AWS_SECRET_ACCESS_KEY", stores.aws.secretName, object
 gcp_keys if {
 	store_used("gcp")
 	not gcp_identity
+	object.get(stores, ["gcp", "secretName"], "") != ""
 }
 
 volumes contains {"name": "gcp-credentials", "secret": {"secretName": stores.gcp.secretName}} if gcp_keys
@@ -83,6 +84,7 @@ env contains store_var("GOOGLE_CLOUD_PROJECT", stores.gcp.project) if {
 azure_keys if {
 	store_used("azure")
 	not azure_identity
+	object.get(stores, ["azure", "secretName"], "") != ""
 }
 
 env contains store_secret(name, stores.azure.secretName, key) if {

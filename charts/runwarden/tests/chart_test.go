@@ -126,7 +126,9 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "orchestrator without url", args: []string{"--set", "dispatcher.taskSource=orchestrator"}, want: "needs dispatcher.orchestrator.url"},
 		{name: "orchestrator over http", args: []string{"--set", "dispatcher.orchestrator.url=http://orch.example"}, want: "/dispatcher/orchestrator/url"},
 		{name: "orchestrator jwt without secret", args: []string{"--set", "dispatcher.taskSource=orchestrator", "--set", "dispatcher.orchestrator.url=https://o.example"}, want: "needs dispatcher.orchestrator.existingSecret: the Secret holding the Ed25519 private key"},
-		{name: "secret store without its secret", args: []string{"--set", "webhook.platform.secretStores.aws.enabled=true"}, want: "/webhook/platform/secretStores/aws"},
+		// A cloud store may go without a Secret (workload identity gives the
+		// resolver its credentials), not with a misspelt key.
+		{name: "secret store with a misspelt key", args: []string{"--set", "webhook.platform.secretStores.aws.enabled=true", "--set", "webhook.platform.secretStores.aws.secretname=aws-creds"}, want: "/webhook/platform/secretStores/aws"},
 		{name: "vault kubernetes auth without role", args: []string{"--set", "webhook.platform.secretStores.vault.enabled=true", "--set", "webhook.platform.secretStores.vault.address=https://vault:8200", "--set", "webhook.platform.secretStores.vault.auth=kubernetes"}, want: "role"},
 		{name: "vault token auth without secret", args: []string{"--set", "webhook.platform.secretStores.vault.enabled=true", "--set", "webhook.platform.secretStores.vault.address=https://vault:8200"}, want: "secretName"},
 		{name: "unknown platform part", args: []string{"--set", "webhook.platform.secretStore.aws.enabled=true"}, want: "'secretStore' not allowed"},
