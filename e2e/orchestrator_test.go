@@ -86,6 +86,35 @@ func orchestratorTasks(srv *orchestratortest.Server, prefix string, n int) []str
 	return ids
 }
 
+// checkCancelledOnce asserts every cancelled task ended with exactly one
+// stored final event, cancelled (by its dispatcher or, when none held it,
+// by the orchestrator) or succeeded (it finished first), and left at most
+// one Job.
+func checkCancelledOnce(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, srv *orchestratortest.Server, ids []string) {
+	t.Helper()
+	jobs := map[string]int{}
+	for _, j := range jobsOf(ctx, t, cfg, ns) {
+		jobs[j.Annotations["runwarden.dev/task-id"]]++
+	}
+	by := map[string]int{}
+	for _, id := range ids {
+		rec := srv.Task(id)
+		switch {
+		case rec.FinalStored != 1 || rec.Final == nil || jobs[id] > 1 || rec.BadKeys != 0:
+			t.Errorf("cancelled task %s: %d final events stored (final %+v), %d Jobs", id, rec.FinalStored, rec.Final, jobs[id])
+		case rec.Final.Type == orchestrator.EventCancelled && rec.EndedByOrchestrator:
+			by["cancelled by the orchestrator"]++
+		case rec.Final.Type == orchestrator.EventCancelled:
+			by["cancelled by the dispatcher"]++
+		case rec.Final.Type == orchestrator.EventSucceeded:
+			by["succeeded before the cancel"]++
+		default:
+			t.Errorf("cancelled task %s ended %+v", id, rec.Final)
+		}
+	}
+	t.Logf("cancelled tasks: %v", by)
+}
+
 // checkExactlyOnce asserts every task ended succeeded with exactly one
 // stored final event and exactly one Job.
 func checkExactlyOnce(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, srv *orchestratortest.Server, ids []string) {
@@ -357,9 +386,14 @@ func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
 				"--succeeded-history", "1000", "--failed-history", "1000", "--preflight=false", "--stream-logs=false")
 			mostRunning := watchRunning(ctx, t, cfg, ns)
 			ids := orchestratorTasks(o.srv, "task", tasks)
+			// Tasks cancelled at random moments: queued, leased, running or
+			// done; each must still end exactly once.
+			cancels := orchestratorTasks(o.srv, "cancel", 2*kills)
 			rng := rand.New(rand.NewPCG(5, 9))
-			for range kills {
+			for i := range kills {
+				o.srv.Cancel(cancels[2*i], "chaos")
 				time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
+				o.srv.Cancel(cancels[2*i+1], "chaos")
 				d.stop(os.Kill)
 				d.start(ctx, t)
 			}
@@ -396,8 +430,9 @@ func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
 				o.srv.Release()
 				d.start(ctx, t)
 			}
-			waitAllDone(ctx, t, o.srv, len(ids), 4*time.Minute, d)
+			waitAllDone(ctx, t, o.srv, len(ids)+len(cancels), 4*time.Minute, d)
 			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
+			checkCancelledOnce(ctx, t, cfg, ns, o.srv, cancels)
 			if n := mostRunning(); n > 40 {
 				t.Errorf("%d unfinished Jobs at once, with --max-concurrent 40", n)
 			} else {

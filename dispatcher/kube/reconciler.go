@@ -188,7 +188,6 @@ func terminal(p v1alpha1.Phase) bool {
 
 // Reconcile implements reconcile.Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	logger := log.FromContext(ctx)
 	rt := &v1alpha1.RunnerTask{}
 	if err := r.opts.Client.Get(ctx, req.NamespacedName, rt); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -228,7 +227,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				return reconcile.Result{}, err
 			}
 			if out.Phase != "" {
-				logger.Info("task finished before its cancellation was seen", "job", j.Name, "phase", out.Phase, "reason", out.Reason)
 				return reconcile.Result{}, r.finish(ctx, rt, j, out)
 			}
 			if err := r.opts.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
@@ -280,7 +278,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// the clock, not in the Job).
 		return reconcile.Result{RequeueAfter: r.opts.RequeueAfter}, nil
 	}
-	logger.Info("task finished", "job", j.Name, "phase", out.Phase, "reason", out.Reason)
 	return reconcile.Result{}, r.finish(ctx, rt, j, out)
 }
 
@@ -444,6 +441,13 @@ func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 	if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
 		return err
 	}
+	// Once, when the record is written: a write that conflicts is tried
+	// again and logs nothing.
+	jobName := rt.Status.JobName
+	if j != nil {
+		jobName = j.Name
+	}
+	log.FromContext(ctx).Info("task finished", "job", jobName, "phase", out.Phase, "reason", out.Reason)
 	r.opts.Recorder.Finished(out.Phase, out.Reason)
 	if err := r.settle(ctx, rt, j); err != nil {
 		return err

@@ -343,8 +343,50 @@ func TestCancelBeforeLease(t *testing.T) {
 	if ids := leaseTasks(got); !slices.Equal(ids, []string{"t-2"}) {
 		t.Errorf("leased %v, want t-2 only", ids)
 	}
-	if rec := s.Task("t-1"); !rec.Cancelled || rec.Queued || len(rec.Leases) != 0 {
-		t.Errorf("t-1 %+v", rec)
+	if rec := s.Task("t-1"); !rec.Cancelled || rec.Queued || len(rec.Leases) != 0 || !rec.EndedByOrchestrator ||
+		rec.Final == nil || rec.Final.Type != orchestrator.EventCancelled || rec.FinalStored != 1 {
+		t.Errorf("t-1 %+v, want ended by the orchestrator, cancelled", rec)
+	}
+}
+
+// A cancel always ends its task. A cancelled task whose lease expired
+// (its lease response was lost, or its dispatcher stopped before its Job
+// existed) is handed back to a dispatcher that lists it as running, which
+// then learns of the cancel; if none does for a lease duration, the
+// orchestrator ends it itself.
+func TestCancelOfAnUnheldTaskEndsIt(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{LeaseSeconds: 1})
+	s.Add(tasks("lost", "held")...)
+	leases := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 2, Max: 2}})
+	if len(leases) != 2 {
+		t.Fatalf("%d leases", len(leases))
+	}
+	s.Cancel("lost", "stop")
+	s.Cancel("held", "stop")
+	time.Sleep(1100 * time.Millisecond) // both leases expire
+	// The dispatcher still runs "held": it is handed back, and the renewal
+	// says cancel.
+	again := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Running: []string{"held"}, Capacity: orchestrator.Capacity{Free: 0, Max: 2}})
+	if ids := leaseTasks(again); !slices.Equal(ids, []string{"held"}) {
+		t.Fatalf("re-issued %v, want held", ids)
+	}
+	r := post(t, s, orchestrator.PathRenew(again[0].LeaseID), orchestrator.RenewRequest{DispatcherID: "d-1", Epoch: again[0].Epoch})
+	var resp orchestrator.RenewResponse
+	if err := json.Unmarshal(r.body, &resp); err != nil || !resp.Cancel {
+		t.Fatalf("renewal of the handed-back lease: %+v, %v; want cancel", resp, err)
+	}
+	if rec := s.Task("lost"); rec.Final != nil {
+		t.Fatalf("lost ended before a lease duration without a holder: %+v", rec.Final)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Running: []string{"held"}, Capacity: orchestrator.Capacity{Free: 0, Max: 2}})
+	rec := s.Task("lost")
+	if !rec.EndedByOrchestrator || rec.Final == nil || rec.Final.Type != orchestrator.EventCancelled || rec.FinalStored != 1 || rec.Queued {
+		t.Errorf("lost %+v, want ended by the orchestrator, cancelled", rec)
+	}
+	if held := s.Task("held"); held.EndedByOrchestrator || held.Final != nil {
+		t.Errorf("held %+v: its dispatcher reports it", held)
 	}
 }
 

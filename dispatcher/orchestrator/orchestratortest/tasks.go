@@ -39,6 +39,10 @@ type TaskRecord struct {
 	// Cancelled is set by Server.Cancel, with CancelReason.
 	Cancelled    bool
 	CancelReason string
+	// EndedByOrchestrator tells that the server ended the cancelled task
+	// itself: no lease held it, and no dispatcher listed it as running,
+	// for a lease duration (docs/protocol.md).
+	EndedByOrchestrator bool
 
 	// Events are the events stored, first arrival of each idempotency key,
 	// in order.
@@ -111,6 +115,9 @@ type task struct {
 	// lease is the latest lease; live while rec.Leased.
 	lease orchestrator.Lease
 	keys  map[string]int // idempotency key -> index in rec.Events
+	// unheld is when a cancelled task was last seen with no lease, zero
+	// while one holds it.
+	unheld time.Time
 }
 
 // dup is a lease owed again to a dispatcher's next poll.
@@ -141,8 +148,10 @@ func (s *Server) Add(tasks ...orchestrator.Task) {
 
 // Cancel asks for the cancellation of a task: the next renewal of its lease
 // answers cancel with reason. A task never leased leaves the queue for
-// good; a task whose lease expired is re-issued only to a dispatcher that
-// lists it in PollRequest.Running. Cancel panics on an unknown task.
+// good, ended by the server at once; a task whose lease expired is
+// re-issued only to a dispatcher that lists it in PollRequest.Running, and
+// ended by the server when none has for a lease duration. Cancel panics on
+// an unknown task.
 func (s *Server) Cancel(taskID, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -152,9 +161,7 @@ func (s *Server) Cancel(taskID, reason string) {
 	}
 	t.rec.Cancelled = true
 	t.rec.CancelReason = reason
-	if t.rec.Queued && t.rec.Epoch == 0 {
-		s.dequeueLocked(t)
-	}
+	s.endCancelledLocked(t, time.Now())
 }
 
 // Task returns a copy of the record of a task; the zero TaskRecord for an
@@ -233,7 +240,41 @@ func (s *Server) expireLocked(now time.Time) {
 			s.stats.Requeues++
 			s.enqueueLocked(t)
 		}
+		s.endCancelledLocked(t, now)
 	}
+}
+
+// endCancelledLocked ends a cancelled task that no lease has held, and no
+// dispatcher has listed as running, for a lease duration (at once if it was
+// never leased): its lease response was lost, or its dispatcher stopped
+// before its Job existed, so no dispatcher will ever report it. The server stores
+// the final cancelled event itself (docs/protocol.md).
+func (s *Server) endCancelledLocked(t *task, now time.Time) {
+	if !t.rec.Cancelled || t.rec.Final != nil || t.rec.Leased {
+		t.unheld = time.Time{}
+		return
+	}
+	// A task never leased ends at once: no dispatcher can hold it.
+	if t.rec.Epoch > 0 {
+		if t.unheld.IsZero() {
+			t.unheld = now
+			return
+		}
+		if now.Sub(t.unheld) < s.leaseDuration() {
+			return
+		}
+	}
+	ev := orchestrator.Event{
+		IdempotencyKey: t.rec.Task.ID + "/final", Epoch: t.rec.Epoch, Type: orchestrator.EventCancelled, Reason: "Cancelled",
+		Message: "cancelled while no dispatcher held it: " + t.rec.CancelReason, Time: now.UTC(),
+	}
+	t.keys[ev.IdempotencyKey] = len(t.rec.Events)
+	t.rec.Events = append(t.rec.Events, ev)
+	t.rec.FinalStored++
+	final := cloneEvent(ev)
+	t.rec.Final = &final
+	t.rec.EndedByOrchestrator = true
+	s.dequeueLocked(t)
 }
 
 // nextExpiryLocked is the earliest expiry of a live lease, zero if none.
