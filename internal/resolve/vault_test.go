@@ -44,10 +44,10 @@ func TestVaultNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for ns, want := range map[string]string{"team-a": "in team-a", "": "in platform"} {
-		got, err := v.Fetch(t.Context(), Ref{Store: "vault", Name: "secret/db", Key: "password", Vault: ns})
-		if err != nil || got != want {
-			t.Errorf("namespace %q: %q, %v; want %q", ns, got, err, want)
+	for _, c := range []struct{ ns, want string }{{"team-a", "in team-a"}, {"", "in platform"}} {
+		got, err := v.Fetch(t.Context(), Ref{Store: "vault", Name: "secret/db", Key: "password", Vault: c.ns})
+		if err != nil || got != c.want {
+			t.Errorf("namespace %q: %q, %v; want %q", c.ns, got, err, c.want)
 		}
 	}
 	if _, err := v.Fetch(t.Context(), Ref{Store: "vault", Name: "secret/none", Key: "password", Vault: "team-a"}); !errors.Is(err, ErrNotFound) {
