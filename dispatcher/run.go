@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -40,6 +41,12 @@ import (
 )
 
 // config is the parsed command line.
+// leaderFlags configure leader election among replicas.
+type leaderFlags struct {
+	elect               bool
+	lease, renew, retry time.Duration
+}
+
 type config struct {
 	id            string
 	template      string
@@ -63,6 +70,7 @@ type config struct {
 	logLevel      string
 	version       bool
 	testRunner    string
+	leader        leaderFlags
 
 	source string
 	orch   orchestratorFlags
@@ -107,6 +115,10 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "", `address of Go's /debug/pprof profiles (default "": off)`)
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG when set, else in-cluster, else ~/.kube/config)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.leader.elect, "leader-elect", false, "run as one of several replicas: only the replica holding the Lease runwarden-dispatcher-<--dispatcher-id> in --namespace dispatches; the others stand by (healthy, not ready) and take over when it goes")
+	fs.DurationVar(&c.leader.lease, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader last renewed, before it takes the lease")
+	fs.DurationVar(&c.leader.renew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it stops dispatching")
+	fs.DurationVar(&c.leader.retry, "leader-elect-retry-period", 2*time.Second, "how often candidates try to take or renew the lease")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.StringVar(&c.source, "source", "kube", "where tasks come from: kube (RunnerTask objects) or orchestrator (a remote orchestrator over HTTPS)")
 	fs.StringVar(&c.orch.url, "orchestrator-url", "", "the orchestrator's base URL (https), for --source=orchestrator")
@@ -162,6 +174,14 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	}
 	if c.qps <= 0 || c.burst < 1 {
 		return c, fmt.Errorf("--kube-api-qps %g, --kube-api-burst %d: must be more than 0", c.qps, c.burst)
+	}
+	if c.leader.elect {
+		if c.namespace == "" {
+			return c, errors.New("--leader-elect needs --namespace, where the replicas' Lease is kept")
+		}
+		if c.leader.retry <= 0 || c.leader.retry >= c.leader.renew || c.leader.renew >= c.leader.lease {
+			return c, fmt.Errorf("--leader-elect-retry-period %s, --leader-elect-renew-deadline %s, --leader-elect-lease-duration %s: each must be shorter than the next", c.leader.retry, c.leader.renew, c.leader.lease)
+		}
 	}
 	if c.testRunner != "" && c.namespace == "" {
 		return c, errors.New("--test-runner needs --namespace, where runner Jobs run")
@@ -383,11 +403,32 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		HealthProbeBindAddress: c.healthAddr,
 		PprofBindAddress:       c.pprofAddr,
 		BaseContext:            func() context.Context { return ctx },
+		// Only the leader runs the sources; a replica stopped gracefully
+		// hands the lease over at once.
+		LeaderElection:                c.leader.elect,
+		LeaderElectionID:              "runwarden-dispatcher-" + c.id,
+		LeaderElectionNamespace:       c.namespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &c.leader.lease,
+		RenewDeadline:                 &c.leader.renew,
+		RetryPeriod:                   &c.leader.retry,
 	})
 	if err != nil {
 		return fmt.Errorf("making the manager: %w", err)
 	}
 	recorder := metrics.New(nil, c.maxConcurrent)
+	recorder.Leading(!c.leader.elect)
+	if c.leader.elect {
+		logger.Info("standing by until this replica leads", "lease", c.namespace+"/runwarden-dispatcher-"+c.id)
+		go func() {
+			select {
+			case <-mgr.Elected():
+				recorder.Leading(true)
+				logger.Info("leading: dispatching tasks")
+			case <-ctx.Done():
+			}
+		}()
+	}
 	if c.source == "orchestrator" {
 		if err := setupOrchestrator(mgr, restCfg, c, jobOpts, recorder); err != nil {
 			return err
@@ -413,6 +454,19 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	}
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
+	}
+	if c.leader.elect {
+		// A standby is healthy but not ready: only the leader dispatches.
+		if err := mgr.AddReadyzCheck("leader", func(*http.Request) error {
+			select {
+			case <-mgr.Elected():
+				return nil
+			default:
+				return errors.New("standing by: another replica leads")
+			}
+		}); err != nil {
+			return err
+		}
 	}
 	logger.Info("dispatching tasks", "source", c.source, "dispatcher", c.id, "maxConcurrent", c.maxConcurrent)
 	return mgr.Start(ctx)

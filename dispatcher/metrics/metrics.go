@@ -17,6 +17,7 @@ type Recorder struct {
 	leased   prometheus.Counter
 	renewals prometheus.Counter
 	errors   *prometheus.CounterVec
+	leader   prometheus.Gauge
 }
 
 // New makes the metrics and registers them with reg (controller-runtime's
@@ -55,9 +56,22 @@ func New(reg prometheus.Registerer, capacity int) *Recorder {
 		Name: "runwarden_dispatcher_source_errors_total",
 		Help: "Failed requests to the task source, by operation (poll, renew, report, log).",
 	}, []string{"op"})
+	r.leader = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "runwarden_dispatcher_leader",
+		Help: "1 while this replica leads (dispatches tasks), 0 while it stands by (--leader-elect).",
+	})
 	r.capacity.Set(float64(capacity))
-	reg.MustRegister(r.created, r.finished, r.running, r.capacity, r.leased, r.renewals, r.errors)
+	reg.MustRegister(r.created, r.finished, r.running, r.capacity, r.leased, r.renewals, r.errors, r.leader)
 	return r
+}
+
+// Leading sets whether this replica leads.
+func (r *Recorder) Leading(yes bool) {
+	if yes {
+		r.leader.Set(1)
+		return
+	}
+	r.leader.Set(0)
 }
 
 // JobCreated counts a created Job.

@@ -1,0 +1,132 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/e2e/harness"
+)
+
+// startStandby starts d and waits until it is healthy, ready or not: a
+// replica that does not lead is never ready.
+func (d *dispatcherProcess) startStandby(ctx context.Context, t testing.TB) {
+	t.Helper()
+	d.cmd = exec.Command(d.bin, d.args...)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.WaitFor(ctx, "the dispatcher to be healthy", 30*time.Second, d.answers("/healthz")); err != nil {
+		t.Fatalf("%v\n%s", err, d.log.String())
+	}
+}
+
+// answers is a condition: path answers 200.
+func (d *dispatcherProcess) answers(path string) func(context.Context) (bool, error) {
+	return func(context.Context) (bool, error) {
+		resp, err := http.Get("http://" + d.health + path)
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}
+}
+
+// TestDispatcherReplicasFailover runs two dispatcher replicas of one ID
+// with --leader-elect (kube source): only the leader dispatches (the standby
+// is healthy, not ready), the leader is SIGKILLed while tasks arrive and the
+// standby takes over once the lease expires, then hands over at once on a
+// graceful stop. Every task ends once with one Job, never more than
+// --max-concurrent at a time.
+func TestDispatcherReplicasFailover(t *testing.T) {
+	f := features.New("dispatcher replicas").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			installCRD(ctx, t, cfg)
+			return ctx
+		}).
+		Assess("one leads, the other takes over, every task once", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			election := []string{"--simulated", "--succeeded-history", "1000", "--leader-elect", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}
+			// Each its own copy: startDispatcherProcess edits its arguments.
+			a := startDispatcherProcess(ctx, t, cfg, ns, slices.Clone(election)...)
+			b := startDispatcherProcess(ctx, t, cfg, ns, slices.Clone(election)...)
+			t.Cleanup(func() { a.stop(os.Interrupt); b.stop(os.Interrupt) })
+			a.startStandby(ctx, t)
+			if err := harness.WaitFor(ctx, "the first replica to lead", 30*time.Second, a.answers("/readyz")); err != nil {
+				t.Fatalf("%v\n%s", err, a.log.String())
+			}
+			b.startStandby(ctx, t)
+			time.Sleep(2 * time.Second)
+			if ready, _ := b.answers("/readyz")(ctx); ready {
+				t.Fatal("the second replica is ready while the first leads")
+			}
+			mostRunning := watchRunning(ctx, t, cfg, ns)
+			r := cfg.Client().Resources(ns)
+			var tasks []*v1alpha1.RunnerTask
+			submit := func(from, to int) {
+				for i := from; i < to; i++ {
+					rt := runnerTask(ns, fmt.Sprintf("t-%03d", i), "true")
+					if err := r.Create(ctx, rt); err != nil {
+						t.Fatal(err)
+					}
+					tasks = append(tasks, rt)
+				}
+			}
+			submit(0, 20)
+			time.Sleep(time.Second)
+			killed := time.Now()
+			a.stop(os.Kill)
+			submit(20, 40)
+			if err := harness.WaitForEvery(ctx, "the standby to lead", time.Minute, 100*time.Millisecond, b.answers("/readyz")); err != nil {
+				t.Fatalf("%v\n%s", err, b.log.String())
+			}
+			t.Logf("failover after SIGKILL: the standby led %s after the leader died (lease duration 4s)", time.Since(killed).Round(100*time.Millisecond))
+
+			// A graceful stop hands the lease over at once.
+			a.startStandby(ctx, t)
+			stopped := time.Now()
+			b.stop(os.Interrupt)
+			if err := harness.WaitForEvery(ctx, "the other replica to lead", time.Minute, 100*time.Millisecond, a.answers("/readyz")); err != nil {
+				t.Fatalf("%v\n%s", err, a.log.String())
+			}
+			t.Logf("handover after SIGTERM: the standby led %s after the leader was asked to stop", time.Since(stopped).Round(100*time.Millisecond))
+			submit(40, 60)
+
+			for _, rt := range tasks {
+				got := waitPhase(ctx, t, cfg, rt, a)
+				if got.Status.Phase != v1alpha1.PhaseSucceeded {
+					t.Errorf("task %s: %s %s: %s", rt.Name, got.Status.Phase, got.Status.Reason, got.Status.Message)
+				}
+			}
+			jobs := map[string]int{}
+			for _, j := range jobsOf(ctx, t, cfg, ns) {
+				jobs[j.Annotations["runwarden.dev/task-id"]]++
+			}
+			for id, n := range jobs {
+				if n != 1 {
+					t.Errorf("task %s: %d Jobs", id, n)
+				}
+			}
+			if len(jobs) != len(tasks) {
+				t.Errorf("%d tasks have Jobs, want %d", len(jobs), len(tasks))
+			}
+			if n := mostRunning(); n > 5 {
+				t.Errorf("%d unfinished Jobs at once with --max-concurrent 5", n)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
