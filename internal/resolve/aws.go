@@ -72,11 +72,7 @@ func (a *AWS) Fetch(ctx context.Context, r Ref) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("aws: parameter %s has no JSON key %q: %w", name, r.Key, ErrNotFound)
 	}
-	if s, ok := v.(string); ok {
-		return s, nil
-	}
-	b, _ := json.Marshal(v)
-	return string(b), nil
+	return fieldText(v), nil
 }
 
 // classifyAWS wraps an SDK error with ErrNotFound, ErrDenied or

@@ -9,6 +9,7 @@ package resolve
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -245,4 +246,14 @@ func WriteFiles(dir string, values map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// fieldText is a field of a JSON secret as a variable gets it: a string as
+// it is, anything else as JSON.
+func fieldText(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, _ := json.Marshal(v) // decoded from JSON: it encodes again
+	return string(b)
 }

@@ -2,7 +2,6 @@ package resolve
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -117,14 +116,7 @@ func (v *Vault) Fetch(ctx context.Context, r Ref) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("vault: the secret at %s has no key %q: %w", path, r.Key, ErrNotFound)
 	}
-	if s, ok := val.(string); ok {
-		return s, nil
-	}
-	b, err := json.Marshal(val)
-	if err != nil {
-		return "", fmt.Errorf("vault: key %q of %s: %w", r.Key, path, err)
-	}
-	return string(b), nil
+	return fieldText(val), nil
 }
 
 // kvMount finds the KV mount a path is under and its version, as the vault
