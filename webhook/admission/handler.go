@@ -200,7 +200,9 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	if h.opts.Resolver != nil && runner && req.Operation == admissionv1.Create {
 		// Before Apply: the policies give the store credentials to the
 		// resolver's init container.
-		if _, err := PlanSecrets(pod, *h.opts.Resolver); err != nil {
+		if _, err := PlanSecrets(pod, *h.opts.Resolver); errors.Is(err, ErrResolverInTheWay) {
+			return admission.Denied("runwarden: " + err.Error()), "denied"
+		} else if err != nil {
 			logger.Error(err, "planning the secret references")
 			return admission.Errored(http.StatusInternalServerError, err), "error"
 		}

@@ -655,3 +655,21 @@ func TestHandlerFilesDelivery(t *testing.T) {
 		t.Errorf("second admission: allowed=%v, %d patches", again.Allowed, len(again.Patches))
 	}
 }
+
+// A pod whose own init container has the resolver's name cannot have its
+// references resolved: it is refused, never let through with the
+// references' text in its variables.
+func TestHandlerRefusesAContainerInTheResolversPlace(t *testing.T) {
+	t.Parallel()
+	h := newHandler(t, true)
+	pod := runnerPod("registry.example.com/runner:1")
+	pod.Spec.InitContainers = []corev1.Container{{Name: "runwarden-secrets", Image: "registry.example.com/own:1"}}
+	resp := h.Handle(t.Context(), request(t, pod))
+	if resp.Allowed || !strings.Contains(resp.Result.Message, "has an init container named runwarden-secrets of its own") {
+		t.Fatalf("allowed=%v: %v, want refused naming the container", resp.Allowed, resp.Result)
+	}
+	pod.Spec.Containers[0].Env = nil
+	if resp := h.Handle(t.Context(), request(t, pod)); !resp.Allowed {
+		t.Errorf("the same pod without references: %v, want allowed", resp.Result)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -28,6 +29,11 @@ type Resolver struct {
 	// secretDelivery), for clusters without EnvFiles.
 	Delivery string
 }
+
+// ErrResolverInTheWay is a pod with secret references and a container of
+// its own named like the resolver: the references would reach the runner
+// as their text.
+var ErrResolverInTheWay = errors.New("the resolver's container name is taken")
 
 // envFileSize bounds the in-memory volume the env file is written to.
 var envFileSize = resource.MustParse("1Mi")
@@ -73,8 +79,11 @@ func PlanSecrets(pod *corev1.Pod, r Resolver) (bool, error) {
 		}
 	}
 	if slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == resolve.InitContainer }) {
-		// Planned before (a reinvocation), or a container of that name is
-		// in the way: the pod is left as it is.
+		// Planned before (a reinvocation: no reference is left), or a
+		// container of the pod's own has the resolver's name.
+		if slices.ContainsFunc(policy.PodSecretRefs(pod), func(r policy.SecretRef) bool { return r.Error == "" }) {
+			return false, fmt.Errorf("%w: the pod has an init container named %s of its own, so its secret references cannot be resolved; rename it", ErrResolverInTheWay, resolve.InitContainer)
+		}
 		return false, nil
 	}
 	rewrite(pod.Spec.InitContainers)
