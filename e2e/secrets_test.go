@@ -97,14 +97,7 @@ func sha(s string) string {
 // log of the namespace, nor in the dispatcher's and the webhook's logs.
 func TestSecretsResolvedInThePod(t *testing.T) {
 	f := features.New("secrets resolved in the pod").
-		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			harness.RequireRealNode(ctx, t, cfg)
-			if err := suite.LoadImages(ctx, "runner", "webhook"); err != nil {
-				t.Fatal(err)
-			}
-			installCRD(ctx, t, cfg)
-			return ctx
-		}).
+		Setup(secretsSetup).
 		Assess("values reach the runner only, failures are named", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			v := startVault(ctx, t)
@@ -214,6 +207,35 @@ path "kv1/app" { capabilities = ["read"] }
 	testenv.Test(t, f)
 }
 
+// secretsSetup is the setup of the secrets features: the real node with
+// runwarden's images, and the RunnerTask CRD.
+func secretsSetup(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+	harness.RequireRealNode(ctx, t, cfg)
+	if err := suite.LoadImages(ctx, "runner", "webhook"); err != nil {
+		t.Fatal(err)
+	}
+	installCRD(ctx, t, cfg)
+	return ctx
+}
+
+// runnerLog submits rt, requires it to succeed and returns its runner
+// container's log.
+func runnerLog(ctx context.Context, t *testing.T, cfg *envconf.Config, rt *v1alpha1.RunnerTask, d *dispatcherProcess) string {
+	t.Helper()
+	if err := cfg.Client().Resources(rt.Namespace).Create(ctx, rt); err != nil {
+		t.Fatal(err)
+	}
+	got := waitPhase(ctx, t, cfg, rt, d)
+	if got.Status.Phase != v1alpha1.PhaseSucceeded {
+		t.Fatalf("task %s: %s %s: %s", rt.Name, got.Status.Phase, got.Status.Reason, got.Status.Message)
+	}
+	out, err := suite.Kubectl(ctx, cfg, "logs", "-n", rt.Namespace, "job/"+got.Status.JobName, "-c", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // jobName is the name of the Job of a RunnerTask.
 func jobName(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, task string) string {
 	t.Helper()
@@ -230,14 +252,7 @@ func jobName(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, task st
 // single quote, which an env file cannot); NAME is not set.
 func TestSecretsDeliveredAsFiles(t *testing.T) {
 	f := features.New("secrets delivered as files").
-		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			harness.RequireRealNode(ctx, t, cfg)
-			if err := suite.LoadImages(ctx, "runner", "webhook"); err != nil {
-				t.Fatal(err)
-			}
-			installCRD(ctx, t, cfg)
-			return ctx
-		}).
+		Setup(secretsSetup).
 		Assess("the value is in the file NAME_FILE names", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			v := startVault(ctx, t)
@@ -256,17 +271,7 @@ func TestSecretsDeliveredAsFiles(t *testing.T) {
 			d := startDispatcher(ctx, t, cfg, ns)
 			rt := runnerTask(ns, "as-file", `sha256sum < "$TF_VAR_db_password_FILE"; echo "TF_VAR_db_password set: ${TF_VAR_db_password+yes}"`)
 			rt.Spec.Env = []corev1.EnvVar{{Name: "TF_VAR_db_password", Value: "${vault:secret/db.password@team-a}"}}
-			if err := r.Create(ctx, rt); err != nil {
-				t.Fatal(err)
-			}
-			got := waitPhase(ctx, t, cfg, rt, d)
-			if got.Status.Phase != v1alpha1.PhaseSucceeded {
-				t.Fatalf("task: %s %s: %s", got.Status.Phase, got.Status.Reason, got.Status.Message)
-			}
-			out, err := suite.Kubectl(ctx, cfg, "logs", "-n", ns, "job/"+got.Status.JobName, "-c", "main")
-			if err != nil {
-				t.Fatal(err)
-			}
+			out := runnerLog(ctx, t, cfg, rt, d)
 			if !strings.Contains(out, sha(value)) || !strings.Contains(out, "TF_VAR_db_password set: \n") {
 				t.Errorf("the runner's log %q: want the value's SHA-256 from the file, and TF_VAR_db_password unset", out)
 			}
@@ -284,14 +289,7 @@ func TestSecretsDeliveredAsFiles(t *testing.T) {
 // server's TokenReview, and reads the secret the role's policy allows.
 func TestSecretsVaultKubernetesAuth(t *testing.T) {
 	f := features.New("vault kubernetes auth").
-		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			harness.RequireRealNode(ctx, t, cfg)
-			if err := suite.LoadImages(ctx, "runner", "webhook"); err != nil {
-				t.Fatal(err)
-			}
-			installCRD(ctx, t, cfg)
-			return ctx
-		}).
+		Setup(secretsSetup).
 		Assess("the resolver logs in as the pod's service account", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			v := startVault(ctx, t)
@@ -357,17 +355,7 @@ func TestSecretsVaultKubernetesAuth(t *testing.T) {
 			d := startDispatcher(ctx, t, cfg, ns)
 			rt := runnerTask(ns, "k8s-auth", `printf %s "$TF_VAR_db_password" | sha256sum`)
 			rt.Spec.Env = []corev1.EnvVar{{Name: "TF_VAR_db_password", Value: "${vault:secret/db.password@team-a}"}}
-			if err := r.Create(ctx, rt); err != nil {
-				t.Fatal(err)
-			}
-			got := waitPhase(ctx, t, cfg, rt, d)
-			if got.Status.Phase != v1alpha1.PhaseSucceeded {
-				t.Fatalf("task: %s %s: %s", got.Status.Phase, got.Status.Reason, got.Status.Message)
-			}
-			out, err := suite.Kubectl(ctx, cfg, "logs", "-n", ns, "job/"+got.Status.JobName, "-c", "main")
-			if err != nil {
-				t.Fatal(err)
-			}
+			out := runnerLog(ctx, t, cfg, rt, d)
 			if !strings.Contains(out, sha(value)) {
 				t.Errorf("the runner's log %q lacks the value's SHA-256", out)
 			}
