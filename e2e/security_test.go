@@ -366,34 +366,41 @@ func TestSecurityPodCreator(t *testing.T) {
 				t.Errorf("a pod without the runner label from another registry: %v", err)
 			}
 
-			// The running runner's image, changed by the intruder.
-			current := &corev1.Pod{}
-			if err := c.Get(ctx, client.ObjectKeyFromObject(runner), current); err != nil {
-				t.Fatal(err)
+			// The running runner's image, changed by the intruder. Patches
+			// carry no resourceVersion: the pod's status and the Job
+			// controller's finalizer change under the test, and an update
+			// would meet a conflict before it met the webhook.
+			intrude := func(what, want string, change func(*corev1.Pod), sub ...string) {
+				t.Helper()
+				current := &corev1.Pod{}
+				if err := c.Get(ctx, client.ObjectKeyFromObject(runner), current); err != nil {
+					t.Fatal(err)
+				}
+				before := current.DeepCopy()
+				change(current)
+				var err error
+				if len(sub) > 0 {
+					err = c.SubResource(sub[0]).Patch(ctx, current, client.MergeFrom(before))
+				} else {
+					err = c.Patch(ctx, current, client.MergeFrom(before))
+				}
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: %v", what, err)
+				}
 			}
-			current.Spec.Containers[0].Image = "evil.example.net/runner:1"
-			if err := c.Update(ctx, current); err == nil || !strings.Contains(err.Error(), "allowed-registries") {
-				t.Errorf("changing a runner pod's image: %v", err)
-			}
-			if err := c.Get(ctx, client.ObjectKeyFromObject(runner), current); err != nil {
-				t.Fatal(err)
-			}
-			current.Labels["runwarden.dev/runner"] = "false"
-			if err := c.Update(ctx, current); err == nil || !strings.Contains(err.Error(), "cannot be added to or removed from a pod") {
-				t.Errorf("taking the runner label off a runner pod: %v", err)
-			}
-
-			// kubectl debug: an ephemeral container on the runner.
-			if err := c.Get(ctx, client.ObjectKeyFromObject(runner), current); err != nil {
-				t.Fatal(err)
-			}
-			current.Spec.EphemeralContainers = append(current.Spec.EphemeralContainers, corev1.EphemeralContainer{
-				EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "registry.example.com/debug:1", Command: []string{"cat", "/proc/1/environ"}},
-				TargetContainerName:      "main",
+			intrude("changing a runner pod's image", "allowed-registries", func(p *corev1.Pod) {
+				p.Spec.Containers[0].Image = "evil.example.net/runner:1"
 			})
-			if err := c.SubResource("ephemeralcontainers").Update(ctx, current); err == nil || !strings.Contains(err.Error(), "no-ephemeral-containers") {
-				t.Errorf("adding a debug container to a runner pod: %v", err)
-			}
+			intrude("taking the runner label off a runner pod", "cannot be added to or removed from a pod", func(p *corev1.Pod) {
+				p.Labels["runwarden.dev/runner"] = "false"
+			})
+			// kubectl debug: an ephemeral container on the runner.
+			intrude("adding a debug container to a runner pod", "no-ephemeral-containers", func(p *corev1.Pod) {
+				p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, corev1.EphemeralContainer{
+					EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "registry.example.com/debug:1", Command: []string{"cat", "/proc/1/environ"}},
+					TargetContainerName:      "main",
+				})
+			}, "ephemeralcontainers")
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
