@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,11 +70,15 @@ func newOrchestrator(t testing.TB, opts orchestratortest.Options) *fakeOrchestra
 // source pointed at o.
 func startOrchestratorDispatcher(ctx context.Context, t testing.TB, cfg *envconf.Config, ns string, o *fakeOrchestrator, extra ...string) *dispatcherProcess {
 	t.Helper()
-	args := append([]string{
+	return startDispatcher(ctx, t, cfg, ns, append(orchestratorFlags(o), extra...)...)
+}
+
+// orchestratorFlags point a dispatcher at o.
+func orchestratorFlags(o *fakeOrchestrator) []string {
+	return []string{
 		"--source=orchestrator", "--orchestrator-url", o.srv.URL(), "--orchestrator-ca", o.caFile,
 		"--orchestrator-key", o.keyFile, "--poll-wait", "5s", "--retry-max-delay", "2s",
-	}, extra...)
-	return startDispatcher(ctx, t, cfg, ns, args...)
+	}
 }
 
 // orchestratorTasks adds n tasks that succeed at once on simulated nodes.
@@ -225,7 +230,10 @@ func TestOrchestratorSecretsAndAuth(t *testing.T) {
 		}).
 		Assess("secretEnv goes into a Secret owned by the Job", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
-			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
+			// A reported Job is kept a lease and a poll wait (5 s) as the
+			// record that its lease ended: 15 s here, within the wait for
+			// the history below.
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 10})
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--preflight=false", "--succeeded-history", "2")
 			o.srv.Add(orchestrator.Task{
 				ID: "with-secret", Command: []string{"/bin/sh", "-c", `echo "token has ${#TF_VAR_token} characters"`},
@@ -368,34 +376,37 @@ func TestOrchestratorStartsOverAfterAStopAwaitingTheSecret(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// TestOrchestratorSurvivesSIGKILLAndFaults runs 200 tasks while the
-// orchestrator delivers leases twice, drops responses and fails requests,
-// and the dispatcher is killed with SIGKILL ten times at random moments and
-// then in each narrow window: after a lease it never saw, between the Job's
-// creation and its acknowledgement, and after the Job finished but before
-// the report was acknowledged. Every task ends with exactly one Job and
-// exactly one final status.
+// TestOrchestratorSurvivesSIGKILLAndFaults runs 200 tasks through two
+// replicas with --leader-elect while the orchestrator delivers leases
+// twice, drops responses and fails requests, and the leader is killed with
+// SIGKILL ten times at random moments and then in each narrow window: after
+// a lease it never saw, between the Job's creation and its acknowledgement,
+// and after the Job finished but before the report was acknowledged. The
+// standby takes over each time. Every task ends with exactly one Job and
+// exactly one final status, and never more than --max-concurrent run.
 func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
 	const tasks, kills = 200, 10
 	f := features.New("orchestrator source survives SIGKILL and faults").
-		Assess("200 tasks, one Job and one final status each", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+		Assess("200 tasks, two replicas, the leader killed 13 times, one Job and one final status each", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 4, MaxWait: 2 * time.Second, Seed: 3})
 			o.srv.SetFaults(orchestratortest.Faults{DuplicateLeaseRate: 0.2, DropResponseRate: 0.05, ErrorRate: 0.05})
-			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--max-concurrent", "40",
-				"--succeeded-history", "1000", "--failed-history", "1000", "--preflight=false", "--stream-logs=false")
+			rs := startReplicas(ctx, t, cfg, ns, 2, slices.Concat(orchestratorFlags(o), []string{"--simulated", "--max-concurrent", "40",
+				"--succeeded-history", "1000", "--failed-history", "1000", "--preflight=false", "--stream-logs=false"}, electionFlags)...)
 			mostRunning := watchRunning(ctx, t, cfg, ns)
-			ids := orchestratorTasks(o.srv, "task", tasks)
-			// Tasks cancelled at random moments: queued, leased, running or
-			// done; each must still end exactly once.
-			cancels := orchestratorTasks(o.srv, "cancel", 2*kills)
+			// Tasks keep arriving across the kills, and some are cancelled
+			// at random moments: queued, leased, running or done; each must
+			// still end exactly once.
+			var ids, cancels []string
 			rng := rand.New(rand.NewPCG(5, 9))
-			for i := range kills {
-				o.srv.Cancel(cancels[2*i], "chaos")
+			for k := range kills {
+				ids = append(ids, orchestratorTasks(o.srv, fmt.Sprintf("task-%d", k), tasks/kills)...)
+				pair := orchestratorTasks(o.srv, fmt.Sprintf("cancel-%d", k), 2)
+				cancels = append(cancels, pair...)
+				o.srv.Cancel(pair[0], "chaos")
 				time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
-				o.srv.Cancel(cancels[2*i+1], "chaos")
-				d.stop(os.Kill)
-				d.start(ctx, t)
+				o.srv.Cancel(pair[1], "chaos")
+				rs.killLeader(ctx, t)
 			}
 			o.srv.SetFaults(orchestratortest.Faults{})
 
@@ -413,6 +424,7 @@ func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
 					func(s orchestratortest.Stats) bool { return s.Held > 0 }},
 			}
 			for i, w := range windows {
+				l := rs.waitLeader(ctx, t)
 				before := o.srv.Stats()
 				o.srv.SetFaults(w.fault)
 				ids = append(ids, orchestratorTasks(o.srv, fmt.Sprintf("window-%d", i), 5)...)
@@ -422,15 +434,15 @@ func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
 					s.Held -= before.Held
 					return w.held(s), nil
 				}
-				if err := harness.WaitFor(ctx, "the dispatcher to be in window "+w.name, time.Minute, inWindow); err != nil {
-					t.Fatalf("%v\n%s", err, tail(d.log.String(), 4000))
+				if err := harness.WaitFor(ctx, "the leader to be in window "+w.name, time.Minute, inWindow); err != nil {
+					t.Fatalf("%v\n%s", err, rs.logs())
 				}
-				d.stop(os.Kill)
+				l.stop(os.Kill)
 				o.srv.SetFaults(orchestratortest.Faults{})
 				o.srv.Release()
-				d.start(ctx, t)
+				l.startStandby(ctx, t)
 			}
-			waitAllDone(ctx, t, o.srv, len(ids)+len(cancels), 4*time.Minute, d)
+			waitAllDone(ctx, t, o.srv, len(ids)+len(cancels), 4*time.Minute, rs.waitLeader(ctx, t))
 			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
 			checkCancelledOnce(ctx, t, cfg, ns, o.srv, cancels)
 			if n := mostRunning(); n > 40 {

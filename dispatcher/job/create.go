@@ -250,21 +250,28 @@ func HasSecret(j *batchv1.Job) bool {
 // MarkReported marks a finished Job reported (AnnotationReported) and gives
 // it its TTL (o.TTLSecondsAfterFinished): the source holds the outcome, so
 // the Job may go. A Job already gone is not an error.
-func MarkReported(ctx context.Context, c client.Client, j *batchv1.Job, o Options) error {
-	return settle(ctx, c, j, o, true)
+//
+// A non-zero keepUntil is written as AnnotationKeepUntil: PruneHistory
+// leaves the Job until then.
+func MarkReported(ctx context.Context, c client.Client, j *batchv1.Job, o Options, keepUntil time.Time) error {
+	a := map[string]string{AnnotationReported: "true"}
+	if !keepUntil.IsZero() {
+		a[AnnotationKeepUntil] = keepUntil.UTC().Format(time.RFC3339)
+	}
+	return settle(ctx, c, j, o, a)
 }
 
 // GiveTTL gives a Job its TTL without marking it reported: a Job this
 // dispatcher leaves to another holder of its task.
 func GiveTTL(ctx context.Context, c client.Client, j *batchv1.Job, o Options) error {
-	return settle(ctx, c, j, o, false)
+	return settle(ctx, c, j, o, nil)
 }
 
-func settle(ctx context.Context, c client.Client, j *batchv1.Job, o Options, reported bool) error {
+func settle(ctx context.Context, c client.Client, j *batchv1.Job, o Options, annotations map[string]string) error {
 	o.setDefaults()
 	p := map[string]any{"spec": map[string]any{"ttlSecondsAfterFinished": o.TTLSecondsAfterFinished}}
-	if reported {
-		p["metadata"] = map[string]any{"annotations": map[string]string{AnnotationReported: "true"}}
+	if len(annotations) > 0 {
+		p["metadata"] = map[string]any{"annotations": annotations}
 	}
 	patch, _ := json.Marshal(p)
 	if err := c.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {

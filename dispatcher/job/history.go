@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,10 +22,25 @@ type History struct {
 	// Marked names a Job just marked reported, whose mark the cache may not
 	// show yet; it counts as reported.
 	Marked string
+	// Now is the time AnnotationKeepUntil is compared with. Default:
+	// time.Now.
+	Now time.Time
 }
 
-// PruneHistory deletes the oldest reported Jobs beyond the history limits.
+// KeepUntil is a Job's AnnotationKeepUntil, zero without one (or with one
+// that does not parse).
+func KeepUntil(j *batchv1.Job) time.Time {
+	t, _ := time.Parse(time.RFC3339, j.Annotations[AnnotationKeepUntil])
+	return t
+}
+
+// PruneHistory deletes the oldest reported Jobs beyond the history limits,
+// but none before its AnnotationKeepUntil: such a Job still counts, and goes
+// in a prune after that time.
 func PruneHistory(ctx context.Context, c client.Client, h History) error {
+	if h.Now.IsZero() {
+		h.Now = time.Now()
+	}
 	var jobs batchv1.JobList
 	// Read-only until a Job is deleted: the cache's objects are not copied.
 	if err := c.List(ctx, &jobs, client.InNamespace(h.Namespace), client.MatchingLabels{LabelDispatcher: h.DispatcherID}, client.UnsafeDisableDeepCopy); err != nil {
@@ -62,6 +78,9 @@ func PruneHistory(ctx context.Context, c client.Client, h History) error {
 			return strings.Compare(a.Name, b.Name)
 		})
 		for _, j := range set.jobs[:len(set.jobs)-set.limit] {
+			if h.Now.Before(KeepUntil(j)) {
+				continue
+			}
 			if err := c.Delete(ctx, j.DeepCopy(), client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("deleting old job %s: %w", j.Name, err)
 			}

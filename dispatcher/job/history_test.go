@@ -47,3 +47,42 @@ func TestPruneHistoryKeepsUnreportedJobs(t *testing.T) {
 		t.Errorf("left %v; want the unreported Job kept and the oldest reported one deleted", got)
 	}
 }
+
+// A Job kept until a later time (AnnotationKeepUntil) outlives the limit
+// until then, still counting; a prune after that time deletes it.
+func TestPruneHistoryKeepsJobsUntilTheirKeepTime(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	kept := succeededJob("kept", 3*time.Hour, true)
+	kept.Annotations[AnnotationKeepUntil] = now.Add(time.Minute).UTC().Format(time.RFC3339)
+	c := fake.NewClientBuilder().WithObjects(
+		succeededJob("oldest", 4*time.Hour, true),
+		kept,
+		succeededJob("newest", time.Hour, true),
+	).Build()
+	left := func() map[string]bool {
+		var jobs batchv1.JobList
+		if err := c.List(t.Context(), &jobs); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{}
+		for _, j := range jobs.Items {
+			got[j.Name] = true
+		}
+		return got
+	}
+	h := History{Namespace: "ns", DispatcherID: "d", Succeeded: 1, Failed: 1, Now: now}
+	if err := PruneHistory(t.Context(), c, h); err != nil {
+		t.Fatal(err)
+	}
+	if got := left(); got["oldest"] || !got["kept"] || !got["newest"] || len(got) != 2 {
+		t.Errorf("before its keep time: left %v; want kept and newest", got)
+	}
+	h.Now = now.Add(2 * time.Minute)
+	if err := PruneHistory(t.Context(), c, h); err != nil {
+		t.Fatal(err)
+	}
+	if got := left(); got["kept"] || !got["newest"] || len(got) != 1 {
+		t.Errorf("after its keep time: left %v; want newest only", got)
+	}
+}

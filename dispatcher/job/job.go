@@ -47,6 +47,11 @@ const (
 	// Jobs count towards the history limits, so no outcome is ever lost to
 	// a deletion.
 	AnnotationReported = "runwarden.dev/reported"
+	// AnnotationKeepUntil (RFC 3339) keeps a reported Job until then,
+	// whatever the history limits: the Job is the record that its task
+	// ended, which a late delivery of the task's lease is checked against
+	// (see docs/dispatcher.md, Replicas).
+	AnnotationKeepUntil = "runwarden.dev/keep-until"
 	// AnnotationSecret marks a Job whose task has a Secret of its own,
 	// named after the Job (the value). The dispatcher's cache holds Jobs
 	// without their pod template, where the Secret is referred to.

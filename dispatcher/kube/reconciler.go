@@ -469,7 +469,7 @@ func (r *Reconciler) settle(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 		}
 		return nil
 	case j.Annotations[job.AnnotationReported] == "":
-		if err := job.MarkReported(ctx, r.opts.Client, j, r.opts.Jobs); err != nil {
+		if err := job.MarkReported(ctx, r.opts.Client, j, r.opts.Jobs, time.Time{}); err != nil {
 			return err
 		}
 	}

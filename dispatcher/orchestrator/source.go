@@ -454,6 +454,14 @@ func (s *Source) take(ctx context.Context, leases []Lease, free int) {
 			s.log.Info("a lease of a task that has ended was delivered again; ignored", "task", l.Task.ID, "lease", l.LeaseID)
 			continue
 		}
+		if t == nil && !l.ExpiresAt.IsZero() && now.After(l.ExpiresAt.Add(s.opts.PollWait)) {
+			// Its events would be refused, and the record of its task's end
+			// (keepFor) may be gone: not started. The orchestrator hands the
+			// task out again if it has not ended. A clock far ahead of the
+			// orchestrator's has every lease look like this.
+			s.log.Info("a lease arrived expired (a late delivery, or this clock is ahead of the orchestrator's); ignored", "task", l.Task.ID, "lease", l.LeaseID, "expiresAt", l.ExpiresAt, "now", now.UTC())
+			continue
+		}
 		switch {
 		case t != nil && t.leaseID == l.LeaseID:
 			// A duplicate delivery of a lease already held.
@@ -573,6 +581,14 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 		j.Annotations[k] = v
 	}
 	key := client.ObjectKeyFromObject(j)
+	if s.endedBefore(ctx, key, l) {
+		s.log.Info("a lease of a task that has ended was delivered again (its Job is the record); ignored", "task", t.id, "lease", l.LeaseID, "job", key.Name)
+		s.mu.Lock()
+		s.forgetLocked(t)
+		s.mu.Unlock()
+		s.notify()
+		return
+	}
 	s.mu.Lock()
 	t.key = key
 	s.byJob[key] = t.id
@@ -618,6 +634,17 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 		return
 	}
 	s.enqueue(key)
+}
+
+// endedBefore tells whether the Job at key records that lease l ended: it
+// was reported under that very lease (finish marks it, keepFor keeps it).
+// The cache answers: every replica's is warm before it leads.
+func (s *Source) endedBefore(ctx context.Context, key types.NamespacedName, l Lease) bool {
+	var j batchv1.Job
+	if err := s.opts.Kube.Get(ctx, key, &j); err != nil {
+		return false
+	}
+	return j.Annotations[AnnotationReported] != "" && j.Annotations[AnnotationLeaseID] == l.LeaseID
 }
 
 // create makes the task's Secret and Job, or adopts the Job with this
@@ -883,10 +910,14 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 			s.forgetLocked(t)
 		}
 		s.mu.Unlock()
+		keep := time.Until(job.KeepUntil(j))
 		if j.Annotations[AnnotationOutcome] != "" && j.DeletionTimestamp == nil {
-			// Stopped and reported, but not deleted yet (a restart came
-			// between the two): a suspended Job never finishes, so neither
-			// its TTL nor the history limits would ever remove it.
+			// Stopped and reported: a suspended Job never finishes, so
+			// neither its TTL nor the history limits would ever remove it.
+			// It goes once it is no longer the record of its ended lease.
+			if keep > 0 {
+				return reconcile.Result{RequeueAfter: keep}, nil
+			}
 			if err := s.opts.Kube.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return reconcile.Result{}, err
 			}
@@ -894,7 +925,11 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		}
 		// The mark is in the cache now: prune again, so Jobs marked at
 		// nearly the same moment (each prune saw only its own mark) are
-		// counted together.
+		// counted together; and again once this Job may go, in case it is
+		// beyond the limits then.
+		if keep > 0 {
+			return reconcile.Result{RequeueAfter: keep}, s.pruneHistory(ctx, j)
+		}
 		return reconcile.Result{}, s.pruneHistory(ctx, j)
 	}
 	if t == nil || t.id != j.Annotations[job.AnnotationTaskID] {
@@ -958,6 +993,19 @@ func (s *Source) awaitingReissue(t *task) bool {
 	defer s.mu.Unlock()
 	wait := 2 * (leaseDuration(t.leaseSeconds) + s.opts.PollWait)
 	return t.lost && s.opts.Now().Before(t.lostAt.Add(wait))
+}
+
+// keepFor is how long a Job stays once its task's final event is
+// acknowledged: the record that the lease ended, for a late delivery of it
+// (start checks the Job). A delivery composed before the end carries an
+// expiry no later than the end plus the lease's duration, and the poll that
+// carries it may be held for a poll wait; take ignores a lease that arrives
+// more than a poll wait past its expiry. Neither leader of several replicas
+// remembers ended leases in memory alone.
+func (s *Source) keepFor(t *task) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return leaseDuration(t.leaseSeconds) + s.opts.PollWait
 }
 
 func (s *Source) isLost(t *task) bool {
@@ -1066,14 +1114,12 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		return reconcile.Result{}, err
 	}
 	if j != nil {
-		if err := job.MarkReported(ctx, s.opts.Kube, j, s.opts.Jobs); err != nil {
+		// The Job stays as the record that the task ended until no
+		// delivery of its lease can come any more (see keepFor); a stopped
+		// one (suspended: it never finishes, so its TTL would not remove it)
+		// is deleted then by Reconcile.
+		if err := job.MarkReported(ctx, s.opts.Kube, j, s.opts.Jobs, s.opts.Now().Add(s.keepFor(t))); err != nil {
 			return reconcile.Result{}, err
-		}
-		if out.Stop {
-			// A suspended Job never finishes, so its TTL would not remove it.
-			if err := s.opts.Kube.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-				return reconcile.Result{}, err
-			}
 		}
 	}
 	s.opts.Recorder.Finished(out.Phase, out.Reason)
@@ -1094,7 +1140,7 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 func (s *Source) pruneHistory(ctx context.Context, j *batchv1.Job) error {
 	return job.PruneHistory(ctx, s.opts.Kube, job.History{
 		Namespace: j.Namespace, DispatcherID: s.opts.Jobs.DispatcherID,
-		Succeeded: s.opts.SucceededHistory, Failed: s.opts.FailedHistory, Marked: j.Name,
+		Succeeded: s.opts.SucceededHistory, Failed: s.opts.FailedHistory, Marked: j.Name, Now: s.opts.Now(),
 	})
 }
 

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
@@ -266,5 +268,72 @@ func TestPlainEnv(t *testing.T) {
 	task.Env = task.Env[:1]
 	if err := plainEnv(task); err != nil {
 		t.Errorf("a task with plain values: %v", err)
+	}
+}
+
+// A lease delivered again after its task ended, to a process that never
+// held it (a new leader, a restart), finds the task's Job marked reported
+// under that lease: the Job is the record, and no second Job is made. A
+// new lease of the same task (another ID) is not taken for a duplicate.
+func TestStartIgnoresALeaseItsJobRecordsAsEnded(t *testing.T) {
+	t.Parallel()
+	opts := job.Options{
+		DispatcherID: "d-1",
+		Template:     corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "runner:1"}}}},
+	}
+	ended := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: job.Name("t-1"), Namespace: "runners", Labels: map[string]string{job.LabelDispatcher: "d-1"}, Annotations: map[string]string{
+		job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", AnnotationReported: "true",
+	}}}
+	kube := fake.NewClientBuilder().WithObjects(ended).Build()
+	s := New(Options{Kube: kube, Namespace: "runners", Jobs: opts})
+	s.log = logr.Discard()
+	l := Lease{LeaseID: "l-1", Epoch: 1, LeaseSeconds: 60, Task: Task{ID: "t-1", Command: []string{"true"}}}
+	tk := &task{id: "t-1", leaseID: "l-1", epoch: 1, creating: true, sent: map[EventType]bool{}}
+	s.mu.Lock()
+	s.tasks["t-1"] = tk
+	s.mu.Unlock()
+	s.start(t.Context(), tk, l)
+	var jobs batchv1.JobList
+	if err := kube.List(t.Context(), &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) != 1 || jobs.Items[0].Annotations[AnnotationReported] != "true" {
+		t.Errorf("Jobs after the late lease: %+v, want the reported one alone, untouched", jobs.Items)
+	}
+	s.mu.Lock()
+	_, held := s.tasks["t-1"]
+	_, remembered := s.ended["l-1"]
+	s.mu.Unlock()
+	if held || !remembered {
+		t.Errorf("task held %v, lease remembered as ended %v; want let go and remembered", held, remembered)
+	}
+	if !s.endedBefore(t.Context(), client.ObjectKeyFromObject(ended), l) {
+		t.Error("the lease the Job was reported under is not seen as ended")
+	}
+	if s.endedBefore(t.Context(), client.ObjectKeyFromObject(ended), Lease{LeaseID: "l-2", Epoch: 2}) {
+		t.Error("another lease of the task is seen as ended")
+	}
+}
+
+// A new lease that arrives past its expiry by more than a poll wait is not
+// started: its events would be refused, and the record of its task's end
+// may be gone. One within that margin is.
+func TestTakeIgnoresLeasesExpiredOnArrival(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	s := New(Options{PollWait: 30 * time.Second, Now: func() time.Time { return now }, Workers: 1})
+	s.log = logr.Discard()
+	s.slots <- struct{}{} // no start runs: the test looks at what take holds
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	s.take(ctx, []Lease{
+		{LeaseID: "l-1", Epoch: 1, LeaseSeconds: 60, ExpiresAt: now.Add(-31 * time.Second), Task: Task{ID: "t-1"}},
+		{LeaseID: "l-2", Epoch: 1, LeaseSeconds: 60, ExpiresAt: now.Add(-29 * time.Second), Task: Task{ID: "t-2"}},
+		{LeaseID: "l-3", Epoch: 1, LeaseSeconds: 60, ExpiresAt: now.Add(time.Minute), Task: Task{ID: "t-3"}},
+	}, 10)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.tasks["t-1"]; ok || len(s.tasks) != 2 {
+		t.Errorf("tasks taken: %v; want t-2 and t-3", s.tasks)
 	}
 }
