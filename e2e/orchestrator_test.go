@@ -12,9 +12,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
-	"slices"
 	"testing"
 	"time"
 
