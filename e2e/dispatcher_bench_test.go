@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/klient"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
@@ -112,42 +113,51 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 		})
 	}
 
-	b.Run(fmt.Sprintf("tasks=%d/impl=dispatcher", n), func(b *testing.B) {
-		for b.Loop() {
-			ns := newNamespace(b, "disp")
-			r := fast.Resources(ns)
-			for i := range n {
-				rt := &v1alpha1.RunnerTask{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("task-%05d", i), Namespace: ns},
-					Spec: v1alpha1.RunnerTaskSpec{Command: []string{"true"}, Resources: &corev1.ResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")},
-					}},
-				}
-				if err := r.Create(ctx, rt); err != nil {
-					b.Fatal(err)
-				}
-			}
-			d := startDispatcher(ctx, b, cfg, ns, "--simulated", "--max-concurrent", strconv.Itoa(n),
-				"--succeeded-history", "100000", "--failed-history", "100000", "--preflight=false",
-				"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h")
-			start := time.Now()
-			waitCreated(b, d, n, start)
-			var jobs batchv1.JobList
-			if err := r.List(ctx, &jobs); err != nil || len(jobs.Items) != n {
-				b.Fatalf("%d Jobs listed, want %d (%v)", len(jobs.Items), n, err)
-			}
-			elapsed := time.Since(start)
-			b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
-			b.ReportMetric(float64(rssKiB(d.cmd.Process.Pid))/1024, "rss-MiB")
-			d.stop(os.Interrupt)
+	// One dispatcher, then two replicas with --leader-elect (the chart's
+	// default): the leader does the work while the standby starts, warms
+	// its caches and watches the same objects.
+	for _, replicas := range []int{1, 2} {
+		impl := "dispatcher"
+		if replicas > 1 {
+			impl = fmt.Sprintf("dispatcher-%d-replicas", replicas)
 		}
-	})
+		b.Run(fmt.Sprintf("tasks=%d/impl=%s", n, impl), func(b *testing.B) {
+			for b.Loop() {
+				ns := newNamespace(b, "disp")
+				r := fast.Resources(ns)
+				for i := range n {
+					rt := &v1alpha1.RunnerTask{
+						ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("task-%05d", i), Namespace: ns},
+						Spec: v1alpha1.RunnerTaskSpec{Command: []string{"true"}, Resources: &corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")},
+						}},
+					}
+					if err := r.Create(ctx, rt); err != nil {
+						b.Fatal(err)
+					}
+				}
+				d, standby := startBenchReplicas(ctx, b, cfg, ns, replicas, "--simulated", "--max-concurrent", strconv.Itoa(n),
+					"--succeeded-history", "100000", "--failed-history", "100000", "--preflight=false",
+					"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h")
+				start := time.Now()
+				standby()
+				waitCreated(b, d, n, start)
+				var jobs batchv1.JobList
+				if err := r.List(ctx, &jobs); err != nil || len(jobs.Items) != n {
+					b.Fatalf("%d Jobs listed, want %d (%v)", len(jobs.Items), n, err)
+				}
+				elapsed := time.Since(start)
+				b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
+				b.ReportMetric(float64(rssKiB(d.cmd.Process.Pid))/1024, "rss-MiB")
+			}
+		})
 
-	b.Run(fmt.Sprintf("tasks=%d/impl=dispatcher-orchestrator", n), func(b *testing.B) {
-		for b.Loop() {
-			orchestratorBench(ctx, b, n, 100, newNamespace)
-		}
-	})
+		b.Run(fmt.Sprintf("tasks=%d/impl=%s-orchestrator", n, impl), func(b *testing.B) {
+			for b.Loop() {
+				orchestratorBench(ctx, b, n, 100, replicas, newNamespace)
+			}
+		})
+	}
 
 	if v := os.Getenv("RUNWARDEN_BENCH_DRAIN"); v != "" {
 		drain, err := strconv.Atoi(v)
@@ -167,13 +177,14 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 // latency (the lease handed out to the dispatcher's job-created event, both
 // stamped on this machine's clock); then n unschedulable tasks (so all stay
 // in flight) become Jobs.
-func orchestratorBench(ctx context.Context, b *testing.B, n, lat int, newNamespace func(*testing.B, string) string) {
+func orchestratorBench(ctx context.Context, b *testing.B, n, lat, replicas int, newNamespace func(*testing.B, string) string) {
 	cfg := testenv.EnvConf()
 	ns := newNamespace(b, "orch")
 	o := newOrchestrator(b, orchestratortest.Options{LeaseSeconds: 120, MaxWait: 5 * time.Second})
-	d := startOrchestratorDispatcher(ctx, b, cfg, ns, o, "--simulated", "--max-concurrent", strconv.Itoa(n+lat),
+	d, standby := startBenchReplicas(ctx, b, cfg, ns, replicas, append(orchestratorFlags(o), "--simulated", "--max-concurrent", strconv.Itoa(n+lat),
 		"--succeeded-history", "100000", "--failed-history", "100000", "--preflight=false", "--stream-logs=false",
-		"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h")
+		"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h")...)
+	standby()
 	big := &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")}}
 	created := func(id string) bool {
 		for _, e := range o.srv.Task(id).Events {
@@ -218,7 +229,33 @@ func orchestratorBench(ctx context.Context, b *testing.B, n, lat int, newNamespa
 	if out := os.Getenv("RUNWARDEN_BENCH_HEAPPROFILE"); out != "" && d.pprof != "" {
 		saveProfile(d.pprof, out, "heap")
 	}
-	d.stop(os.Interrupt)
+}
+
+// startBenchReplicas starts one dispatcher, or with replicas > 1 the
+// leader of that many with --leader-elect (default election settings), and
+// returns it once it leads, with a function that starts the standbys and
+// waits until they are healthy. Every process stops when b ends.
+func startBenchReplicas(ctx context.Context, b *testing.B, cfg *envconf.Config, ns string, replicas int, args ...string) (*dispatcherProcess, func()) {
+	b.Helper()
+	if replicas <= 1 {
+		return startDispatcher(ctx, b, cfg, ns, args...), func() {}
+	}
+	args = append(args, "--leader-elect")
+	var ds []*dispatcherProcess
+	for range replicas {
+		ds = append(ds, startDispatcherProcess(ctx, b, cfg, ns, slices.Clone(args)...))
+	}
+	b.Cleanup(func() {
+		for _, d := range ds {
+			d.stop(os.Interrupt)
+		}
+	})
+	ds[0].start(ctx, b)
+	return ds[0], func() {
+		for _, d := range ds[1:] {
+			d.startStandby(ctx, b)
+		}
+	}
 }
 
 // saveProfile saves one of the dispatcher's profiles (profile: two

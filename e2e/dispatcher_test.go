@@ -410,9 +410,10 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// TestDispatcherSurvivesSIGKILL runs 200 tasks while the dispatcher is
-// killed with SIGKILL at random moments, ten times: every task ends with
-// exactly one Job and one final status.
+// TestDispatcherSurvivesSIGKILL runs 200 tasks through two replicas with
+// --leader-elect while the leader is killed with SIGKILL at random moments,
+// ten times, and the standby takes over: every task ends with exactly one
+// Job and one final status, and never more than --max-concurrent run.
 func TestDispatcherSurvivesSIGKILL(t *testing.T) {
 	const tasks, kills = 200, 10
 	f := features.New("dispatcher survives SIGKILL").
@@ -420,21 +421,22 @@ func TestDispatcherSurvivesSIGKILL(t *testing.T) {
 			installCRD(ctx, t, cfg)
 			return ctx
 		}).
-		Assess("200 tasks, 10 kills, one Job each", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+		Assess("200 tasks, two replicas, the leader killed 10 times, one Job each", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			r := cfg.Client().Resources(ns)
-			d := startDispatcher(ctx, t, cfg, ns, "--simulated", "--max-concurrent", "40",
-				"--succeeded-history", "1000", "--failed-history", "1000", "--preflight=false")
-			for i := range tasks {
-				if err := r.Create(ctx, runnerTask(ns, fmt.Sprintf("task-%03d", i), "true")); err != nil {
-					t.Fatal(err)
-				}
-			}
+			rs := startReplicas(ctx, t, cfg, ns, 2, append([]string{"--simulated", "--max-concurrent", "40",
+				"--succeeded-history", "1000", "--failed-history", "1000", "--preflight=false"}, electionFlags...)...)
+			mostRunning := watchRunning(ctx, t, cfg, ns)
 			rng := rand.New(rand.NewPCG(7, 11))
-			for range kills {
+			// Tasks keep arriving across the kills.
+			for k := range kills {
+				for i := k * tasks / kills; i < (k+1)*tasks/kills; i++ {
+					if err := r.Create(ctx, runnerTask(ns, fmt.Sprintf("task-%03d", i), "true")); err != nil {
+						t.Fatal(err)
+					}
+				}
 				time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
-				d.stop(os.Kill)
-				d.start(ctx, t)
+				rs.killLeader(ctx, t)
 			}
 			all := func(ctx context.Context) (bool, error) {
 				var list v1alpha1.RunnerTaskList
@@ -450,7 +452,7 @@ func TestDispatcherSurvivesSIGKILL(t *testing.T) {
 				return done == tasks, nil
 			}
 			if err := harness.WaitFor(ctx, "all 200 tasks to finish", 3*time.Minute, all); err != nil {
-				t.Fatalf("%v\n%s", err, d.log.String())
+				t.Fatalf("%v\n%s", err, rs.logs())
 			}
 			var list v1alpha1.RunnerTaskList
 			if err := r.List(ctx, &list); err != nil {
@@ -481,6 +483,11 @@ func TestDispatcherSurvivesSIGKILL(t *testing.T) {
 			}
 			if err := harness.WaitFor(ctx, "every Job to be marked reported, with its TTL", time.Minute, settled); err != nil {
 				t.Error(err)
+			}
+			if n := mostRunning(); n > 40 {
+				t.Errorf("%d unfinished Jobs at once, with --max-concurrent 40", n)
+			} else {
+				t.Logf("at most %d unfinished Jobs at once (--max-concurrent 40)", n)
 			}
 			return ctx
 		}).Feature()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,4 +130,78 @@ func TestDispatcherReplicasFailover(t *testing.T) {
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// electionFlags elect a leader among replicas quickly: a 4 s lease.
+var electionFlags = []string{"--leader-elect", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}
+
+// replicaSet is dispatcher processes of one ID, run with --leader-elect.
+type replicaSet struct {
+	ds []*dispatcherProcess
+}
+
+// startReplicas starts n replicas of one dispatcher with args (which
+// include --leader-elect): the first leads, the others stand by.
+func startReplicas(ctx context.Context, t testing.TB, cfg *envconf.Config, ns string, n int, args ...string) *replicaSet {
+	t.Helper()
+	rs := &replicaSet{}
+	for range n {
+		// Each its own copy: startDispatcherProcess edits its arguments.
+		rs.ds = append(rs.ds, startDispatcherProcess(ctx, t, cfg, ns, slices.Clone(args)...))
+	}
+	t.Cleanup(func() {
+		for _, d := range rs.ds {
+			d.stop(os.Interrupt)
+		}
+	})
+	rs.ds[0].start(ctx, t)
+	for _, d := range rs.ds[1:] {
+		d.startStandby(ctx, t)
+	}
+	return rs
+}
+
+// leader is the replica that is ready, which only the leader is; nil if
+// none is.
+func (rs *replicaSet) leader(ctx context.Context) *dispatcherProcess {
+	for _, d := range rs.ds {
+		if ok, _ := d.answers("/readyz")(ctx); ok {
+			return d
+		}
+	}
+	return nil
+}
+
+// waitLeader waits until a replica leads and returns it.
+func (rs *replicaSet) waitLeader(ctx context.Context, t testing.TB) *dispatcherProcess {
+	t.Helper()
+	var l *dispatcherProcess
+	leads := func(ctx context.Context) (bool, error) {
+		l = rs.leader(ctx)
+		return l != nil, nil
+	}
+	if err := harness.WaitForEvery(ctx, "a replica to lead", time.Minute, 100*time.Millisecond, leads); err != nil {
+		t.Fatalf("%v\n%s", err, rs.logs())
+	}
+	return l
+}
+
+// killLeader SIGKILLs the replica that leads and starts it again (it
+// stands by, or leads if it wins the election), then waits until one
+// leads.
+func (rs *replicaSet) killLeader(ctx context.Context, t testing.TB) {
+	t.Helper()
+	l := rs.waitLeader(ctx, t)
+	l.stop(os.Kill)
+	l.startStandby(ctx, t)
+	rs.waitLeader(ctx, t)
+}
+
+// logs is the end of each replica's log.
+func (rs *replicaSet) logs() string {
+	var b strings.Builder
+	for i, d := range rs.ds {
+		fmt.Fprintf(&b, "--- replica %d:\n%s\n", i, tail(d.log.String(), 3000))
+	}
+	return b.String()
 }
