@@ -89,6 +89,21 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			if err := cfg.Client().Resources(ns).List(ctx, &pods); err != nil {
 				t.Fatal(err)
 			}
+			// One of the two dispatcher replicas holds the release's Lease
+			// (its identity starts with its pod's name).
+			holder, err := suite.Kubectl(ctx, cfg, "get", "lease", "-n", runners, "runwarden-dispatcher-"+release+"-runwarden", "-o", "jsonpath={.spec.holderIdentity}")
+			dispatchers := 0
+			for _, p := range pods.Items {
+				if p.Labels["app.kubernetes.io/component"] == "dispatcher" {
+					dispatchers++
+					if err == nil && strings.HasPrefix(holder, p.Name+"_") {
+						holder = "pod " + p.Name
+					}
+				}
+			}
+			if err != nil || dispatchers != 2 || !strings.HasPrefix(holder, "pod ") {
+				t.Errorf("the dispatcher Lease's holder %q (%v), among %d dispatcher pods: want one of them", holder, err, dispatchers)
+			}
 			for _, p := range pods.Items {
 				if p.Spec.NodeName != "rw-real-0" || p.Status.Phase != corev1.PodRunning {
 					t.Errorf("pod %s: node %q phase %s, want running on the real node", p.Name, p.Spec.NodeName, p.Status.Phase)
@@ -186,8 +201,10 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 			}
 			out, err := suite.Kubectl(ctx, cfg, "get", "deployments", "-n", ns, "-l", "app.kubernetes.io/instance="+release3,
 				"-o", `jsonpath={range .items[*]}{.metadata.name}={.status.readyReplicas}/{.metadata.labels.platform\.example\.com/team} {end}`)
-			// One dispatcher, the webhook's two replicas (the default).
-			if err != nil || !strings.Contains(out, release3+"-runwarden-dispatcher=1/platform ") || !strings.Contains(out, release3+"-runwarden-webhook=2/platform ") {
+			// Two replicas each (the defaults). Both dispatcher replicas are
+			// ready: the chart's readiness probe is /healthz, so a standby
+			// does not hold up a rollout or helm --wait.
+			if err != nil || !strings.Contains(out, release3+"-runwarden-dispatcher=2/platform ") || !strings.Contains(out, release3+"-runwarden-webhook=2/platform ") {
 				t.Errorf("helm v3 release deployments (name=ready/overlay label): %q, %v", out, err)
 			}
 

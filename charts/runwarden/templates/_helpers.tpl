@@ -36,6 +36,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/*
+A Go duration (the schema's pattern: 1h30m, 2s, 500ms) in nanoseconds, as a
+float in a string, for comparing two durations: float64 (include ...).
+*/}}
+{{- define "runwarden.nanoseconds" -}}
+{{- $unit := dict "ns" 1 "us" 1e3 "µs" 1e3 "ms" 1e6 "s" 1e9 "m" 6e10 "h" 3.6e12 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll "[0-9.]+[^0-9.]+" . -1 -}}
+{{- $n := regexFind "^[0-9.]+" . -}}
+{{- $total = addf $total (mulf $n (index $unit (trimPrefix $n .))) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
 {{- define "runwarden.webhookService" -}}
 {{- printf "%s-webhook" (include "runwarden.fullname" .) -}}
 {{- end -}}

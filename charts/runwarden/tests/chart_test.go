@@ -8,10 +8,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -118,7 +125,14 @@ func TestRefusesBadValues(t *testing.T) {
 	}{
 		{name: "unknown key", args: []string{"--set", "dispatchr.replicas=1"}, want: "additional properties 'dispatchr' not allowed"},
 		{name: "concurrency", args: []string{"--set", "dispatcher.maxConcurrent=0"}, want: "/dispatcher/maxConcurrent"},
-		{name: "two dispatchers", args: []string{"--set", "dispatcher.replicas=2"}, want: "at '/dispatcher/replicas': maximum: got 2, want 1"},
+		{name: "negative dispatcher replicas", args: []string{"--set", "dispatcher.replicas=-1"}, want: "at '/dispatcher/replicas': minimum: got -1, want 0"},
+		{name: "lease duration not a duration", args: []string{"--set", "dispatcher.leaderElection.leaseDuration=fifteen"}, want: "/dispatcher/leaderElection/leaseDuration"},
+		{name: "zero retry period", args: []string{"--set", "dispatcher.leaderElection.retryPeriod=0s"}, want: "/dispatcher/leaderElection/retryPeriod"},
+		{name: "unknown leader election key", args: []string{"--set", "dispatcher.leaderElection.leaseDurationSeconds=15"}, want: "'leaseDurationSeconds' not allowed"},
+		// The dispatcher exits at start unless each is shorter than the one before.
+		{name: "renew deadline as long as the lease", args: []string{"--set", "dispatcher.leaderElection.renewDeadline=15s"}, want: "dispatcher.leaderElection.renewDeadline (15s) must be shorter than leaseDuration (15s)"},
+		{name: "renew deadline longer than the lease, in other units", args: []string{"--set", "dispatcher.leaderElection.leaseDuration=1m", "--set", "dispatcher.leaderElection.renewDeadline=1m0.5s"}, want: "renewDeadline (1m0.5s) must be shorter than leaseDuration (1m)"},
+		{name: "retry period as long as the renew deadline", args: []string{"--set", "dispatcher.leaderElection.retryPeriod=10000ms"}, want: "dispatcher.leaderElection.retryPeriod (10000ms) must be shorter than renewDeadline (10s)"},
 		{name: "deadline", args: []string{"--set", "dispatcher.defaultDeadline=soon"}, want: "/dispatcher/defaultDeadline"},
 		{name: "pull policy", args: []string{"--set", "images.pullPolicy=Sometimes"}, want: "/images/pullPolicy"},
 		{name: "certificate mode", args: []string{"--set", "webhook.certificates.mode=vault"}, want: "/webhook/certificates/mode"},
@@ -164,6 +178,168 @@ func TestRefusesBadValues(t *testing.T) {
 				t.Errorf("error does not mention %q:\n%s", tt.want, out)
 			}
 		})
+	}
+}
+
+// TestDispatcherReplicas renders the dispatcher with several replica counts:
+// every replica runs leader election on the Lease its Role may take, a
+// rolling update starts the new pod before an old one stops, a standby
+// counts as ready (or no rollout, helm --wait or drain would end while the
+// leader lives), the replicas prefer different nodes, and more than one
+// get a PodDisruptionBudget.
+func TestDispatcherReplicas(t *testing.T) {
+	t.Parallel()
+	h := helm(t, "helm3")
+	defaultFlags := []string{"--leader-elect", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"}
+	tests := []struct {
+		name     string
+		args     []string
+		replicas int32
+		flags    []string // the --leader-elect flags, in order
+		budget   bool     // a PodDisruptionBudget for the dispatcher
+	}{
+		{name: "defaults", replicas: 2, flags: defaultFlags, budget: true},
+		{name: "one replica elects too", args: []string{"--set", "dispatcher.replicas=1"}, replicas: 1, flags: defaultFlags},
+		{name: "three replicas with their own timing", args: []string{"--set", "dispatcher.replicas=3",
+			"--set", "dispatcher.leaderElection.leaseDuration=1m", "--set", "dispatcher.leaderElection.renewDeadline=40s", "--set", "dispatcher.leaderElection.retryPeriod=500ms"},
+			replicas: 3, flags: []string{"--leader-elect", "--leader-elect-lease-duration=1m", "--leader-elect-renew-deadline=40s", "--leader-elect-retry-period=500ms"}, budget: true},
+		{name: "budgets off", args: []string{"--set", "podDisruptionBudget.enabled=false"}, replicas: 2, flags: defaultFlags},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			objs := render(t, h, tt.args...)
+			var d appsv1.Deployment
+			decode(t, objs, "Deployment/rw-runwarden-dispatcher", &d)
+			if d.Spec.Replicas == nil || *d.Spec.Replicas != tt.replicas {
+				t.Errorf("replicas %v, want %d", d.Spec.Replicas, tt.replicas)
+			}
+			zero, one := intstr.FromInt32(0), intstr.FromInt32(1)
+			wantStrategy := appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &zero, MaxSurge: &one}}
+			if diff := cmp.Diff(wantStrategy, d.Spec.Strategy); diff != "" {
+				t.Errorf("strategy (-want +got):\n%s", diff)
+			}
+
+			c := d.Spec.Template.Spec.Containers[0]
+			var flags []string
+			arg := map[string]string{}
+			for _, a := range c.Args {
+				if strings.HasPrefix(a, "--leader-elect") {
+					flags = append(flags, a)
+				}
+				if k, v, ok := strings.Cut(a, "="); ok {
+					arg[k] = v
+				}
+			}
+			if diff := cmp.Diff(tt.flags, flags); diff != "" {
+				t.Errorf("leader election flags (-want +got):\n%s", diff)
+			}
+			probes := map[string]string{}
+			for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+				if p != nil && p.HTTPGet != nil {
+					probes[name] = p.HTTPGet.Path
+				}
+			}
+			// /readyz fails on a standby: the readiness probe must not ask it.
+			if diff := cmp.Diff(map[string]string{"liveness": "/healthz", "readiness": "/healthz"}, probes); diff != "" {
+				t.Errorf("probe paths (-want +got):\n%s", diff)
+			}
+
+			selector := map[string]string{"app.kubernetes.io/name": "runwarden", "app.kubernetes.io/instance": "rw", "app.kubernetes.io/component": "dispatcher"}
+			wantSpread := []corev1.WeightedPodAffinityTerm{{Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{
+				TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: selector}}}}
+			var spread []corev1.WeightedPodAffinityTerm
+			if a := d.Spec.Template.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+				spread = a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+			}
+			if diff := cmp.Diff(wantSpread, spread); diff != "" {
+				t.Errorf("preferred pod anti-affinity (-want +got):\n%s", diff)
+			}
+
+			// The Role in --namespace lets it take the Lease named after --dispatcher-id.
+			var role rbacv1.Role
+			decode(t, objs, "Role/rw-runwarden-dispatcher", &role)
+			if role.Namespace != arg["--namespace"] {
+				t.Errorf("Role in %q, --namespace=%q", role.Namespace, arg["--namespace"])
+			}
+			var leases, events []rbacv1.PolicyRule
+			for _, r := range role.Rules {
+				if slices.Contains(r.Resources, "leases") || slices.Contains(r.APIGroups, "coordination.k8s.io") {
+					leases = append(leases, r)
+				}
+				if slices.Contains(r.Resources, "events") {
+					events = append(events, r)
+				}
+			}
+			wantLeases := []rbacv1.PolicyRule{
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"runwarden-dispatcher-" + arg["--dispatcher-id"]}, Verbs: []string{"get", "update"}},
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+			}
+			if diff := cmp.Diff(wantLeases, leases); diff != "" {
+				t.Errorf("lease rules of the dispatcher's Role (-want +got):\n%s", diff)
+			}
+			// Listing events (a failed task's warnings); creating the
+			// LeaderElection event on the Lease.
+			wantEvents := []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
+				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			}
+			if diff := cmp.Diff(wantEvents, events); diff != "" {
+				t.Errorf("event rules of the dispatcher's Role (-want +got):\n%s", diff)
+			}
+
+			doc, ok := objs["PodDisruptionBudget/rw-runwarden-dispatcher"]
+			if ok != tt.budget {
+				t.Fatalf("dispatcher PodDisruptionBudget rendered: %v, want %v", ok, tt.budget)
+			}
+			if !ok {
+				return
+			}
+			var pdb policyv1.PodDisruptionBudget
+			if err := yaml.Unmarshal([]byte(doc), &pdb); err != nil {
+				t.Fatal(err)
+			}
+			wantPDB := policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &one, Selector: &metav1.LabelSelector{MatchLabels: selector}}
+			if diff := cmp.Diff(wantPDB, pdb.Spec); diff != "" {
+				t.Errorf("dispatcher PodDisruptionBudget (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// render runs helm template with args and returns its objects by kind/name.
+func render(t *testing.T, h string, args ...string) map[string]string {
+	t.Helper()
+	out, err := run(t, h, append([]string{"template", "rw", chart, "--namespace", "runwarden"}, args...)...)
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	objs := map[string]string{}
+	for _, doc := range strings.Split(out, "\n---\n") {
+		var m struct {
+			Kind     string
+			Metadata struct{ Name string }
+		}
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("rendered YAML: %v\n%s", err, doc)
+		}
+		if m.Kind != "" {
+			objs[m.Kind+"/"+m.Metadata.Name] = doc
+		}
+	}
+	return objs
+}
+
+// decode unmarshals the rendered object key (kind/name) into obj.
+func decode(t *testing.T, objs map[string]string, key string, obj any) {
+	t.Helper()
+	doc, ok := objs[key]
+	if !ok {
+		t.Fatalf("no %s rendered", key)
+	}
+	if err := yaml.Unmarshal([]byte(doc), obj); err != nil {
+		t.Fatalf("%s: %v", key, err)
 	}
 }
 
