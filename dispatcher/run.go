@@ -22,6 +22,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,7 +118,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.leader.elect, "leader-elect", false, "run as one of several replicas: only the replica holding the Lease runwarden-dispatcher-<--dispatcher-id> in --namespace dispatches; the others stand by (healthy, not ready) and take over when it goes")
 	fs.DurationVar(&c.leader.lease, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader last renewed, before it takes the lease")
-	fs.DurationVar(&c.leader.renew, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it stops dispatching")
+	fs.DurationVar(&c.leader.renew, "leader-elect-renew-deadline", 10*time.Second, "how long after it sent its last renewal a leader that cannot renew stops writing to the cluster, and gives up the lead")
 	fs.DurationVar(&c.leader.retry, "leader-elect-retry-period", 2*time.Second, "how often candidates try to take or renew the lease")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.StringVar(&c.source, "source", "kube", "where tasks come from: kube (RunnerTask objects) or orchestrator (a remote orchestrator over HTTPS)")
@@ -396,6 +397,16 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			logger.Error(err, "could not check whether the cluster takes env files")
 		}
 	}
+	var lock *fencedLock
+	kubeClient := func(mgr ctrl.Manager) client.Client { return mgr.GetClient() }
+	if c.leader.elect {
+		if lock, err = newFencedLock(restCfg, c.namespace, "runwarden-dispatcher-"+c.id, c.leader.renew); err != nil {
+			return err
+		}
+		kubeClient = func(mgr ctrl.Manager) client.Client {
+			return fencedClient{Client: mgr.GetClient(), open: func() bool { return lock.renewedWithin(c.leader.renew) }}
+		}
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  cacheOpts,
@@ -409,9 +420,11 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		LeaderElectionID:              "runwarden-dispatcher-" + c.id,
 		LeaderElectionNamespace:       c.namespace,
 		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &c.leader.lease,
-		RenewDeadline:                 &c.leader.renew,
-		RetryPeriod:                   &c.leader.retry,
+		// A nil *fencedLock would be an interface that is not nil.
+		LeaderElectionResourceLockInterface: resourceLock(lock),
+		LeaseDuration:                       &c.leader.lease,
+		RenewDeadline:                       &c.leader.renew,
+		RetryPeriod:                         &c.leader.retry,
 	})
 	if err != nil {
 		return fmt.Errorf("making the manager: %w", err)
@@ -430,12 +443,12 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		}()
 	}
 	if c.source == "orchestrator" {
-		if err := setupOrchestrator(mgr, restCfg, c, jobOpts, recorder); err != nil {
+		if err := setupOrchestrator(mgr, kubeClient(mgr), restCfg, c, jobOpts, recorder); err != nil {
 			return err
 		}
 	} else {
 		r := rwkube.New(rwkube.Options{
-			Client:               mgr.GetClient(),
+			Client:               kubeClient(mgr),
 			Jobs:                 jobOpts,
 			MaxConcurrent:        c.maxConcurrent,
 			UnschedulableTimeout: c.unschedulable,
@@ -473,7 +486,7 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 }
 
 // setupOrchestrator adds the orchestrator task source to the manager.
-func setupOrchestrator(mgr ctrl.Manager, restCfg *rest.Config, c config, jobOpts job.Options, recorder *metrics.Recorder) error {
+func setupOrchestrator(mgr ctrl.Manager, kc client.Client, restCfg *rest.Config, c config, jobOpts job.Options, recorder *metrics.Recorder) error {
 	var auth orchestrator.Authenticator
 	switch {
 	case c.orch.keyFile != "":
@@ -506,9 +519,9 @@ func setupOrchestrator(mgr ctrl.Manager, restCfg *rest.Config, c config, jobOpts
 		logs = orchestrator.KubeLogs{Client: cs}
 	}
 	src := orchestrator.New(orchestrator.Options{
-		Client: oc, Kube: mgr.GetClient(), Reader: mgr.GetAPIReader(), Jobs: jobOpts, Namespace: c.namespace,
+		Client: oc, Kube: kc, Reader: mgr.GetAPIReader(), Jobs: jobOpts, Namespace: c.namespace,
 		Observer: job.Observer{
-			Client: mgr.GetClient(), Events: mgr.GetAPIReader(), UnschedulableTimeout: c.unschedulable,
+			Client: kc, Events: mgr.GetAPIReader(), UnschedulableTimeout: c.unschedulable,
 		},
 		MaxConcurrent: c.maxConcurrent, PollWait: c.orch.pollWait,
 		Backoff:          orchestrator.Backoff{Base: time.Second, Max: c.orch.retryMax},
@@ -516,4 +529,12 @@ func setupOrchestrator(mgr ctrl.Manager, restCfg *rest.Config, c config, jobOpts
 		Logs: logs, Recorder: recorder,
 	})
 	return src.SetupWithManager(mgr)
+}
+
+// resourceLock is lock as leader election takes it: nil without one.
+func resourceLock(lock *fencedLock) resourcelock.Interface {
+	if lock == nil {
+		return nil
+	}
+	return lock
 }

@@ -5,18 +5,24 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
 	"github.com/runwarden/runwarden/e2e/harness"
 )
 
@@ -204,4 +210,175 @@ func (rs *replicaSet) logs() string {
 		fmt.Fprintf(&b, "--- replica %d:\n%s\n", i, tail(d.log.String(), 3000))
 	}
 	return b.String()
+}
+
+// apiProxy forwards TCP connections to the API server until cut; from then
+// on nothing more passes, either way, and new connections are held
+// unanswered: a network partition between one replica and the API server.
+type apiProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func startAPIProxy(t testing.TB, cfg *envconf.Config) *apiProxy {
+	t.Helper()
+	u, err := url.Parse(cfg.Client().RESTConfig().Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &apiProxy{ln: ln, target: u.Host}
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+	})
+	go p.serve()
+	return p
+}
+
+func (p *apiProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c)
+		cut := p.cut
+		p.mu.Unlock()
+		if cut {
+			continue // held, never answered
+		}
+		go func() {
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				_ = c.Close()
+				return
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, up)
+			p.mu.Unlock()
+			go p.pipe(up, c)
+			p.pipe(c, up)
+		}()
+	}
+}
+
+// pipe copies from src to dst until cut; then it drops what it reads.
+func (p *apiProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.isCut() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *apiProxy) isCut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cut
+}
+
+func (p *apiProxy) cutOff() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+}
+
+// kubeconfig writes the suite's kubeconfig with the proxy as the server.
+func (p *apiProxy) kubeconfig(t testing.TB, cfg *envconf.Config) string {
+	t.Helper()
+	kc, err := clientcmd.LoadFromFile(cfg.KubeconfigFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range kc.Clusters {
+		c.Server = "https://" + p.ln.Addr().String()
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestDispatcherLeaderCutOff cuts the leader of two replicas (orchestrator
+// source) off from the API server, as a network partition would, while it
+// still reaches the orchestrator and tasks keep coming: it stops (exits,
+// "leader election lost") before the standby can take the Lease, the
+// standby carries on with the tasks, and every task ends once with one Job.
+// The cut-off leader's log says when it stopped and why.
+func TestDispatcherLeaderCutOff(t *testing.T) {
+	f := features.New("dispatcher leader cut off").
+		Assess("the cut-off leader stops before the standby leads; every task once", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 10, MaxWait: 2 * time.Second})
+			proxy := startAPIProxy(t, cfg)
+			// A leader that cannot renew stops a renew deadline after the
+			// retry period that follows its last renewal (3.5 s); a standby
+			// takes over a lease duration after it last saw a renewal (6 s).
+			election := []string{"--leader-elect", "--leader-elect-lease-duration", "6s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}
+			args := slices.Concat(orchestratorFlags(o), []string{"--simulated", "--preflight=false", "--stream-logs=false", "--succeeded-history", "1000"}, election)
+			a := startDispatcherProcess(ctx, t, cfg, ns, append(slices.Clone(args), "--kubeconfig", proxy.kubeconfig(t, cfg))...)
+			b := startDispatcherProcess(ctx, t, cfg, ns, slices.Clone(args)...)
+			t.Cleanup(func() { a.stop(os.Interrupt); b.stop(os.Interrupt) })
+			a.start(ctx, t)
+			b.startStandby(ctx, t)
+			ids := orchestratorTasks(o.srv, "before", 10)
+			waitAllDone(ctx, t, o.srv, len(ids), time.Minute, a)
+
+			exited := make(chan time.Time, 1)
+			go func() {
+				_, _ = a.cmd.Process.Wait()
+				exited <- time.Now()
+			}()
+			cut := time.Now()
+			proxy.cutOff()
+			ids = append(ids, orchestratorTasks(o.srv, "during", 10)...)
+			var led time.Time
+			leads := func(ctx context.Context) (bool, error) {
+				ok, _ := b.answers("/readyz")(ctx)
+				if ok {
+					led = time.Now()
+				}
+				return ok, nil
+			}
+			if err := harness.WaitForEvery(ctx, "the standby to lead", time.Minute, 50*time.Millisecond, leads); err != nil {
+				t.Fatalf("%v\n%s", err, b.log.String())
+			}
+			select {
+			case stopped := <-exited:
+				if !stopped.Before(led) {
+					t.Errorf("the cut-off leader stopped %s after the cut, the standby led %s after it: both led at once\n%s", stopped.Sub(cut), led.Sub(cut), tail(a.log.String(), 3000))
+				}
+				t.Logf("cut off at %s: the leader stopped after %s, the standby led after %s (retry period 0.5s, renew deadline 3s, lease 6s); the cut-off leader's log ends:\n%s",
+					cut.UTC().Format(time.RFC3339Nano), stopped.Sub(cut).Round(10*time.Millisecond), led.Sub(cut).Round(10*time.Millisecond), tail(a.log.String(), 1500))
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the cut-off leader still runs 30s after the standby led\n%s", tail(a.log.String(), 3000))
+			}
+			if !strings.Contains(a.log.String(), "leader election lost") {
+				t.Errorf("the cut-off leader's log does not say why it stopped:\n%s", tail(a.log.String(), 3000))
+			}
+			waitAllDone(ctx, t, o.srv, len(ids), 2*time.Minute, b)
+			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
 }
