@@ -119,7 +119,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.BoolVar(&c.leader.elect, "leader-elect", false, "run as one of several replicas: only the replica holding the Lease runwarden-dispatcher-<--dispatcher-id> in --namespace dispatches; the others stand by (healthy, not ready) and take over when it goes")
 	fs.DurationVar(&c.leader.lease, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader last renewed, before it takes the lease")
 	fs.DurationVar(&c.leader.renew, "leader-elect-renew-deadline", 10*time.Second, "how long after it sent its last renewal a leader that cannot renew stops writing to the cluster, and gives up the lead")
-	fs.DurationVar(&c.leader.retry, "leader-elect-retry-period", 2*time.Second, "how often candidates try to take or renew the lease")
+	fs.DurationVar(&c.leader.retry, "leader-elect-retry-period", time.Second, "how often candidates try to take or renew the lease")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.StringVar(&c.source, "source", "kube", "where tasks come from: kube (RunnerTask objects) or orchestrator (a remote orchestrator over HTTPS)")
 	fs.StringVar(&c.orch.url, "orchestrator-url", "", "the orchestrator's base URL (https), for --source=orchestrator")

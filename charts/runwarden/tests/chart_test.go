@@ -190,7 +190,7 @@ func TestRefusesBadValues(t *testing.T) {
 func TestDispatcherReplicas(t *testing.T) {
 	t.Parallel()
 	h := helm(t, "helm3")
-	defaultFlags := []string{"--leader-elect", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"}
+	defaultFlags := []string{"--leader-elect", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=1s"}
 	tests := []struct {
 		name     string
 		args     []string
