@@ -44,7 +44,9 @@ import (
 // config is the parsed command line.
 // leaderFlags configure leader election among replicas.
 type leaderFlags struct {
-	elect               bool
+	elect bool
+	// namespace holds the Lease; default: --namespace.
+	namespace           string
 	lease, renew, retry time.Duration
 }
 
@@ -116,7 +118,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "", `address of Go's /debug/pprof profiles (default "": off)`)
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG when set, else in-cluster, else ~/.kube/config)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&c.leader.elect, "leader-elect", false, "run as one of several replicas: only the replica holding the Lease runwarden-dispatcher-<--dispatcher-id> in --namespace dispatches; the others stand by (healthy, not ready) and take over when it goes")
+	fs.BoolVar(&c.leader.elect, "leader-elect", false, "run as one of several replicas: only the replica holding the Lease runwarden-dispatcher-<--dispatcher-id> in --leader-elect-namespace dispatches; the others stand by (healthy, not ready) and take over when it goes")
+	fs.StringVar(&c.leader.namespace, "leader-elect-namespace", "", "where the replicas' Lease is kept (default --namespace); keep it where only the dispatcher may write Leases: whoever may change it decides whether any replica dispatches")
 	fs.DurationVar(&c.leader.lease, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader last renewed, before it takes the lease")
 	fs.DurationVar(&c.leader.renew, "leader-elect-renew-deadline", 10*time.Second, "how long after it sent its last renewal a leader that cannot renew stops writing to the cluster, and gives up the lead")
 	fs.DurationVar(&c.leader.retry, "leader-elect-retry-period", time.Second, "how often candidates try to take or renew the lease")
@@ -177,8 +180,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 		return c, fmt.Errorf("--kube-api-qps %g, --kube-api-burst %d: must be more than 0", c.qps, c.burst)
 	}
 	if c.leader.elect {
-		if c.namespace == "" {
-			return c, errors.New("--leader-elect needs --namespace, where the replicas' Lease is kept")
+		if c.leader.namespace == "" {
+			c.leader.namespace = c.namespace
+		}
+		if c.leader.namespace == "" {
+			return c, errors.New("--leader-elect needs --leader-elect-namespace or --namespace, where the replicas' Lease is kept")
 		}
 		if c.leader.retry <= 0 || c.leader.retry >= c.leader.renew || c.leader.renew >= c.leader.lease {
 			return c, fmt.Errorf("--leader-elect-retry-period %s, --leader-elect-renew-deadline %s, --leader-elect-lease-duration %s: each must be shorter than the next", c.leader.retry, c.leader.renew, c.leader.lease)
@@ -400,7 +406,7 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	var lock *fencedLock
 	kubeClient := func(mgr ctrl.Manager) client.Client { return mgr.GetClient() }
 	if c.leader.elect {
-		if lock, err = newFencedLock(restCfg, c.namespace, "runwarden-dispatcher-"+c.id, c.leader.renew); err != nil {
+		if lock, err = newFencedLock(restCfg, c.leader.namespace, "runwarden-dispatcher-"+c.id, c.leader.renew); err != nil {
 			return err
 		}
 		kubeClient = func(mgr ctrl.Manager) client.Client {
@@ -418,7 +424,7 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		// hands the lease over at once.
 		LeaderElection:                c.leader.elect,
 		LeaderElectionID:              "runwarden-dispatcher-" + c.id,
-		LeaderElectionNamespace:       c.namespace,
+		LeaderElectionNamespace:       c.leader.namespace,
 		LeaderElectionReleaseOnCancel: true,
 		// A nil *fencedLock would be an interface that is not nil.
 		LeaderElectionResourceLockInterface: resourceLock(lock),
@@ -432,7 +438,7 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	recorder := metrics.New(nil, c.maxConcurrent)
 	recorder.Leading(!c.leader.elect)
 	if c.leader.elect {
-		logger.Info("standing by until this replica leads", "lease", c.namespace+"/runwarden-dispatcher-"+c.id)
+		logger.Info("standing by until this replica leads", "lease", c.leader.namespace+"/runwarden-dispatcher-"+c.id)
 		go func() {
 			select {
 			case <-mgr.Elected():

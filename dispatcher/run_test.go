@@ -28,7 +28,7 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 		code int
 	}{
 		{name: "version", args: []string{"--version"}, code: 0},
-		{name: "leader election without a namespace", args: []string{"--dispatcher-id", "d", "--leader-elect"}, code: 2, want: []string{"--leader-elect needs --namespace"}},
+		{name: "leader election without a namespace", args: []string{"--dispatcher-id", "d", "--leader-elect"}, code: 2, want: []string{"--leader-elect needs --leader-elect-namespace or --namespace"}},
 		{name: "leader election timings out of order", args: []string{"--dispatcher-id", "d", "--leader-elect", "--namespace", "runners", "--leader-elect-renew-deadline", "20s"}, code: 2, want: []string{"each must be shorter than the next"}},
 		{name: "bad id", args: []string{"--dispatcher-id", "not a label!"}, code: 2, want: []string{"--dispatcher-id"}},
 		{name: "bad concurrency", args: []string{"--dispatcher-id", "d", "--max-concurrent", "0"}, code: 2, want: []string{"--max-concurrent 0"}},

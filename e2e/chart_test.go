@@ -89,9 +89,11 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			if err := cfg.Client().Resources(ns).List(ctx, &pods); err != nil {
 				t.Fatal(err)
 			}
-			// One of the two dispatcher replicas holds the release's Lease
-			// (its identity starts with its pod's name).
-			holder, err := suite.Kubectl(ctx, cfg, "get", "lease", "-n", runners, "runwarden-dispatcher-"+release+"-runwarden", "-o", "jsonpath={.spec.holderIdentity}")
+			// One of the two dispatcher replicas holds the release's Lease,
+			// in the release namespace (its identity starts with its pod's
+			// name).
+			lease := "runwarden-dispatcher-" + release + "-runwarden"
+			holder, err := suite.Kubectl(ctx, cfg, "get", "lease", "-n", ns, lease, "-o", "jsonpath={.spec.holderIdentity}")
 			dispatchers := 0
 			for _, p := range pods.Items {
 				if p.Labels["app.kubernetes.io/component"] == "dispatcher" {
@@ -103,6 +105,25 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			}
 			if err != nil || dispatchers != 2 || !strings.HasPrefix(holder, "pod ") {
 				t.Errorf("the dispatcher Lease's holder %q (%v), among %d dispatcher pods: want one of them", holder, err, dispatchers)
+			}
+			// A task's pod may write Leases in the runner namespace (the demo
+			// turns the state backend Role on), never the dispatcher's: a
+			// task holding it would stop every replica.
+			runner := "system:serviceaccount:" + runners + ":runwarden-runner"
+			for _, c := range []struct{ verb, ns, name, want string }{
+				{"update", runners, "lock-tfstate-default-state", "yes"},
+				{"update", ns, lease, "no"},
+				{"delete", ns, lease, "no"},
+				{"create", ns, "", "no"},
+			} {
+				resource := "leases.coordination.k8s.io"
+				if c.name != "" {
+					resource += "/" + c.name
+				}
+				out, _ := suite.Kubectl(ctx, cfg, "auth", "can-i", c.verb, resource, "-n", c.ns, "--as", runner)
+				if got := strings.TrimSpace(out); got != c.want {
+					t.Errorf("may the runner service account %s lease %q in %s: %q, want %q", c.verb, c.name, c.ns, got, c.want)
+				}
 			}
 			for _, p := range pods.Items {
 				if p.Spec.NodeName != "rw-real-0" || p.Status.Phase != corev1.PodRunning {

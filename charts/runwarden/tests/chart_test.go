@@ -190,7 +190,7 @@ func TestRefusesBadValues(t *testing.T) {
 func TestDispatcherReplicas(t *testing.T) {
 	t.Parallel()
 	h := helm(t, "helm3")
-	defaultFlags := []string{"--leader-elect", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=1s"}
+	defaultFlags := []string{"--leader-elect", "--leader-elect-namespace=runwarden", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=1s"}
 	tests := []struct {
 		name     string
 		args     []string
@@ -202,7 +202,7 @@ func TestDispatcherReplicas(t *testing.T) {
 		{name: "one replica elects too", args: []string{"--set", "dispatcher.replicas=1"}, replicas: 1, flags: defaultFlags},
 		{name: "three replicas with their own timing", args: []string{"--set", "dispatcher.replicas=3",
 			"--set", "dispatcher.leaderElection.leaseDuration=1m", "--set", "dispatcher.leaderElection.renewDeadline=40s", "--set", "dispatcher.leaderElection.retryPeriod=500ms"},
-			replicas: 3, flags: []string{"--leader-elect", "--leader-elect-lease-duration=1m", "--leader-elect-renew-deadline=40s", "--leader-elect-retry-period=500ms"}, budget: true},
+			replicas: 3, flags: []string{"--leader-elect", "--leader-elect-namespace=runwarden", "--leader-elect-lease-duration=1m", "--leader-elect-renew-deadline=40s", "--leader-elect-retry-period=500ms"}, budget: true},
 		{name: "budgets off", args: []string{"--set", "podDisruptionBudget.enabled=false"}, replicas: 2, flags: defaultFlags},
 	}
 	for _, tt := range tests {
@@ -257,36 +257,50 @@ func TestDispatcherReplicas(t *testing.T) {
 				t.Errorf("preferred pod anti-affinity (-want +got):\n%s", diff)
 			}
 
-			// The Role in --namespace lets it take the Lease named after --dispatcher-id.
-			var role rbacv1.Role
-			decode(t, objs, "Role/rw-runwarden-dispatcher", &role)
-			if role.Namespace != arg["--namespace"] {
-				t.Errorf("Role in %q, --namespace=%q", role.Namespace, arg["--namespace"])
+			// The Lease named after --dispatcher-id is taken in
+			// --leader-elect-namespace, the release's, where runner pods
+			// have no rights; the Role in the runner namespace has no
+			// lease rule (runner pods may write Leases there).
+			rulesOf := func(name string) (ns string, leases, events []rbacv1.PolicyRule) {
+				var role rbacv1.Role
+				decode(t, objs, "Role/"+name, &role)
+				for _, r := range role.Rules {
+					if slices.Contains(r.Resources, "leases") || slices.Contains(r.APIGroups, "coordination.k8s.io") {
+						leases = append(leases, r)
+					}
+					if slices.Contains(r.Resources, "events") {
+						events = append(events, r)
+					}
+				}
+				return role.Namespace, leases, events
 			}
-			var leases, events []rbacv1.PolicyRule
-			for _, r := range role.Rules {
-				if slices.Contains(r.Resources, "leases") || slices.Contains(r.APIGroups, "coordination.k8s.io") {
-					leases = append(leases, r)
-				}
-				if slices.Contains(r.Resources, "events") {
-					events = append(events, r)
-				}
+			ns, leases, events := rulesOf("rw-runwarden-dispatcher")
+			if ns != arg["--namespace"] || len(leases) != 0 {
+				t.Errorf("the runner namespace Role in %q (--namespace=%q) has lease rules %+v", ns, arg["--namespace"], leases)
+			}
+			// Listing events: a failed task's warnings.
+			if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}}}, events); diff != "" {
+				t.Errorf("event rules of the dispatcher's Role (-want +got):\n%s", diff)
+			}
+			ns, leases, events = rulesOf("rw-runwarden-dispatcher-leader")
+			if ns != "runwarden" || ns != arg["--leader-elect-namespace"] {
+				t.Errorf("the leader election Role in %q, --leader-elect-namespace=%q, want the release namespace", ns, arg["--leader-elect-namespace"])
 			}
 			wantLeases := []rbacv1.PolicyRule{
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"runwarden-dispatcher-" + arg["--dispatcher-id"]}, Verbs: []string{"get", "update"}},
 				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
 			}
 			if diff := cmp.Diff(wantLeases, leases); diff != "" {
-				t.Errorf("lease rules of the dispatcher's Role (-want +got):\n%s", diff)
+				t.Errorf("lease rules of the leader election Role (-want +got):\n%s", diff)
 			}
-			// Listing events (a failed task's warnings); creating the
-			// LeaderElection event on the Lease.
-			wantEvents := []rbacv1.PolicyRule{
-				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
-				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			// The LeaderElection event on the Lease.
+			if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}, events); diff != "" {
+				t.Errorf("event rules of the leader election Role (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(wantEvents, events); diff != "" {
-				t.Errorf("event rules of the dispatcher's Role (-want +got):\n%s", diff)
+			var binding rbacv1.RoleBinding
+			decode(t, objs, "RoleBinding/rw-runwarden-dispatcher-leader", &binding)
+			if binding.Namespace != "runwarden" || binding.RoleRef.Name != "rw-runwarden-dispatcher-leader" || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "rw-runwarden-dispatcher" {
+				t.Errorf("the leader election RoleBinding: %+v", binding)
 			}
 
 			doc, ok := objs["PodDisruptionBudget/rw-runwarden-dispatcher"]
