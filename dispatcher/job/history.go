@@ -36,15 +36,16 @@ func KeepUntil(j *batchv1.Job) time.Time {
 
 // PruneHistory deletes the oldest reported Jobs beyond the history limits,
 // but none before its AnnotationKeepUntil: such a Job still counts, and goes
-// in a prune after that time.
-func PruneHistory(ctx context.Context, c client.Client, h History) error {
+// in a prune after that time. next is the earliest time a Job it left so
+// becomes free to go (zero if none): when to prune again.
+func PruneHistory(ctx context.Context, c client.Client, h History) (next time.Time, err error) {
 	if h.Now.IsZero() {
 		h.Now = time.Now()
 	}
 	var jobs batchv1.JobList
 	// Read-only until a Job is deleted: the cache's objects are not copied.
 	if err := c.List(ctx, &jobs, client.InNamespace(h.Namespace), client.MatchingLabels{LabelDispatcher: h.DispatcherID}, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("listing jobs: %w", err)
+		return time.Time{}, fmt.Errorf("listing jobs: %w", err)
 	}
 	var succeeded, failed []*batchv1.Job
 	for i := range jobs.Items {
@@ -78,13 +79,16 @@ func PruneHistory(ctx context.Context, c client.Client, h History) error {
 			return strings.Compare(a.Name, b.Name)
 		})
 		for _, j := range set.jobs[:len(set.jobs)-set.limit] {
-			if h.Now.Before(KeepUntil(j)) {
+			if keep := KeepUntil(j); h.Now.Before(keep) {
+				if next.IsZero() || keep.Before(next) {
+					next = keep
+				}
 				continue
 			}
 			if err := c.Delete(ctx, j.DeepCopy(), client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("deleting old job %s: %w", j.Name, err)
+				return next, fmt.Errorf("deleting old job %s: %w", j.Name, err)
 			}
 		}
 	}
-	return nil
+	return next, nil
 }

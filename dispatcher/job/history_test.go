@@ -7,6 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
@@ -32,18 +33,10 @@ func TestPruneHistoryKeepsUnreportedJobs(t *testing.T) {
 		succeededJob("middle", 2*time.Hour, true),
 		succeededJob("just-marked", time.Hour, false),
 	).Build()
-	if err := PruneHistory(t.Context(), c, History{Namespace: "ns", DispatcherID: "d", Succeeded: 2, Failed: 2, Marked: "just-marked"}); err != nil {
-		t.Fatal(err)
+	if next, err := PruneHistory(t.Context(), c, History{Namespace: "ns", DispatcherID: "d", Succeeded: 2, Failed: 2, Marked: "just-marked"}); err != nil || !next.IsZero() {
+		t.Fatalf("prune: next %v, %v", next, err)
 	}
-	var left batchv1.JobList
-	if err := c.List(t.Context(), &left); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]bool{}
-	for _, j := range left.Items {
-		got[j.Name] = true
-	}
-	if !got["oldest-unreported"] || got["old"] || !got["middle"] || !got["just-marked"] || len(got) != 3 {
+	if got := jobNames(t, c); !got["oldest-unreported"] || got["old"] || !got["middle"] || !got["just-marked"] || len(got) != 3 {
 		t.Errorf("left %v; want the unreported Job kept and the oldest reported one deleted", got)
 	}
 }
@@ -60,29 +53,36 @@ func TestPruneHistoryKeepsJobsUntilTheirKeepTime(t *testing.T) {
 		kept,
 		succeededJob("newest", time.Hour, true),
 	).Build()
-	left := func() map[string]bool {
-		var jobs batchv1.JobList
-		if err := c.List(t.Context(), &jobs); err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]bool{}
-		for _, j := range jobs.Items {
-			got[j.Name] = true
-		}
-		return got
-	}
 	h := History{Namespace: "ns", DispatcherID: "d", Succeeded: 1, Failed: 1, Now: now}
-	if err := PruneHistory(t.Context(), c, h); err != nil {
+	next, err := PruneHistory(t.Context(), c, h)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := left(); got["oldest"] || !got["kept"] || !got["newest"] || len(got) != 2 {
+	if want := KeepUntil(kept); !next.Equal(want) {
+		t.Errorf("next prune at %v, want the kept Job's keep time %v", next, want)
+	}
+	if got := jobNames(t, c); got["oldest"] || !got["kept"] || !got["newest"] || len(got) != 2 {
 		t.Errorf("before its keep time: left %v; want kept and newest", got)
 	}
 	h.Now = now.Add(2 * time.Minute)
-	if err := PruneHistory(t.Context(), c, h); err != nil {
-		t.Fatal(err)
+	if next, err := PruneHistory(t.Context(), c, h); err != nil || !next.IsZero() {
+		t.Fatalf("second prune: next %v, %v", next, err)
 	}
-	if got := left(); got["kept"] || !got["newest"] || len(got) != 1 {
+	if got := jobNames(t, c); got["kept"] || !got["newest"] || len(got) != 1 {
 		t.Errorf("after its keep time: left %v; want newest only", got)
 	}
+}
+
+// jobNames is the set of the Jobs' names.
+func jobNames(t *testing.T, c client.Client) map[string]bool {
+	t.Helper()
+	var jobs batchv1.JobList
+	if err := c.List(t.Context(), &jobs); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, j := range jobs.Items {
+		got[j.Name] = true
+	}
+	return got
 }

@@ -479,10 +479,12 @@ func (r *Reconciler) settle(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 }
 
 // pruneHistory deletes this dispatcher's oldest reported Jobs in a
-// namespace beyond the history limits.
+// namespace beyond the history limits. This source keeps no Job past them
+// (its record of a task's end is the RunnerTask's status).
 func (r *Reconciler) pruneHistory(ctx context.Context, namespace, marked string) error {
-	return job.PruneHistory(ctx, r.opts.Client, job.History{
+	_, err := job.PruneHistory(ctx, r.opts.Client, job.History{
 		Namespace: namespace, DispatcherID: r.opts.Jobs.DispatcherID,
 		Succeeded: r.opts.SucceededHistory, Failed: r.opts.FailedHistory, Marked: marked,
 	})
+	return err
 }

@@ -910,12 +910,11 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 			s.forgetLocked(t)
 		}
 		s.mu.Unlock()
-		keep := time.Until(job.KeepUntil(j))
 		if j.Annotations[AnnotationOutcome] != "" && j.DeletionTimestamp == nil {
 			// Stopped and reported: a suspended Job never finishes, so
 			// neither its TTL nor the history limits would ever remove it.
 			// It goes once it is no longer the record of its ended lease.
-			if keep > 0 {
+			if keep := job.KeepUntil(j).Sub(s.opts.Now()); keep > 0 {
 				return reconcile.Result{RequeueAfter: keep}, nil
 			}
 			if err := s.opts.Kube.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
@@ -925,12 +924,8 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 		}
 		// The mark is in the cache now: prune again, so Jobs marked at
 		// nearly the same moment (each prune saw only its own mark) are
-		// counted together; and again once this Job may go, in case it is
-		// beyond the limits then.
-		if keep > 0 {
-			return reconcile.Result{RequeueAfter: keep}, s.pruneHistory(ctx, j)
-		}
-		return reconcile.Result{}, s.pruneHistory(ctx, j)
+		// counted together.
+		return s.pruneHistory(ctx, j)
 	}
 	if t == nil || t.id != j.Annotations[job.AnnotationTaskID] {
 		t = s.adoptLocked(j)
@@ -1131,17 +1126,23 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 	if j == nil {
 		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, s.pruneHistory(ctx, j)
+	return s.pruneHistory(ctx, j)
 }
 
 // pruneHistory deletes the oldest reported Jobs beyond the history limits
 // in j's namespace, counting j as reported (the cache may not show its mark
-// yet).
-func (s *Source) pruneHistory(ctx context.Context, j *batchv1.Job) error {
-	return job.PruneHistory(ctx, s.opts.Kube, job.History{
+// yet). A Job beyond them that is still the record of its ended lease
+// (keep-until) stays: j is looked at again once the first of those may go,
+// and the prune then deletes it.
+func (s *Source) pruneHistory(ctx context.Context, j *batchv1.Job) (reconcile.Result, error) {
+	next, err := job.PruneHistory(ctx, s.opts.Kube, job.History{
 		Namespace: j.Namespace, DispatcherID: s.opts.Jobs.DispatcherID,
 		Succeeded: s.opts.SucceededHistory, Failed: s.opts.FailedHistory, Marked: j.Name, Now: s.opts.Now(),
 	})
+	if err != nil || next.IsZero() {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: next.Sub(s.opts.Now())}, nil
 }
 
 // forgetLocked stops tracking a task. s.mu is held.
