@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -34,7 +36,7 @@ import (
 // either. Neither can a task whose Secret's name someone else holds
 // (ErrSecretTaken).
 func IsPermanent(err error) bool {
-	if errors.Is(err, ErrSecretTaken) {
+	if errors.Is(err, ErrSecretTaken) || errors.Is(err, ErrJobTaken) {
 		return true
 	}
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsRequestEntityTooLargeError(err) {
@@ -65,6 +67,13 @@ const AnnotationAwaitingSecret = "runwarden.dev/awaiting-secret"
 // task's. The task is refused (IsPermanent).
 var ErrSecretTaken = errors.New("the task's Secret name is taken by a Secret runwarden did not make for it")
 
+// ErrJobTaken is a task Job's name held by a Job that is not a runner Job
+// of that task: made by someone else who may create Jobs in the runner
+// namespace, to have the dispatcher adopt it, report its outcome as the
+// task's, or make the task's Secret owned by it. It is never adopted: the
+// task is refused (IsPermanent).
+var ErrJobTaken = errors.New("the task's Job name is taken by a Job runwarden did not make for it")
+
 // DefaultSecretWait is how long Create waits for the garbage collector to
 // remove a task Secret that a deleted Job owned, before taking the name for
 // someone else's.
@@ -82,7 +91,11 @@ type CreateOptions struct {
 
 // Create makes the task's Job and its Secret (if any) as Build returned
 // them. A Job that already exists (the task was started before a restart,
-// or handed out twice) is adopted, never duplicated: it gets j's dispatcher
+// or handed out twice) is adopted, never duplicated, if it is this task's
+// runner Job (its pods carry LabelRunner, which the chart's admission
+// policy lets only the dispatcher set, and its AnnotationTaskID is the
+// task's); any other Job of that name is someone else's: ErrJobTaken. An
+// adopted Job gets j's dispatcher
 // label (a dispatcher whose ID changed, or another one the task was handed
 // to, takes it over: its cache sees only Jobs of its own ID) and the
 // annotations in o.Adopt. created tells whether this call made the Job.
@@ -158,20 +171,26 @@ func createJob(ctx context.Context, c client.Client, j *batchv1.Job, adopt map[s
 	// The API server validates before it looks for the name, so a Job
 	// refused as invalid may still exist (created from an older pod
 	// template): adopt it if so. Read it back from the API server (a cache
-	// may not have it yet) through the patch, empty or not.
+	// may not have it yet) through patches: the first only tests that it
+	// is this task's runner Job and changes nothing, the second, which
+	// tests that the Job is still the one the first proved, adopts it.
 	cause := err
 	made = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
-	err = c.Patch(ctx, made, client.RawPatch(types.MergePatchType, adoptPatch(j.Labels[LabelDispatcher], adopt)))
+	err = c.Patch(ctx, made, jsonPatch(proveOps(j.Annotations[AnnotationTaskID], "")))
 	switch {
-	case err == nil:
-		return made, false, nil
 	case apierrors.IsNotFound(err) && IsPermanent(cause):
 		return nil, false, fmt.Errorf("creating job %s: %w", j.Name, cause)
-	default:
+	case testFailed(err):
+		return nil, false, fmt.Errorf("%w: job %s in namespace %s is not a runner Job of task %q; whoever may create Jobs in the namespace made it, and the task does not run as it", ErrJobTaken, j.Name, j.Namespace, j.Annotations[AnnotationTaskID])
+	case err == nil:
+		err = c.Patch(ctx, made, jsonPatch(append(proveOps(j.Annotations[AnnotationTaskID], made.UID), adoptOps(made, j.Labels[LabelDispatcher], adopt)...)))
+	}
+	if err != nil {
 		// Not %w: a patch refused as invalid must not read as the Job being
 		// refused (IsPermanent); the Job exists.
 		return nil, false, fmt.Errorf("adopting job %s: %v", j.Name, err) //nolint:errorlint // see above
 	}
+	return made, false, nil
 }
 
 // deleteJob deletes the Job j, made for a Secret that could not be made: it
@@ -219,23 +238,78 @@ func secretGone(ctx context.Context, c client.Client, s *corev1.Secret, limit ti
 	return false, err
 }
 
-// adoptPatch is the JSON merge patch that gives an existing Job the
-// dispatcher label of dispatcherID and the annotations (a nil value removes
-// one).
-func adoptPatch(dispatcherID string, annotations map[string]any) []byte {
-	meta := map[string]any{"labels": map[string]any{LabelDispatcher: dispatcherID}}
-	if annotations != nil {
-		meta["annotations"] = annotations
+// jsonPatch is a JSON patch (RFC 6902) of these operations.
+func jsonPatch(ops []map[string]any) client.Patch {
+	b, _ := json.Marshal(ops)
+	return client.RawPatch(types.JSONPatchType, b)
+}
+
+// proveOps are JSON patch operations that change nothing and fail
+// (testFailed) unless the Job is a runner Job (LabelRunner on its pods) of
+// the task taskID, and, if uid is set, the Job of that UID.
+func proveOps(taskID string, uid types.UID) []map[string]any {
+	ops := []map[string]any{
+		{"op": "test", "path": "/spec/template/metadata/labels/" + jsonPointer(LabelRunner), "value": "true"},
+		{"op": "test", "path": "/metadata/annotations/" + jsonPointer(AnnotationTaskID), "value": taskID},
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": meta})
-	return patch
+	if uid != "" {
+		ops = append(ops, map[string]any{"op": "test", "path": "/metadata/uid", "value": uid})
+	}
+	return ops
+}
+
+// adoptOps are the JSON patch operations that give the Job j the
+// dispatcher label of dispatcherID and the annotations (a nil value removes
+// one that j has).
+func adoptOps(j *batchv1.Job, dispatcherID string, annotations map[string]any) []map[string]any {
+	ops := []map[string]any{{"op": "add", "path": "/metadata/labels/" + jsonPointer(LabelDispatcher), "value": dispatcherID}}
+	keys := make([]string, 0, len(annotations))
+	for k := range annotations {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		switch v := annotations[k]; {
+		case v != nil:
+			ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + jsonPointer(k), "value": v})
+		case j.Annotations[k] != "":
+			ops = append(ops, map[string]any{"op": "remove", "path": "/metadata/annotations/" + jsonPointer(k)})
+		}
+	}
+	return ops
+}
+
+// jsonPointer escapes a map key as one JSON pointer (RFC 6901) token.
+func jsonPointer(key string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+}
+
+// testFailed tells whether a JSON patch failed one of its test operations:
+// the API server answers 422 (a failed test, or a tested path that is not
+// there). A patch of tests alone changes nothing, so nothing else of the
+// object is validated.
+func testFailed(err error) bool {
+	var st apierrors.APIStatus
+	return errors.As(err, &st) && st.Status().Code == http.StatusUnprocessableEntity
+}
+
+// IsRunnerJobOf tells whether j, read with its pod template, is a runner
+// Job of the task taskID: the Job Build made for it, not one someone else
+// made under its name.
+func IsRunnerJobOf(j *batchv1.Job, taskID string) bool {
+	return j.Spec.Template.Labels[LabelRunner] == "true" && j.Annotations[AnnotationTaskID] == taskID
 }
 
 // TakeOver gives a Job of one of this dispatcher's tasks, made under another
-// dispatcher ID, dispatcherID's label, as Create does when it adopts one. A
-// Job that is gone is not an error.
-func TakeOver(ctx context.Context, c client.Client, j *batchv1.Job, dispatcherID string) error {
-	if err := c.Patch(ctx, j, client.RawPatch(types.MergePatchType, adoptPatch(dispatcherID, nil))); client.IgnoreNotFound(err) != nil {
+// dispatcher ID, dispatcherID's label, as Create does when it adopts one. j
+// must be read with its pod template: a Job that is not the runner Job of
+// the task taskID (IsRunnerJobOf) is someone else's, ErrJobTaken, and left
+// as it is. A Job that is gone is not an error.
+func TakeOver(ctx context.Context, c client.Client, j *batchv1.Job, taskID, dispatcherID string) error {
+	if !IsRunnerJobOf(j, taskID) {
+		return fmt.Errorf("%w: job %s in namespace %s is not a runner Job of task %q; whoever may create Jobs in the namespace made it", ErrJobTaken, j.Name, j.Namespace, taskID)
+	}
+	if err := c.Patch(ctx, j, jsonPatch(append(proveOps(taskID, j.UID), adoptOps(j, dispatcherID, nil)...))); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("labelling job %s: %w", j.Name, err)
 	}
 	return nil

@@ -105,6 +105,76 @@ func TestCreateAdoptsJobOfAnotherDispatcher(t *testing.T) {
 	}
 }
 
+// A Job of the task's name that is not the task's runner Job was made by
+// someone who may create Jobs in the runner namespace: adopting it would
+// report its outcome as the task's, or make the task's Secret (its values)
+// owned by it and resume it. It is never adopted: the task is refused
+// (IsPermanent), naming the Job, and the Job is left as it was, with no
+// Secret made.
+func TestCreateNeverAdoptsAForeignJob(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		plant func(*batchv1.Job)
+	}{
+		{"pods not runners", func(j *batchv1.Job) { delete(j.Spec.Template.Labels, LabelRunner) }},
+		{"no pod labels at all", func(j *batchv1.Job) { j.Spec.Template.Labels = nil }},
+		{"runner pods of another task", func(j *batchv1.Job) { j.Annotations[AnnotationTaskID] = "other-task" }},
+		{"no task annotation", func(j *batchv1.Job) { delete(j.Annotations, AnnotationTaskID) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			j, secret, err := Build(task(), options(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			planted := j.DeepCopy()
+			planted.Labels[LabelDispatcher] = "someone"
+			planted.Spec.Suspend = ptr.To(true)
+			planted.Annotations[AnnotationAwaitingSecret] = "true"
+			c.plant(planted)
+			rec := &calls{}
+			cl := withGC(t, rec, planted)
+			created, err := Create(t.Context(), cl, j, secret, CreateOptions{Adopt: map[string]any{"example.com/lease": "2"}})
+			if !errors.Is(err, ErrJobTaken) || !IsPermanent(err) || created {
+				t.Fatalf("Create over a planted Job: created %v, %v; want ErrJobTaken", created, err)
+			}
+			if !strings.Contains(err.Error(), "job "+j.Name+" in namespace team-a is not a runner Job of task") {
+				t.Errorf("message %q does not name the Job", err)
+			}
+			var got batchv1.Job
+			if err := cl.Get(t.Context(), client.ObjectKeyFromObject(j), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Labels[LabelDispatcher] != "someone" || got.Annotations["example.com/lease"] != "" || !*got.Spec.Suspend {
+				t.Fatalf("the planted Job was changed: labels %v, annotations %v, suspend %v", got.Labels, got.Annotations, *got.Spec.Suspend)
+			}
+			if err := cl.Get(t.Context(), client.ObjectKeyFromObject(secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("the task's Secret was made for a planted Job: %v", err)
+			}
+		})
+	}
+}
+
+func TestIsRunnerJobOf(t *testing.T) {
+	t.Parallel()
+	j, _, err := Build(task(), options(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := task().ID
+	if !IsRunnerJobOf(j, id) {
+		t.Fatal("the Job Build made is not the task's runner Job")
+	}
+	if IsRunnerJobOf(j, id+"x") {
+		t.Error("a runner Job of another task passes")
+	}
+	j.Spec.Template.Labels[LabelRunner] = "false"
+	if IsRunnerJobOf(j, id) {
+		t.Error("a Job whose pods are not runners passes")
+	}
+}
+
 // calls records the writes a client sends, with the Job's suspension at
 // the moment each Secret is made.
 type calls struct {
@@ -152,7 +222,14 @@ func withGC(t *testing.T, rec *calls, objs ...client.Object) client.Client {
 		},
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			rec.add(fmt.Sprintf("patch %T", obj))
-			return c.Patch(ctx, obj, patch, opts...)
+			err := c.Patch(ctx, obj, patch, opts...)
+			var st apierrors.APIStatus
+			if err != nil && patch.Type() == types.JSONPatchType && !errors.As(err, &st) {
+				// The fake client returns a JSON patch's failed test as is;
+				// the API server answers 422 with its text.
+				return statusError(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, err.Error())
+			}
+			return err
 		},
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 			rec.add(fmt.Sprintf("delete %T", obj))
@@ -303,9 +380,10 @@ func TestCreateFinishesAnInterruptedStart(t *testing.T) {
 			if uid := secretOwner(t, c, secret); uid != got.UID || uid == "" {
 				t.Fatalf("Secret owned by %s, want the Job %s", uid, got.UID)
 			}
-			want := []string{"create *v1.Job", "patch *v1.Job", "create secret (job suspended=true)", "patch *v1.Job"}
+			// Two patches adopt the Job: one proves it is the task's, one adopts it.
+			want := []string{"create *v1.Job", "patch *v1.Job", "patch *v1.Job", "create secret (job suspended=true)", "patch *v1.Job"}
 			if withSecret {
-				want = []string{"create *v1.Job", "patch *v1.Job", "create secret (job suspended=true)", "delete *v1.Job",
+				want = []string{"create *v1.Job", "patch *v1.Job", "patch *v1.Job", "create secret (job suspended=true)", "delete *v1.Job",
 					"create *v1.Job", "create secret (job suspended=true)", "patch *v1.Job"}
 			}
 			if !slices.Equal(rec.log, want) {

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -169,6 +170,65 @@ func (c labelledCache) Get(ctx context.Context, key client.ObjectKey, obj client
 	return nil
 }
 
+// runnerJobOf is a running Job as Build makes it for the task: its pods
+// are runners, and it names the task.
+func runnerJobOf(rt *v1alpha1.RunnerTask) *batchv1.Job {
+	j := runningJob(job.Name(TaskID(rt)))
+	j.Annotations = map[string]string{job.AnnotationTaskID: TaskID(rt)}
+	j.Spec.Template.Labels = map[string]string{job.LabelRunner: "true"}
+	return j
+}
+
+// A Job of a task's name that is not its runner Job, whoever labelled it,
+// is never taken for the task's: the task is refused, naming the Job, and
+// the Job is left as it was (neither taken over nor stopped).
+func TestForeignJobIsNeverTakenForTheTasks(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		label  string
+		status bool
+		plant  func(*batchv1.Job)
+	}{
+		{"another ID, pods not runners", "d0", true, func(j *batchv1.Job) { j.Spec.Template.Labels = nil }},
+		{"another ID, another task's", "d0", true, func(j *batchv1.Job) { j.Annotations[job.AnnotationTaskID] = "runners/b/uid-b" }},
+		{"this ID, another task's", "d1", false, func(j *batchv1.Job) { j.Annotations[job.AnnotationTaskID] = "runners/b/uid-b" }},
+		{"this ID, no task", "d1", true, func(j *batchv1.Job) { j.Annotations = nil }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rt := runnerTask("a", "uid-a")
+			name := job.Name(TaskID(rt))
+			if c.status {
+				rt.Status = v1alpha1.RunnerTaskStatus{Phase: v1alpha1.PhaseRunning, JobName: name}
+			}
+			planted := runnerJobOf(rt)
+			planted.Labels[job.LabelDispatcher] = c.label
+			c.plant(planted)
+			api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, planted).Build()
+			r := New(Options{Client: labelledCache{Client: api, id: "d1"}, Reader: api, Jobs: job.Options{DispatcherID: "d1"}})
+			if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key("a")}); err != nil {
+				t.Fatal(err)
+			}
+			var j batchv1.Job
+			if err := api.Get(t.Context(), key(name), &j); err != nil {
+				t.Fatalf("the planted Job: %v", err)
+			}
+			if j.Labels[job.LabelDispatcher] != c.label {
+				t.Fatalf("the planted Job's dispatcher label %q, want %q as planted", j.Labels[job.LabelDispatcher], c.label)
+			}
+			got := &v1alpha1.RunnerTask{}
+			if err := api.Get(t.Context(), key("a"), got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != job.ReasonRefused ||
+				!strings.Contains(got.Status.Message, "job "+name+" in namespace runners is not a runner Job of task") {
+				t.Fatalf("task %s/%s %q, want Failed/Refused naming the Job", got.Status.Phase, got.Status.Reason, got.Status.Message)
+			}
+		})
+	}
+}
+
 // A running task whose Job was made under another dispatcher ID (this
 // dispatcher's changed across a restart) is taken over: the Job gets this
 // ID, so the cache shows it, instead of the task waiting for it forever.
@@ -177,7 +237,7 @@ func TestRunningTaskOfAnotherDispatcherIDIsTakenOver(t *testing.T) {
 	rt := runnerTask("a", "uid-a")
 	name := job.Name(TaskID(rt))
 	rt.Status = v1alpha1.RunnerTaskStatus{Phase: v1alpha1.PhaseRunning, JobName: name}
-	old := runningJob(name)
+	old := runnerJobOf(rt)
 	old.Labels[job.LabelDispatcher] = "d0"
 	api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, old).Build()
 	r := New(Options{Client: labelledCache{Client: api, id: "d1"}, Reader: api, Jobs: job.Options{DispatcherID: "d1"}})

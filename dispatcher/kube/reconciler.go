@@ -7,6 +7,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -246,7 +247,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			// Made under another dispatcher ID (this one's changed): the
 			// cache, which holds only Jobs of this ID, would never show it.
 			log.FromContext(ctx).Info("taking over a Job made under another dispatcher ID", "job", live.Name, "was", live.Labels[job.LabelDispatcher])
-			if err := job.TakeOver(ctx, r.opts.Client, live, r.opts.Jobs.DispatcherID); err != nil {
+			if err := job.TakeOver(ctx, r.opts.Client, live, TaskID(rt), r.opts.Jobs.DispatcherID); err != nil {
+				if errors.Is(err, job.ErrJobTaken) {
+					return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonRefused, Message: err.Error()})
+				}
 				return reconcile.Result{}, err
 			}
 			return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -261,6 +265,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if j == nil {
 		return r.start(ctx, rt)
+	}
+	if j.Annotations[job.AnnotationTaskID] != TaskID(rt) {
+		// Labelled as this dispatcher's but made for no task of this name
+		// (the chart's admission policy lets only the dispatcher label
+		// Jobs so): never taken for the task's, nor stopped.
+		return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonRefused,
+			Message: fmt.Sprintf("%v: job %s in namespace %s is not a runner Job of task %q", job.ErrJobTaken, j.Name, j.Namespace, TaskID(rt))})
 	}
 	if rt.Status.JobName == "" && !r.wasMarked(req.NamespacedName, j.Name) {
 		// Adopted after a restart between create and status update.
