@@ -562,23 +562,33 @@ func leaseAnnotations(l Lease) map[string]string {
 	}
 }
 
-// start creates the Job of a newly leased task, or reports it refused.
-func (s *Source) start(ctx context.Context, t *task, l Lease) {
-	jt := jobTask(l.Task, s.opts.Namespace)
-	var j *batchv1.Job
-	var secret *corev1.Secret
-	err := error(nil)
-	if jt.Namespace != s.opts.Namespace {
-		err = fmt.Errorf("%w: namespace %q: this dispatcher runs tasks in %q only", job.ErrInvalidTask, jt.Namespace, s.opts.Namespace)
-	} else if err = plainEnv(l.Task); err == nil {
-		j, secret, err = job.Build(jt, s.opts.Jobs)
+// leaseJob is the Job (and Secret) of a lease's task, in namespace, or
+// why the task can never run: another namespace, a variable that is not a
+// value, or anything job.Build refuses.
+func leaseJob(l Lease, namespace string, o job.Options) (*batchv1.Job, *corev1.Secret, error) {
+	jt := jobTask(l.Task, namespace)
+	if jt.Namespace != namespace {
+		return nil, nil, fmt.Errorf("%w: namespace %q: this dispatcher runs tasks in %q only", job.ErrInvalidTask, jt.Namespace, namespace)
 	}
+	if err := plainEnv(l.Task); err != nil {
+		return nil, nil, err
+	}
+	j, secret, err := job.Build(jt, o)
 	if err != nil {
-		s.refuse(ctx, t, err)
-		return
+		return nil, nil, err
 	}
 	for k, v := range leaseAnnotations(l) {
 		j.Annotations[k] = v
+	}
+	return j, secret, nil
+}
+
+// start creates the Job of a newly leased task, or reports it refused.
+func (s *Source) start(ctx context.Context, t *task, l Lease) {
+	j, secret, err := leaseJob(l, s.opts.Namespace, s.opts.Jobs)
+	if err != nil {
+		s.refuse(ctx, t, err)
+		return
 	}
 	key := client.ObjectKeyFromObject(j)
 	if s.endedBefore(ctx, key, l) {
@@ -607,7 +617,7 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 			}
 			t.creating = false
 			s.mu.Unlock()
-			if errors.Is(err, job.ErrSecretTaken) {
+			if errors.Is(err, job.ErrSecretTaken) || errors.Is(err, job.ErrJobTaken) {
 				s.refuse(ctx, t, fmt.Errorf("%w: %w", job.ErrInvalidTask, err))
 			} else {
 				// err names the Job or the Secret the API server refused.

@@ -229,13 +229,20 @@ func FuzzLeaseToJob(f *testing.F) {
 		if json.Unmarshal(b, &l) != nil {
 			return
 		}
-		jt := jobTask(l.Task, "runners")
-		if jt.Namespace != "runners" {
-			return // refused before Build: another namespace
-		}
-		j, secret, err := job.Build(jt, opts)
+		j, secret, err := leaseJob(l, "runners", opts)
 		if err != nil {
+			if !errors.Is(err, job.ErrInvalidTask) && !errors.Is(err, job.ErrEnvNotAllowed) && !errors.Is(err, job.ErrRepoNotAllowed) && !errors.Is(err, job.ErrInvalidTemplate) {
+				t.Fatalf("a task refused without a reason a caller can tell: %v", err)
+			}
 			return
+		}
+		if j.Namespace != "runners" || (secret != nil && secret.Namespace != "runners") {
+			t.Fatalf("the task's Job runs in namespace %q (Secret %v), not the dispatcher's", j.Namespace, secret)
+		}
+		for _, e := range l.Task.Env {
+			if len(e.ValueFrom) > 0 && string(e.ValueFrom) != "null" {
+				t.Fatalf("env %s sends a valueFrom and was not refused", e.Name)
+			}
 		}
 		raw, _ := json.Marshal(j)
 		for _, v := range l.Task.SecretEnv {
