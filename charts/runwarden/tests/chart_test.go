@@ -460,3 +460,60 @@ func TestNamespacesRenderAsStrings(t *testing.T) {
 		t.Errorf("checked %d namespace values, want 20 at least", checked)
 	}
 }
+
+// TestServiceAccountRights checks what the chart lets the dispatcher and
+// the webhook do, as docs/security.md states it: neither may read, change
+// or delete a Secret (the dispatcher may only create one), the dispatcher
+// holds no cluster-wide right, and the webhook writes nothing but its own
+// webhook configurations, by name.
+func TestServiceAccountRights(t *testing.T) {
+	t.Parallel()
+	objs := render(t, helm(t, "helm3"), "--set", "runner.serviceAccount.stateBackendRole=true")
+	rules := map[string][]rbacv1.PolicyRule{} // by service account
+	clusterWide := map[string]bool{}
+	for key, doc := range objs {
+		kind, _, _ := strings.Cut(key, "/")
+		if kind != "RoleBinding" && kind != "ClusterRoleBinding" {
+			continue
+		}
+		var b rbacv1.RoleBinding // a ClusterRoleBinding has the same fields
+		if err := yaml.Unmarshal([]byte(doc), &b); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		var role rbacv1.Role
+		decode(t, objs, b.RoleRef.Kind+"/"+b.RoleRef.Name, &role)
+		for _, s := range b.Subjects {
+			rules[s.Name] = append(rules[s.Name], role.Rules...)
+			if kind == "ClusterRoleBinding" {
+				clusterWide[s.Name] = true
+			}
+		}
+	}
+	for _, sa := range []string{"rw-runwarden-dispatcher", "rw-runwarden-webhook"} {
+		if len(rules[sa]) == 0 {
+			t.Fatalf("no rules bound to %s", sa)
+		}
+		for _, r := range rules[sa] {
+			if !slices.Contains(r.Resources, "secrets") {
+				continue
+			}
+			if sa != "rw-runwarden-dispatcher" || !slices.Equal(r.Verbs, []string{"create"}) {
+				t.Errorf("%s has %v on Secrets; want the dispatcher's create alone", sa, r.Verbs)
+			}
+		}
+	}
+	if clusterWide["rw-runwarden-dispatcher"] {
+		t.Error("the dispatcher is bound to a ClusterRole")
+	}
+	for _, r := range rules["rw-runwarden-webhook"] {
+		for _, v := range r.Verbs {
+			if v == "get" || v == "list" || v == "watch" {
+				continue
+			}
+			if v != "patch" || len(r.ResourceNames) != 1 || r.ResourceNames[0] != "rw-runwarden" ||
+				!slices.Equal(r.Resources, []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}) {
+				t.Errorf("the webhook may %s %v %v; want writes to its own webhook configurations alone", v, r.Resources, r.ResourceNames)
+			}
+		}
+	}
+}
