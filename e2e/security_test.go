@@ -15,6 +15,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -91,6 +92,45 @@ func TestSecurityTaskEnvIsData(t *testing.T) {
 			var got v1alpha1.RunnerTaskList
 			if err := c.List(ctx, &got, client.InNamespace(ns)); err != nil || len(got.Items) != 1 {
 				t.Errorf("the task author sees %d RunnerTasks (%v), want only own-fields", len(got.Items), err)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestSecurityTaskSecretRefs: a task author cannot climb out of the secret
+// names its namespace may read with path tricks: a reference with a ".."
+// segment is malformed and denied before any policy pattern sees it, and
+// the task ends AdmissionRejected with the webhook's message.
+func TestSecurityTaskSecretRefs(t *testing.T) {
+	f := features.New("task secret references").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			installCRD(ctx, t, cfg)
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
+				t.Fatal(err)
+			}
+			return ctx
+		}).
+		Assess("a reference with a .. segment is refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			annotateNamespace(ctx, t, cfg, ns, "runwarden.dev/secret-patterns", "team-a/**")
+			startWebhook(ctx, t, cfg)
+			d := startDispatcher(ctx, t, cfg, ns, "--simulated")
+			c, err := taskAuthor(ctx, t, cfg, ns).Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt := runnerTask(ns, "climb", "true")
+			rt.Spec.Env = append(rt.Spec.Env, corev1.EnvVar{Name: "TF_VAR_db_password", Value: "${vault:team-a/../team-b/db.password@" + ns + "}"})
+			if err := c.Create(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			got := waitPhase(ctx, t, cfg, rt, d)
+			if got.Status.Reason != job.ReasonAdmission || !strings.Contains(got.Status.Message, "denied the request") ||
+				!strings.Contains(got.Status.Message, "env TF_VAR_db_password: malformed secret reference ${vault:team-a/../team-b/db.password@"+ns+"}") {
+				t.Errorf("task with a climbing reference: %s/%s %q, want AdmissionRejected naming the malformed reference", got.Status.Phase, got.Status.Reason, got.Status.Message)
+			} else {
+				t.Logf("the task author sees: %s: %s", got.Status.Reason, got.Status.Message)
 			}
 			return ctx
 		}).Feature()
@@ -436,7 +476,7 @@ func TestSecurityDispatcherBounds(t *testing.T) {
 			dispatcher := harness.User{Name: "system:serviceaccount:" + release + ":rel-runwarden-dispatcher"}
 			other := harness.User{Name: "team-admin-" + ns[len(ns)-6:]}
 			rules := []rbacv1.PolicyRule{
-				{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get", "delete"}},
+				{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get", "patch", "delete"}},
 				{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 			}
 			if err := dispatcher.Grant(ctx, cfg, ns, "dispatcher", rules...); err != nil {
@@ -474,10 +514,27 @@ func TestSecurityDispatcherBounds(t *testing.T) {
 			if err := oc.Create(ctx, runnerJob(nil)); err == nil || !strings.Contains(err.Error(), "only the dispatcher (system:serviceaccount:"+release+":rel-runwarden-dispatcher) may make Jobs whose pods carry runwarden.dev/runner, not "+other.Name) {
 				t.Errorf("another user's runner Job: %v", err)
 			}
+			labelled := runnerJob(nil)
+			delete(labelled.Spec.Template.Labels, "runwarden.dev/runner")
+			if err := oc.Create(ctx, labelled); err == nil || !strings.Contains(err.Error(), "only the dispatcher (system:serviceaccount:"+release+":rel-runwarden-dispatcher) may make Jobs labelled runwarden.dev/dispatcher, not "+other.Name) {
+				t.Errorf("another user's Job with the dispatcher's label: %v", err)
+			}
 			plain := runnerJob(nil)
 			delete(plain.Spec.Template.Labels, "runwarden.dev/runner")
+			delete(plain.Labels, "runwarden.dev/dispatcher")
+			plain.Spec.Suspend = ptr.To(true)
 			if err := oc.Create(ctx, plain); err != nil {
-				t.Errorf("another user's Job without the runner label: %v", err)
+				t.Errorf("another user's Job without the runner or dispatcher label: %v", err)
+			}
+			// A suspended Job's pod labels may change: not into a runner's,
+			// nor may the Job take the dispatcher's label.
+			for what, patch := range map[string]string{
+				"pods into runners":    `{"spec":{"template":{"metadata":{"labels":{"runwarden.dev/runner":"true"}}}}}`,
+				"the dispatcher label": `{"metadata":{"labels":{"runwarden.dev/dispatcher":"e2e"}}}`,
+			} {
+				if err := oc.Patch(ctx, plain.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch))); err == nil || !strings.Contains(err.Error(), "only the dispatcher") {
+					t.Errorf("another user changing a Job's %s: %v", what, err)
+				}
 			}
 
 			own := runnerJob(nil)
@@ -507,6 +564,26 @@ func TestSecurityDispatcherBounds(t *testing.T) {
 				},
 				"pull secret": func(s *corev1.PodSpec) {
 					s.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "aws-creds"}}
+				},
+				"CSI volume's publish Secret": func(s *corev1.PodSpec) {
+					s.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{
+						Driver: "secrets-store.csi.k8s.io", NodePublishSecretRef: &corev1.LocalObjectReference{Name: "aws-creds"},
+					}}}}
+				},
+				"Azure File volume": func(s *corev1.PodSpec) {
+					s.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{AzureFile: &corev1.AzureFileVolumeSource{
+						SecretName: "aws-creds", ShareName: "share",
+					}}}}
+				},
+				"CephFS volume": func(s *corev1.PodSpec) {
+					s.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{CephFS: &corev1.CephFSVolumeSource{
+						Monitors: []string{"10.0.0.9:6789"}, SecretRef: &corev1.LocalObjectReference{Name: "aws-creds"},
+					}}}}
+				},
+				"FlexVolume": func(s *corev1.PodSpec) {
+					s.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{FlexVolume: &corev1.FlexVolumeSource{
+						Driver: "example.com/flex", SecretRef: &corev1.LocalObjectReference{Name: "aws-creds"},
+					}}}}
 				},
 				"init container": func(s *corev1.PodSpec) {
 					s.InitContainers = []corev1.Container{{Name: "i", Image: "busybox:stable", Env: []corev1.EnvVar{{Name: "K", ValueFrom: &corev1.EnvVarSource{
@@ -621,6 +698,28 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			if err := pc.Create(ctx, planted); err != nil {
 				t.Fatal(err)
 			}
+			// And a Job under the name of another task's Job, shaped as one
+			// awaiting its Secret, whose pod would read that Secret: were it
+			// adopted, the task's Secret would be made for it and it resumed.
+			// The admission policies keep the runner and dispatcher labels
+			// off it.
+			jobPlanter := harness.User{Name: "job-admin-" + ns[len(ns)-6:]}
+			if err := jobPlanter.Grant(ctx, cfg, ns, "job-admin", rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create"}}); err != nil {
+				t.Fatal(err)
+			}
+			jc, err := jobPlanter.Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plantedJob := runnerJobFor(ns, job.Name("planted-job"), false)
+			delete(plantedJob.Labels, "runwarden.dev/dispatcher")
+			delete(plantedJob.Spec.Template.Labels, "runwarden.dev/runner")
+			plantedJob.Annotations = map[string]string{job.AnnotationTaskID: "planted-job", job.AnnotationAwaitingSecret: "true"}
+			plantedJob.Spec.Suspend = ptr.To(true)
+			plantedJob.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: plantedJob.Name}}}}
+			if err := jc.Create(ctx, plantedJob); err != nil {
+				t.Fatal(err)
+			}
 
 			kubeconfig, err := dispatcher.Kubeconfig(cfg, t.TempDir())
 			if err != nil {
@@ -630,7 +729,8 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false", "--kubeconfig", kubeconfig)
 			o.srv.Add(orchestrator.Task{ID: "with-secret", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t-value"}})
 			o.srv.Add(orchestrator.Task{ID: "planted", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "the-task-value"}})
-			waitAllDone(ctx, t, o.srv, 2, 3*time.Minute, d)
+			o.srv.Add(orchestrator.Task{ID: "planted-job", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "the-task-value"}})
+			waitAllDone(ctx, t, o.srv, 3, 3*time.Minute, d)
 
 			if rec := o.srv.Task("with-secret"); rec.Final == nil || rec.Final.Type != orchestrator.EventSucceeded {
 				t.Errorf("the task with a secret value: final %+v\n%s", rec.Final, tail(d.log.String(), 3000))
@@ -667,12 +767,30 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			if len(got.OwnerReferences) != 0 || string(got.Data["TF_VAR_token"]) != "planted-value" {
 				t.Errorf("the planted Secret was changed: owners %v, data %q", got.OwnerReferences, got.Data["TF_VAR_token"])
 			}
+
+			rec = o.srv.Task("planted-job")
+			want = "job " + plantedJob.Name + " in namespace " + ns + " is not a runner Job of task \"planted-job\""
+			if rec.Final == nil || rec.Final.Type != orchestrator.EventFailed || rec.Final.Reason != job.ReasonRefused || !strings.Contains(rec.Final.Message, want) {
+				t.Errorf("the task whose Job name was taken: final %+v, want Refused with %q", rec.Final, want)
+			} else {
+				t.Logf("the orchestrator's record of the task: %s: %s", rec.Final.Reason, rec.Final.Message)
+			}
+			var gotJob batchv1.Job
+			if err := cfg.Client().Resources(ns).Get(ctx, plantedJob.Name, ns, &gotJob); err != nil {
+				t.Fatalf("the planted Job: %v", err)
+			}
+			if gotJob.Labels["runwarden.dev/dispatcher"] != "" || !ptr.Deref(gotJob.Spec.Suspend, false) || gotJob.Annotations[job.AnnotationAwaitingSecret] != "true" {
+				t.Errorf("the planted Job was adopted or resumed: labels %v, suspend %v, annotations %v", gotJob.Labels, gotJob.Spec.Suspend, gotJob.Annotations)
+			}
+			if err := cfg.Client().Resources(ns).Get(ctx, plantedJob.Name, ns, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+				t.Errorf("a Secret was made under the planted Job's name: %v", err)
+			}
 			var pods corev1.PodList
 			if err := cfg.Client().Resources(ns).List(ctx, &pods); err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range pods.Items {
-				if p.Annotations[job.AnnotationTaskID] == "planted" {
+				if p.Annotations[job.AnnotationTaskID] == "planted" || p.Labels["job-name"] == plantedJob.Name {
 					t.Errorf("pod %s ran for the task whose Secret name was taken", p.Name)
 				}
 			}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -37,7 +39,8 @@ func (u User) Client(cfg *envconf.Config) (client.Client, error) {
 }
 
 // Grant gives u the rules in namespace ns, as a Role and RoleBinding named
-// name.
+// name, and waits until the API server's authorizer, which reads RBAC from
+// its own informers, allows u the first verb of every rule.
 func (u User) Grant(ctx context.Context, cfg *envconf.Config, ns, name string, rules ...rbacv1.PolicyRule) error {
 	r := cfg.Client().Resources(ns)
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: rules}
@@ -51,6 +54,30 @@ func (u User) Grant(ctx context.Context, cfg *envconf.Config, ns, name string, r
 	}
 	if err := r.Create(ctx, rb); err != nil {
 		return fmt.Errorf("creating role binding %s/%s: %w", ns, name, err)
+	}
+	for _, rule := range rules {
+		if len(rule.Verbs) == 0 || len(rule.Resources) == 0 {
+			continue
+		}
+		attrs := &authorizationv1.ResourceAttributes{Namespace: ns, Verb: rule.Verbs[0], Resource: rule.Resources[0]}
+		if len(rule.APIGroups) > 0 {
+			attrs.Group = rule.APIGroups[0]
+		}
+		if len(rule.ResourceNames) > 0 {
+			attrs.Name = rule.ResourceNames[0]
+		}
+		allowed := func(ctx context.Context) (bool, error) {
+			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: u.Name, Groups: append([]string{"system:authenticated"}, u.Groups...), ResourceAttributes: attrs,
+			}}
+			if err := cfg.Client().Resources().Create(ctx, review); err != nil {
+				return false, err
+			}
+			return review.Status.Allowed, nil
+		}
+		if err := WaitFor(ctx, fmt.Sprintf("user %s to be allowed to %s %s", u.Name, attrs.Verb, attrs.Resource), 30*time.Second, allowed); err != nil {
+			return err
+		}
 	}
 	return nil
 }
