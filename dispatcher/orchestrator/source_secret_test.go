@@ -1,0 +1,141 @@
+package orchestrator_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/orchestrator"
+	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
+	"github.com/runwarden/runwarden/internal/resolve"
+)
+
+// A leased task whose pod's secret resolver fails (a reference the store
+// denies) ends, at the orchestrator, with a Failed event of reason
+// SecretResolutionFailed whose message names the variable and the
+// reference, as the resolver's termination message does. The source polls
+// the lease and creates the Job itself; the test plays the Job controller
+// and the kubelet (the fake client runs neither) and the controller that
+// calls Reconcile.
+//
+// It lives in package orchestrator_test because orchestratortest imports
+// package orchestrator.
+func TestSourceReportsSecretResolutionFailure(t *testing.T) {
+	t.Parallel()
+	const (
+		ref = "${vault:secret/db.password@team-a}"
+		// As resolvecmd writes it to the termination log.
+		termination = "runwarden: resolving secret references: container main env TF_VAR_db_password: " + ref +
+			": vault: reading secret/data/db: permission denied (after 1 tries)"
+	)
+	srv := orchestratortest.New(orchestratortest.Options{MaxWait: time.Second})
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c, err := orchestrator.NewClient(orchestrator.ClientOptions{URL: srv.URL(), DispatcherID: "d-1", Transport: srv.Client().Transport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Add(orchestrator.Task{ID: "t-1", Image: "runner:1", Env: []orchestrator.EnvVar{{Name: "TF_VAR_db_password", Value: ref}}})
+
+	kube := fake.NewClientBuilder().WithIndex(&corev1.Event{}, "involvedObject.name", func(o crclient.Object) []string {
+		return []string{o.(*corev1.Event).InvolvedObject.Name}
+	}).Build()
+	s := orchestrator.New(orchestrator.Options{
+		Client: c, Kube: kube, Namespace: "runners", MaxConcurrent: 1, PollWait: time.Second,
+		Jobs: job.Options{
+			DispatcherID: "d-1", EnvAllowList: []string{"TF_VAR_*"},
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: job.RunnerContainer, Image: "runner:1"}}}},
+		},
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Errorf("the source stopped with %v", err)
+		}
+	})
+
+	key := types.NamespacedName{Namespace: "runners", Name: job.Name("t-1")}
+	var j batchv1.Job
+	waitFor(t, "the source to create the task's Job", func() bool { return kube.Get(t.Context(), key, &j) == nil })
+	if got := j.Spec.Template.Spec.Containers[0].Env; len(got) != 1 || got[0].Value != ref {
+		t.Fatalf("the Job's runner env is %+v, want the reference as the task sent it (the webhook rewrites it)", got)
+	}
+
+	// The resolver init container exits 1 with its message; the pod fails,
+	// and so does the Job. (The fake client keeps status apart, as the API
+	// server does.)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-abcde", Namespace: j.Namespace, Labels: map[string]string{"batch.kubernetes.io/job-name": j.Name}},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, InitContainerStatuses: []corev1.ContainerStatus{{
+			Name: resolve.InitContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: termination + "\n"}},
+		}}},
+	}
+	status := pod.Status
+	if err := kube.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = status
+	if err := kube.Status().Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	j.Status.Conditions = append(j.Status.Conditions, batchv1.JobCondition{
+		Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonBackoffLimitExceeded, Message: "Job has reached the specified backoff limit",
+	})
+	if err := kube.Status().Update(t.Context(), &j); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reconcile as the Job's watch would, until the outcome is reported
+	// (the source may still be finishing the Job's creation at first).
+	waitFor(t, "the final event at the orchestrator", func() bool {
+		if _, err := s.Reconcile(t.Context(), reconcile.Request{NamespacedName: key}); err != nil {
+			t.Logf("reconcile: %v", err)
+		}
+		return srv.Task("t-1").Done()
+	})
+	rec := srv.Task("t-1")
+	final := rec.Final
+	if final.Type != orchestrator.EventFailed || final.Reason != job.ReasonSecretResolution || final.JobName != j.Name {
+		t.Errorf("final event %s, reason %q, job %q; want %s, %q, %q", final.Type, final.Reason, final.JobName, orchestrator.EventFailed, job.ReasonSecretResolution, j.Name)
+	}
+	for _, want := range []string{"TF_VAR_db_password", ref, "permission denied"} {
+		if !strings.Contains(final.Message, want) {
+			t.Errorf("final message %q does not name %q", final.Message, want)
+		}
+	}
+	if rec.FinalStored != 1 || rec.BadKeys != 0 {
+		t.Errorf("%d final events stored, %d with a bad idempotency key; want 1 and 0", rec.FinalStored, rec.BadKeys)
+	}
+	if err := kube.Get(t.Context(), key, &j); err != nil || j.Annotations[orchestrator.AnnotationReported] != "true" {
+		t.Errorf("the Job is not marked reported: %v, annotations %v", err, j.Annotations)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("cancelled waiting for %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
