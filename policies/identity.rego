@@ -114,7 +114,14 @@ env contains identity_env(aws_containers, {"AWS_STS_REGIONAL_ENDPOINTS"}, "AWS_S
 	aws_regional_sts
 }
 
-env contains identity_env(aws_containers, aws_region_vars, name, aws_cfg.region) if {
+# The region pair goes to the resolver only as the store's region
+# (secretstores.rego): that is where it reads the store, and one value per
+# variable leaves nothing to the order the mutations are applied in.
+aws_region_containers := aws_containers - {"runwarden-secrets"} if store_used("aws")
+
+else := aws_containers
+
+env contains identity_env(aws_region_containers, aws_region_vars, name, aws_cfg.region) if {
 	aws_identity
 	object.get(aws_cfg, "region", "") != ""
 	some name in aws_region_vars

@@ -62,6 +62,38 @@ test_irsa_replaces_static_aws_keys if {
 	not "AWS_ACCESS_KEY_ID" in names
 }
 
+# irsa_regions(cfg): the region variables an IRSA pod with an ssm reference
+# gets, as [container, name, value].
+irsa_regions(cfg) := {[c, e.env.name, e.env.value] |
+	irsa := {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}
+	d := admission.decision with input as json.patch(with_refs(cfg, ["ssm"]), [{"op": "add", "path": "/serviceAccount/annotations", "value": irsa}])
+	some e in d.mutations.env
+	e.env.name in {"AWS_REGION", "AWS_DEFAULT_REGION"}
+	some c in e.containers
+}
+
+# With IRSA and the identity's region set, the resolver gets one region, the
+# store's, the one it reads the store in; the runner keeps the identity's.
+# (Both were set on the resolver, and which won depended on order.)
+test_resolver_gets_one_aws_region_the_stores if {
+	# The store's region as configured.
+	irsa_regions({"workloadIdentity": {"aws": {"enabled": true, "region": "eu-west-1"}}, "secretStores": {"aws": {"enabled": true, "region": "us-west-2"}}}) == {
+		["main", "AWS_REGION", "eu-west-1"], ["main", "AWS_DEFAULT_REGION", "eu-west-1"],
+		["runwarden-secrets", "AWS_REGION", "us-west-2"], ["runwarden-secrets", "AWS_DEFAULT_REGION", "us-west-2"],
+	}
+
+	# The store's region left out: the identity's, not us-east-1.
+	irsa_regions({"workloadIdentity": {"aws": {"enabled": true, "region": "eu-west-1"}}, "secretStores": {"aws": {"enabled": true}}}) == {
+		["main", "AWS_REGION", "eu-west-1"], ["main", "AWS_DEFAULT_REGION", "eu-west-1"],
+		["runwarden-secrets", "AWS_REGION", "eu-west-1"], ["runwarden-secrets", "AWS_DEFAULT_REGION", "eu-west-1"],
+	}
+
+	# Neither set: us-east-1 for the resolver, nothing for the runner.
+	irsa_regions({"workloadIdentity": {"aws": {"enabled": true}}, "secretStores": {"aws": {"enabled": true}}}) == {
+		["runwarden-secrets", "AWS_REGION", "us-east-1"], ["runwarden-secrets", "AWS_DEFAULT_REGION", "us-east-1"],
+	}
+}
+
 test_aws_static_keys_from_secret_with_default_region if {
 	d := admission.decision with input as with_refs({"secretStores": {"aws": {"enabled": true, "secretName": "aws-creds"}}}, ["ssm"])
 	{"containers": ["runwarden-secrets"], "env": {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "aws-creds", "key": "aws_access_key_id"}}}} in d.mutations.env

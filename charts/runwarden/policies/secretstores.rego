@@ -44,8 +44,15 @@ violations contains violation("secret-ref-store-disabled", ref.container, sprint
 	not store_on(ref_stores[ref.store])
 }
 
-# AWS Secrets Manager and SSM Parameter Store.
-aws_region := object.get(stores, ["aws", "region"], "us-east-1")
+# AWS Secrets Manager and SSM Parameter Store. The store's region: its own,
+# else the workload identity's (workloadIdentity.aws.region), else us-east-1.
+# The resolver gets this one alone (identity.rego leaves it out of the
+# identity's region).
+aws_region := object.get(stores, ["aws", "region"], "") if {
+	object.get(stores, ["aws", "region"], "") != ""
+} else := aws_cfg.region if {
+	object.get(aws_cfg, "region", "") != ""
+} else := "us-east-1"
 
 env contains store_var(name, aws_region) if {
 	store_used("aws")
