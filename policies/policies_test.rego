@@ -166,6 +166,34 @@ test_gke_identity_selects_metadata_server_nodes if {
 	{e.env.name | some e in d.mutations.env} == {"GOOGLE_CLOUD_PROJECT"}
 }
 
+# Where a cloud's workload identity applies, a Secret configured for its
+# store is not used: the resolver reads the store with the identity the
+# runner container holds too (docs/secrets.md, "Threat model's part"). Only
+# static credentials, and Vault's token of audience vault, stay the
+# resolver's alone.
+test_workload_identity_reads_the_store_as_the_runner if {
+	cfg := {
+		"workloadIdentity": {"aws": {"enabled": true}, "azure": {"enabled": true, "tenantId": "tid"}},
+		"secretStores": {
+			"aws": {"enabled": true, "secretName": "aws-creds"}, "azure": {"enabled": true, "secretName": "sp"},
+			"vault": {"enabled": true, "address": "https://vault:8200", "auth": "kubernetes", "role": "runner"},
+		},
+	}
+	sa := {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r", "azure.workload.identity/client-id": "cid"}
+	d := admission.decision with input as json.patch(with_refs(cfg, ["ssm", "azure", "vault"]), [{"op": "add", "path": "/serviceAccount/annotations", "value": sa}])
+	d.deny == []
+	shared := {"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_FEDERATED_TOKEN_FILE", "AZURE_AUTHORITY_HOST"}
+	{[e.env.name, e.containers] | some e in d.mutations.env} == {[n, ["main", "runwarden-secrets"]] | some n in shared} | {
+	[n, ["runwarden-secrets"]] |
+		some n in {"AWS_REGION", "AWS_DEFAULT_REGION", "VAULT_ADDR", "VAULT_AUTH_ROLE", "VAULT_AUTH_MOUNT", "VAULT_TOKEN_FILE"}
+	}
+	{[m.volumeMount.name, m.containers] | some m in d.mutations.volumeMounts} == {
+		["aws-iam-token", ["main", "runwarden-secrets"]],
+		["azure-workload-identity-reserved-token", ["main", "runwarden-secrets"]],
+		["vault-token", ["runwarden-secrets"]],
+	}
+}
+
 test_gcp_key_file if {
 	d := admission.decision with input as with_refs({"secretStores": {"gcp": {"enabled": true, "secretName": "gcp-key"}}}, ["gcp"])
 	d.mutations.volumes == [{"name": "gcp-credentials", "secret": {"secretName": "gcp-key"}}]
