@@ -97,15 +97,36 @@ done
 job=$(kubectl get runnertask tofu-apply -n "$runners" -o jsonpath='{.status.jobName}')
 echo
 echo "The OpenTofu runner's own output (kubectl logs job/$job):"
-kubectl logs -n "$runners" "job/$job" | sed 's/^/  | /'
+logs=$(kubectl logs -n "$runners" "job/$job")
+while IFS= read -r line; do echo "  | $line"; done <<<"$logs"
 echo
-echo "TF_VAR_db_password came from Vault (secret/db, key password): the init container runwarden-secrets"
-echo "fetched it with the token of Secret vault-token and wrote it to an in-memory env file; the runner"
-echo "container read it through valueFrom.fileKeyRef and never held the token. The value is in no object:"
+# Where the value came from: the reference the task carries,
+# ${vault:<path>.<key>@<namespace>}, read as the webhook's parser reads it.
+ref=$(kubectl get runnertask tofu-apply -n "$runners" -o jsonpath='{.spec.env[?(@.name=="TF_VAR_db_password")].value}')
+# shellcheck disable=SC2016
+if [[ $ref != '${vault:'*'}' ]]; then
+	echo "  the task's TF_VAR_db_password is $ref, not a Vault reference: this is a bug" >&2
+	exit 1
+fi
+# shellcheck disable=SC2016
+body=${ref#'${vault:'}
+body=${body%'}'}
+path_key=${body%@*}
+path=${path_key%.*}
+key=${path_key##*.}
+echo "TF_VAR_db_password came from $ref: Vault, path $path, key $key. The init container"
+echo "runwarden-secrets fetched it with the token of Secret vault-token and wrote it to an in-memory env file;"
+echo "the runner container read it through valueFrom.fileKeyRef and was not given the token."
 value=$(VAULT_ADDR=http://10.88.0.1:8200 VAULT_TOKEN=$(kubectl get secret vault-token -n "$runners" -o jsonpath='{.data.token}' | base64 -d) \
-	"$(hack/tools.sh path vault)/vault" kv get -mount=secret -field=password db)
-if [[ -z $value ]] || kubectl get pods,jobs,runnertasks,events -n "$runners" -o yaml | grep -qF -- "$value"; then
-	echo "  the value was not read back, or is in the cluster's objects: this is a bug" >&2
+	"$(hack/tools.sh path vault)/vault" kv get -mount="${path%%/*}" -field="$key" "${path#*/}")
+if [[ -z $value ]] || ! grep -qxF "db_password_length = ${#value}" <<<"$logs"; then
+	echo "  OpenTofu did not report db_password_length = ${#value}, the length of the value in Vault: this is a bug" >&2
+	exit 1
+fi
+echo "OpenTofu read it as var.db_password (sensitive) and printed only its length: db_password_length = ${#value},"
+echo "the length of the value in Vault. The value is in no object:"
+if kubectl get pods,jobs,runnertasks,events -n "$runners" -o yaml | grep -qF -- "$value"; then
+	echo "  the value is in the cluster's objects: this is a bug" >&2
 	exit 1
 fi
 echo "  kubectl get pods,jobs,runnertasks,events -o yaml | grep <value>: nothing"
