@@ -75,6 +75,10 @@ type config struct {
 	testRunner    string
 	leader        leaderFlags
 
+	// secretDelivery is the platform's secretDelivery, as the webhook
+	// reads it: envFile or files.
+	secretDelivery string
+
 	source string
 	orch   orchestratorFlags
 }
@@ -107,6 +111,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.IntVar(&c.burst, "kube-api-burst", 100, "requests to the API server in a burst")
 	fs.BoolVar(&c.preflight, "preflight", true, "at start, prove with a throwaway Job that a runner pod is admitted in --namespace (RBAC, Pod Security, webhooks, quota); exit naming the cause if not")
 	fs.DurationVar(&c.preflightWait, "preflight-timeout", 2*time.Minute, "how long the preflight Job's pod may take to appear")
+	fs.StringVar(&c.secretDelivery, "secret-delivery", "envFile", `how the platform delivers resolved secret references, as its configuration's secretDelivery says: "envFile" or "files" (then a cluster without EnvFiles is expected, and the preflight says so at info level)`)
 	fs.IntVar(&c.keepSucceeded, "succeeded-history", 50, "finished Jobs of succeeded tasks kept per namespace")
 	fs.IntVar(&c.keepFailed, "failed-history", 100, "finished Jobs of failed tasks kept per namespace")
 	fs.DurationVar(&c.unschedulable, "unschedulable-timeout", 5*time.Minute, "fail a task whose pod stays unschedulable this long")
@@ -189,6 +194,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 		if c.leader.retry <= 0 || c.leader.retry >= c.leader.renew || c.leader.renew >= c.leader.lease {
 			return c, fmt.Errorf("--leader-elect-retry-period %s, --leader-elect-renew-deadline %s, --leader-elect-lease-duration %s: each must be shorter than the next", c.leader.retry, c.leader.renew, c.leader.lease)
 		}
+	}
+	if c.secretDelivery != "envFile" && c.secretDelivery != "files" {
+		return c, fmt.Errorf("--secret-delivery %q: use envFile or files, as the platform configuration's secretDelivery", c.secretDelivery)
 	}
 	if c.testRunner != "" && c.namespace == "" {
 		return c, errors.New("--test-runner needs --namespace, where runner Jobs run")
@@ -396,12 +404,7 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			return err
 		}
 		logger.Info("preflight passed: a runner pod was admitted", "namespace", c.namespace, "took", time.Since(start).Round(time.Millisecond).String())
-		switch err := rwkube.EnvFiles(ctx, rwkube.PreflightOptions{Client: direct, Jobs: jobOpts, Namespace: c.namespace}); {
-		case errors.Is(err, rwkube.ErrNoEnvFiles):
-			logger.Error(err, "runner variables holding secret references cannot be resolved into env files on this cluster; set the platform configuration's secretDelivery: files (webhook.platform.secretDelivery) to deliver them as files (docs/secrets.md)")
-		case err != nil:
-			logger.Error(err, "could not check whether the cluster takes env files")
-		}
+		logEnvFiles(logger, rwkube.EnvFiles(ctx, rwkube.PreflightOptions{Client: direct, Jobs: jobOpts, Namespace: c.namespace}), c.secretDelivery)
 	}
 	var lock *fencedLock
 	kubeClient := func(mgr ctrl.Manager) client.Client { return mgr.GetClient() }
@@ -543,4 +546,18 @@ func resourceLock(lock *fencedLock) resourcelock.Interface {
 		return nil
 	}
 	return lock
+}
+
+// logEnvFiles reports the preflight's EnvFiles check: a cluster without
+// EnvFiles is an error only when the platform delivers secret values in env
+// files; with secretDelivery: files it is what the platform chose for.
+func logEnvFiles(logger logr.Logger, err error, delivery string) {
+	switch {
+	case errors.Is(err, rwkube.ErrNoEnvFiles) && delivery == "files":
+		logger.Info("this cluster does not take env files; runner variables holding secret references are delivered as files, as the platform configuration's secretDelivery: files says", "reason", err.Error())
+	case errors.Is(err, rwkube.ErrNoEnvFiles):
+		logger.Error(err, "runner variables holding secret references cannot be resolved into env files on this cluster; set the platform configuration's secretDelivery: files (webhook.platform.secretDelivery) to deliver them as files (docs/secrets.md)")
+	case err != nil:
+		logger.Error(err, "could not check whether the cluster takes env files")
+	}
 }

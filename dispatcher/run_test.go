@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr/funcr"
+
+	rwkube "github.com/runwarden/runwarden/dispatcher/kube"
 	"github.com/runwarden/runwarden/internal/helpdoc"
 )
 
@@ -47,6 +52,7 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 		{name: "zero qps", args: []string{"--dispatcher-id", "d", "--kube-api-qps", "0"}, code: 2, want: []string{"--kube-api-qps 0"}},
 		{name: "orchestrator flags with kube source", args: []string{"--dispatcher-id", "d", "--poll-wait", "5s", "--stream-logs=false"}, code: 2, want: []string{"--poll-wait, --stream-logs: need --source=orchestrator"}},
 		{name: "stray argument", args: []string{"--dispatcher-id", "d", "extra"}, code: 2, want: []string{"unexpected arguments"}},
+		{name: "unknown secret delivery", args: []string{"--dispatcher-id", "d", "--secret-delivery", "file"}, code: 2, want: []string{`--secret-delivery "file": use envFile or files`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,5 +101,39 @@ func TestDocsNameEveryFlag(t *testing.T) {
 	}
 	if len(helpdoc.Flags(out.String()+errOut.String())) < 10 || len(missing) > 0 {
 		t.Errorf("docs/dispatcher.md lacks flags %v (help:\n%s%s)", missing, out.String(), errOut.String())
+	}
+}
+
+// A cluster without EnvFiles is an error when the platform delivers secret
+// values in env files, and only worth a note when it delivers them as files.
+// (funcr writes "level" on info lines and "error" on error lines.)
+func TestLogEnvFiles(t *testing.T) {
+	t.Parallel()
+	noEnvFiles := fmt.Errorf("%w: the API server dropped it", rwkube.ErrNoEnvFiles)
+	tests := []struct {
+		name     string
+		err      error
+		delivery string
+		want     string // the log line's start, "" for none
+	}{
+		{name: "env files taken", delivery: "envFile"},
+		{name: "env files taken, files chosen", delivery: "files"},
+		{name: "no env files", err: noEnvFiles, delivery: "envFile", want: `"msg"="runner variables holding secret references cannot be resolved into env files on this cluster; set the platform configuration's secretDelivery: files`},
+		{name: "no env files, files chosen", err: noEnvFiles, delivery: "files", want: `"level"=0 "msg"="this cluster does not take env files; runner variables holding secret references are delivered as files`},
+		{name: "check failed", err: errors.New("connection refused"), delivery: "files", want: `"msg"="could not check whether the cluster takes env files" "error"="connection refused"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var lines []string
+			logger := funcr.New(func(prefix, args string) { lines = append(lines, prefix+args) }, funcr.Options{})
+			logEnvFiles(logger, tt.err, tt.delivery)
+			switch {
+			case tt.want == "" && len(lines) > 0:
+				t.Errorf("logged %q, want nothing", lines)
+			case tt.want != "" && (len(lines) != 1 || !strings.HasPrefix(lines[0], tt.want)):
+				t.Errorf("logged %q, want one line starting %s", lines, tt.want)
+			}
+		})
 	}
 }

@@ -322,6 +322,32 @@ func TestDispatcherReplicas(t *testing.T) {
 	}
 }
 
+// The dispatcher is told the platform's secretDelivery, so its preflight
+// knows whether a cluster without EnvFiles is a problem.
+func TestDispatcherKnowsSecretDelivery(t *testing.T) {
+	t.Parallel()
+	h := helm(t, "helm3")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--secret-delivery=envFile"},
+		{[]string{"--set", "webhook.platform.secretDelivery=files"}, "--secret-delivery=files"},
+	} {
+		var d appsv1.Deployment
+		decode(t, render(t, h, tt.args...), "Deployment/rw-runwarden-dispatcher", &d)
+		var got []string
+		for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+			if strings.HasPrefix(a, "--secret-delivery") {
+				got = append(got, a)
+			}
+		}
+		if diff := cmp.Diff([]string{tt.want}, got); diff != "" {
+			t.Errorf("with %q, the dispatcher's --secret-delivery (-want +got):\n%s", tt.args, diff)
+		}
+	}
+}
+
 // render runs helm template with args and returns its objects by kind/name.
 func render(t *testing.T, h string, args ...string) map[string]string {
 	t.Helper()
