@@ -32,8 +32,9 @@ CONTROLLER_GEN_VERSION=v0.23.0
 OPENTOFU_VERSION=v1.12.6
 COREDNS_VERSION=v1.15.0
 VAULT_VERSION=v1.19.0 # also in hack/tools/vault/go.mod
+KUEUE_VERSION=v0.15.0
 
-all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns vault)
+all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns vault kueue)
 
 # folder prints the cache folder of one tool.
 folder() {
@@ -51,6 +52,7 @@ folder() {
 	opentofu) echo "$tools_dir/opentofu-$OPENTOFU_VERSION" ;;
 	coredns) echo "$tools_dir/coredns-$COREDNS_VERSION" ;;
 	vault) echo "$tools_dir/vault-$VAULT_VERSION" ;;
+	kueue) echo "$tools_dir/kueue-$KUEUE_VERSION" ;;
 	*)
 		echo "hack/tools.sh: unknown tool \"$1\"; known tools: ${all_tools[*]}" >&2
 		return 2
@@ -122,6 +124,21 @@ recipe() {
 		;;
 	coredns)
 		install_mod "$out" "github.com/coredns/coredns@$COREDNS_VERSION"
+		;;
+	kueue)
+		# The controller, and its CRDs beside it (hack/kueue.sh applies them):
+		# the same module version, so the two always match.
+		install_mod "$out" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+		local mod
+		mod=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+		if [[ -z $mod || ! -d $mod/config/components/crd/bases ]]; then
+			echo "kueue: no CRDs found in the module folder \"$mod\"" >&2
+			return 1
+		fi
+		mkdir -p "$out/crds"
+		cp "$mod"/config/components/crd/bases/*.yaml "$out/crds/"
+		# The module cache is read-only; the copies need not be.
+		chmod u+w "$out"/crds/*.yaml
 		;;
 	esac
 }
