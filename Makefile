@@ -132,6 +132,15 @@ cluster-up: ## Start the local cluster with its real node (RUNWARDEN_REAL_NODE=f
 	hack/tools.sh kubernetes etcd kwok
 	hack/cluster.sh up
 
+.PHONY: kueue-up
+kueue-up: ## Start Kueue beside the running local cluster, for batch/v1 Jobs (see docs/development.md).
+	hack/tools.sh kubernetes kueue
+	hack/kueue.sh up
+
+.PHONY: kueue-down
+kueue-down: ## Stop Kueue and remove its webhooks (its CRDs stay); cluster-down does this too.
+	hack/kueue.sh down
+
 .PHONY: images
 images: ## Build the image archives (pause, runner, webhook, postrender, dispatcher); load them into a running real node.
 	hack/tools.sh node-packages
