@@ -47,7 +47,7 @@ fi
 
 # Cluster programs run from the cache folders or name them in their
 # arguments (containerd and its shims); builds and linters do not count.
-procs=$(pgrep -af "$state_dir/|$tools_dir/(kubernetes|etcd|kwok|coredns)-" | awk '$2 != "go" && $2 !~ /(pgrep|check-clean|bash|flock)$/' || true)
+procs=$(pgrep -af "$state_dir/|$tools_dir/(kubernetes|etcd|kwok|coredns|kueue)-" | awk '$2 != "go" && $2 !~ /(pgrep|check-clean|bash|flock)$/' || true)
 [[ -z $procs ]] || report "processes:"$'\n'"$procs"
 
 mounts=$(awk -v d="$state_dir/" 'index($2, d) == 1 {print $2}' /proc/self/mounts)

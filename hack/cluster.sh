@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts and stops the local Kubernetes cluster: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler and the kwok controller as host
-# processes (kwokctl's binary runtime), with simulated nodes.
+# processes (kwokctl's binary runtime), with simulated nodes. Kueue, if
+# wanted, is started beside it by hack/kueue.sh.
 #
 # Usage: hack/cluster.sh up|down|status|kubeconfig [--name NAME] [--no-real-node]
 #
@@ -9,7 +10,8 @@
 #               --no-real-node; reuses one of the same name made with the same
 #               settings and tools (or with a real node, for --no-real-node),
 #               and recreates one made otherwise
-#   down        stop it and remove its state; nothing is left running
+#   down        stop it (and Kueue, if started) and remove its state;
+#               nothing is left running
 #   status      say whether it runs and list its nodes
 #   kubeconfig  print the path of its kubeconfig
 #
@@ -179,6 +181,7 @@ made_alike() {
 # remove_cluster stops and deletes the cluster and its real node, to make it anew.
 remove_cluster() {
 	local out
+	"$root/hack/kueue.sh" down --name "$name"
 	"$root/hack/node.sh" down --name "$name"
 	out=$(kwokctl delete cluster --kubeconfig "$state_dir/kwok/kwokctl-kubeconfig" --name "$name" 2>&1) || echo "$out" >&2
 	wait_gone
@@ -251,6 +254,8 @@ up() {
 }
 
 down() {
+	# Kueue (hack/kueue.sh), if started, runs beside the cluster: it goes first.
+	"$root/hack/kueue.sh" down --name "$name"
 	"$root/hack/node.sh" down --name "$name"
 	if [[ ! -x $kwok_bin/kwokctl ]]; then
 		# Without kwokctl (the tools folder was removed), stop whatever of the
@@ -306,7 +311,7 @@ down) down ;;
 status) status ;;
 kubeconfig) echo "$kubeconfig" ;;
 *)
-	sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac
