@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,6 +83,16 @@ type config struct {
 
 	source string
 	orch   orchestratorFlags
+	queue  queueFlags
+}
+
+// queueFlags say how tasks wait for a slot.
+type queueFlags struct {
+	kueue                bool
+	maxQueued            int
+	defaultQueue         string
+	defaultPriorityClass string
+	priorities           map[string]int32
 }
 
 // orchestratorFlags configure the orchestrator task source.
@@ -100,6 +112,7 @@ type orchestratorFlags struct {
 func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	var c config
 	var envAllow, repoAllow string
+	priorities := priorityFlag{}
 	fs := flag.NewFlagSet("runwarden-dispatcher", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.id, "dispatcher-id", "", "this dispatcher's name on its Jobs (default $POD_NAME, then the host name); keep it stable: a dispatcher carries on only with Jobs of its own ID")
@@ -128,6 +141,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.DurationVar(&c.leader.lease, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader last renewed, before it takes the lease")
 	fs.DurationVar(&c.leader.renew, "leader-elect-renew-deadline", 10*time.Second, "how long after it sent its last renewal a leader that cannot renew stops writing to the cluster, and gives up the lead")
 	fs.DurationVar(&c.leader.retry, "leader-elect-retry-period", time.Second, "how often candidates try to take or renew the lease")
+	fs.BoolVar(&c.queue.kueue, "kueue", false, "queue tasks through Kueue: each Job is made suspended with the kueue.x-k8s.io/queue-name (and priority-class) labels and runs when Kueue admits it; --max-concurrent then counts admitted Jobs")
+	fs.IntVar(&c.queue.maxQueued, "max-queued", 100, "with --kueue, Jobs of this dispatcher waiting in Kueue at once; more tasks wait at their source")
+	fs.StringVar(&c.queue.defaultQueue, "default-queue", "", "with --kueue, the LocalQueue of tasks that name none (a task with neither is refused)")
+	fs.StringVar(&c.queue.defaultPriorityClass, "default-priority-class", "", "the priority class of tasks that name none")
+	fs.Var(priorities, "priority-class", "without --kueue, a priority class tasks may name, as NAME=VALUE (repeat the flag): waiting tasks start higher value first, then oldest first; with --kueue, tasks name Kueue WorkloadPriorityClasses instead")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.StringVar(&c.source, "source", "kube", "where tasks come from: kube (RunnerTask objects) or orchestrator (a remote orchestrator over HTTPS)")
 	fs.StringVar(&c.orch.url, "orchestrator-url", "", "the orchestrator's base URL (https), for --source=orchestrator")
@@ -167,6 +185,26 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	}
 	if c.maxConcurrent < 1 {
 		return c, fmt.Errorf("--max-concurrent %d: must be at least 1", c.maxConcurrent)
+	}
+	if c.queue.maxQueued < 1 {
+		return c, fmt.Errorf("--max-queued %d: must be at least 1", c.queue.maxQueued)
+	}
+	c.queue.priorities = priorities
+	for flagName, v := range map[string]string{"--default-queue": c.queue.defaultQueue, "--default-priority-class": c.queue.defaultPriorityClass} {
+		if v != "" && len(validation.IsDNS1123Subdomain(v)) > 0 {
+			return c, fmt.Errorf("%s %q: not a valid object name", flagName, v)
+		}
+	}
+	if c.queue.kueue && len(priorities) > 0 {
+		return c, errors.New("--priority-class: with --kueue, tasks name Kueue WorkloadPriorityClasses, whose values Kueue holds; leave --priority-class out")
+	}
+	if !c.queue.kueue && c.queue.defaultQueue != "" {
+		return c, errors.New("--default-queue needs --kueue")
+	}
+	if !c.queue.kueue && c.queue.defaultPriorityClass != "" {
+		if _, ok := priorities[c.queue.defaultPriorityClass]; !ok {
+			return c, fmt.Errorf("--default-priority-class %q: not one of the --priority-class names", c.queue.defaultPriorityClass)
+		}
 	}
 	for _, d := range []struct {
 		flag string
@@ -388,6 +426,10 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		TTLSecondsAfterFinished: int32(c.ttl.Seconds()),
 		EnvAllowList:            c.envAllow,
 		RepoAllowList:           c.repoAllow,
+		Queueing: job.Queueing{
+			Kueue: c.queue.kueue, DefaultQueue: c.queue.defaultQueue,
+			DefaultPriorityClass: c.queue.defaultPriorityClass, Priorities: c.queue.priorities,
+		},
 	}
 	logger := logr.FromContextOrDiscard(ctx)
 	switch {
@@ -460,6 +502,7 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			Client:               kubeClient(mgr),
 			Jobs:                 jobOpts,
 			MaxConcurrent:        c.maxConcurrent,
+			MaxQueued:            c.queue.maxQueued,
 			UnschedulableTimeout: c.unschedulable,
 			Events:               mgr.GetAPIReader(),
 			Reader:               mgr.GetAPIReader(),
@@ -527,12 +570,16 @@ func setupOrchestrator(mgr ctrl.Manager, kc client.Client, restCfg *rest.Config,
 		}
 		logs = orchestrator.KubeLogs{Client: cs}
 	}
+	var workloads client.Reader
+	if c.queue.kueue {
+		workloads = mgr.GetAPIReader()
+	}
 	src := orchestrator.New(orchestrator.Options{
 		Client: oc, Kube: kc, Reader: mgr.GetAPIReader(), Jobs: jobOpts, Namespace: c.namespace,
 		Observer: job.Observer{
-			Client: kc, Events: mgr.GetAPIReader(), UnschedulableTimeout: c.unschedulable,
+			Client: kc, Events: mgr.GetAPIReader(), UnschedulableTimeout: c.unschedulable, Workloads: workloads,
 		},
-		MaxConcurrent: c.maxConcurrent, PollWait: c.orch.pollWait,
+		MaxConcurrent: c.maxConcurrent, MaxQueued: c.queue.maxQueued, PollWait: c.orch.pollWait,
 		Backoff:          orchestrator.Backoff{Base: time.Second, Max: c.orch.retryMax},
 		SucceededHistory: c.keepSucceeded, FailedHistory: c.keepFailed,
 		Logs: logs, Recorder: recorder,
@@ -560,4 +607,35 @@ func logEnvFiles(logger logr.Logger, err error, delivery string) {
 	case err != nil:
 		logger.Error(err, "could not check whether the cluster takes env files")
 	}
+}
+
+// priorityFlag collects repeated --priority-class NAME=VALUE flags.
+type priorityFlag map[string]int32
+
+func (p priorityFlag) String() string {
+	names := make([]string, 0, len(p))
+	for k, v := range p {
+		names = append(names, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(names)
+	return strings.Join(names, ",")
+}
+
+func (p priorityFlag) Set(s string) error {
+	name, value, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("%q: want NAME=VALUE, e.g. high=1000", s)
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("%q: %s: %s", s, name, strings.Join(errs, "; "))
+	}
+	v, err := strconv.ParseInt(value, 10, 32)
+	if err != nil {
+		return fmt.Errorf("%q: the value must be a whole number (32 bits): %w", s, err)
+	}
+	if _, dup := p[name]; dup {
+		return fmt.Errorf("%q: priority class %s given twice", s, name)
+	}
+	p[name] = int32(v)
+	return nil
 }

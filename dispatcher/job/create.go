@@ -114,9 +114,19 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 		o.SecretWait = DefaultSecretWait
 	}
 	want := j.DeepCopy()
+	// A Job for Kueue joins its queue only once its Secret is made: Kueue
+	// ignores a Job without a queue, and would admit (unsuspend) one
+	// awaiting its Secret.
+	queue := map[string]any{}
 	if secret != nil {
 		want.Spec.Suspend = ptr.To(true)
 		want.Annotations[AnnotationAwaitingSecret] = "true"
+		for _, k := range []string{LabelQueueName, LabelPriorityClass} {
+			if v, ok := want.Labels[k]; ok {
+				queue[k] = v
+				delete(want.Labels, k)
+			}
+		}
 	}
 	for round := 0; ; round++ {
 		made, created, err := createJob(ctx, c, want, o.Adopt)
@@ -129,7 +139,7 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: made.Name, UID: made.UID, Controller: ptr.To(true)}}
 		err = c.Create(ctx, s)
 		if err == nil {
-			return created, resume(ctx, c, made)
+			return created, resume(ctx, c, made, queue)
 		}
 		if IsPermanent(err) {
 			// The Secret can never be stored (too large, invalid): the
@@ -203,12 +213,17 @@ func deleteJob(ctx context.Context, c client.Client, j *batchv1.Job) error {
 	return nil
 }
 
-// resume lets a Job awaiting its Secret run.
-func resume(ctx context.Context, c client.Client, j *batchv1.Job) error {
-	patch, _ := json.Marshal(map[string]any{
+// resume lets a Job awaiting its Secret run, or, given its queue labels,
+// join its Kueue queue, suspended until Kueue admits it.
+func resume(ctx context.Context, c client.Client, j *batchv1.Job, queue map[string]any) error {
+	p := map[string]any{
 		"metadata": map[string]any{"annotations": map[string]any{AnnotationAwaitingSecret: nil}},
 		"spec":     map[string]any{"suspend": false},
-	})
+	}
+	if len(queue) > 0 {
+		p = map[string]any{"metadata": map[string]any{"annotations": map[string]any{AnnotationAwaitingSecret: nil}, "labels": queue}}
+	}
+	patch, _ := json.Marshal(p)
 	if err := c.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("resuming job %s once its secret exists: %w", j.Name, err)
 	}

@@ -97,6 +97,13 @@ type Task struct {
 	Resources *corev1.ResourceRequirements
 	// ActiveDeadlineSeconds bounds the run. Default: Options.DefaultDeadline.
 	ActiveDeadlineSeconds *int64
+	// Queue is the Kueue LocalQueue the task waits in (with
+	// Options.Queueing.Kueue). Default: Queueing.DefaultQueue.
+	Queue string
+	// PriorityClass orders waiting tasks: a WorkloadPriorityClass with
+	// Kueue, else one of Queueing.Priorities. Default:
+	// Queueing.DefaultPriorityClass.
+	PriorityClass string
 }
 
 // Options say how Jobs are built.
@@ -120,6 +127,9 @@ type Options struct {
 	// RepoAllowList are regular expressions; a task's RepoURL must match one.
 	// Default: any repository.
 	RepoAllowList []*regexp.Regexp
+	// Queueing says how tasks wait for a slot: through Kueue, or the
+	// dispatcher's own slots. Default: the dispatcher's own.
+	Queueing Queueing
 }
 
 func (o *Options) setDefaults() {
@@ -275,6 +285,9 @@ func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
 	}
 	if secret != nil {
 		j.Annotations[AnnotationSecret] = secret.Name
+	}
+	if err := o.Queueing.queueJob(j, t); err != nil {
+		return nil, nil, err
 	}
 	return j, secret, nil
 }

@@ -56,6 +56,9 @@ type Outcome struct {
 	ExitCode *int32
 	// Running is true once the runner container has started.
 	Running bool
+	// Queued is true while the Job waits for Kueue to admit it; Message
+	// says where and why.
+	Queued bool
 	// Stop is true when the task failed while the Job still runs (its pod
 	// cannot start or be scheduled): the caller stops the Job.
 	Stop bool
@@ -76,6 +79,10 @@ type Observer struct {
 	FailedMountTimeout time.Duration
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
+	// Workloads reads the Kueue Workloads of Jobs that wait in Kueue (from
+	// the API server: they are not cached). Default: none, and such a Job
+	// is queued with no more said.
+	Workloads client.Reader
 }
 
 func (o Observer) now() time.Time {
@@ -110,6 +117,19 @@ func Finished(j *batchv1.Job) bool {
 
 // Outcome reads how the Job went.
 func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) {
+	if Queued(j) {
+		if o.Workloads == nil {
+			return Outcome{Queued: true, Message: "queued in LocalQueue " + j.Labels[LabelQueueName]}, nil
+		}
+		st, err := ReadQueueState(ctx, o.Workloads, j)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if st.Evicted != nil {
+			return *st.Evicted, nil
+		}
+		return Outcome{Queued: true, Message: st.Message}, nil
+	}
 	unschedulable := o.UnschedulableTimeout
 	if unschedulable <= 0 {
 		unschedulable = 5 * time.Minute

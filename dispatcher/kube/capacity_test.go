@@ -2,8 +2,10 @@ package kube
 
 import (
 	"context"
+	"k8s.io/utils/ptr"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,11 +42,11 @@ func key(name string) types.NamespacedName {
 // any: the slots they hold are not handed out again.
 func TestCapacityCountsRunningJobsBeforeTheFirstStart(t *testing.T) {
 	t.Parallel()
-	c := fake.NewClientBuilder().WithObjects(runningJob("a"), runningJob("b"), finishedJob("c")).Build()
+	c := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithObjects(runningJob("a"), runningJob("b"), finishedJob("c")).Build()
 	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, MaxConcurrent: 2})
-	ok, n, err := r.reserve(t.Context(), key("new"), key("task-new"))
-	if err != nil || ok || n != 2 {
-		t.Fatalf("reserve with 2 of 2 slots held by running Jobs: ok %v, taken %d, %v; want refused, 2", ok, n, err)
+	ok, msg, err := r.reserve(t.Context(), key("new"), runnerTask("task-new", "uid-new"))
+	if err != nil || ok || msg != "2 of 2 tasks running" {
+		t.Fatalf("reserve with 2 of 2 slots held by running Jobs: ok %v, %q, %v; want refused, 2 of 2", ok, msg, err)
 	}
 }
 
@@ -52,15 +54,15 @@ func TestCapacityCountsRunningJobsBeforeTheFirstStart(t *testing.T) {
 // never exceed the limit before the cache shows their Jobs.
 func TestCapacityCountsReservations(t *testing.T) {
 	t.Parallel()
-	c := fake.NewClientBuilder().WithObjects(runningJob("a")).Build()
+	c := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithObjects(runningJob("a")).Build()
 	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, MaxConcurrent: 3})
 	for i, name := range []string{"x", "y"} {
-		if ok, _, err := r.reserve(t.Context(), key(name), key("task-"+name)); err != nil || !ok {
+		if ok, _, err := r.reserve(t.Context(), key(name), runnerTask("task-"+name, "uid-"+name)); err != nil || !ok {
 			t.Fatalf("reserve %d: ok %v, %v", i, ok, err)
 		}
 	}
-	if ok, n, _ := r.reserve(t.Context(), key("z"), key("task-z")); ok || n != 3 {
-		t.Fatalf("a fourth start with 1 running and 2 reserved of 3: ok %v, taken %d", ok, n)
+	if ok, msg, _ := r.reserve(t.Context(), key("z"), runnerTask("task-z", "uid-z")); ok || msg != "3 of 3 tasks running" {
+		t.Fatalf("a fourth start with 1 running and 2 reserved of 3: ok %v, %q", ok, msg)
 	}
 }
 
@@ -68,19 +70,112 @@ func TestCapacityCountsReservations(t *testing.T) {
 // cancelled, stopped) gives its slot back.
 func TestFinishedTaskGivesItsSlotBack(t *testing.T) {
 	t.Parallel()
-	c := fake.NewClientBuilder().Build()
+	c := fake.NewClientBuilder().WithScheme(taskScheme(t)).Build()
 	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, MaxConcurrent: 1})
-	if ok, _, err := r.reserve(t.Context(), key("a"), key("task-a")); err != nil || !ok {
+	if ok, _, err := r.reserve(t.Context(), key("a"), runnerTask("task-a", "uid-a")); err != nil || !ok {
 		t.Fatalf("first reserve: ok %v, %v", ok, err)
 	}
-	if ok, _, _ := r.reserve(t.Context(), key("b"), key("task-b")); ok {
+	if ok, _, _ := r.reserve(t.Context(), key("b"), runnerTask("task-b", "uid-b")); ok {
 		t.Fatal("a second task started with the only slot reserved")
 	}
 	if err := r.recount(t.Context(), key("a")); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := r.reserve(t.Context(), key("b"), key("task-b")); err != nil || !ok {
+	if ok, _, err := r.reserve(t.Context(), key("b"), runnerTask("task-b", "uid-b")); err != nil || !ok {
 		t.Fatalf("after the first task finished: ok %v, %v; want the slot back", ok, err)
+	}
+}
+
+// Without Kueue, waiting tasks take free slots in priority order, then in
+// the order they were made (names break ties), whichever is reconciled
+// first; a class the dispatcher does not know ranks as no priority.
+func TestWaitingTasksStartInPriorityThenCreationOrder(t *testing.T) {
+	t.Parallel()
+	at := func(name, class string, sec int) *v1alpha1.RunnerTask {
+		rt := runnerTask(name, "uid-"+name)
+		rt.CreationTimestamp = metav1.NewTime(time.Unix(1_700_000_000+int64(sec), 0))
+		rt.Spec.PriorityClass = class
+		return rt
+	}
+	tasks := []*v1alpha1.RunnerTask{
+		at("old-low", "low", 0), at("old-none", "", 1), at("new-high", "high", 5), at("mid-none", "", 3), at("mid-none-b", "", 3), at("unknown", "nope", 2),
+	}
+	want := []string{"new-high", "old-none", "unknown", "mid-none", "mid-none-b", "old-low"}
+	objs := []client.Object{runningJob("busy")}
+	for _, rt := range tasks {
+		objs = append(objs, rt)
+	}
+	c := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithObjects(objs...).Build()
+	r := New(Options{Client: c, MaxConcurrent: 2, Jobs: job.Options{DispatcherID: "d1",
+		Queueing: job.Queueing{Priorities: map[string]int32{"high": 100, "low": -10}}}})
+	for i, name := range want {
+		// Every task not yet started tries, in reverse order: only the
+		// first in line gets the one free slot.
+		var started []string
+		for j := len(want) - 1; j >= i; j-- {
+			var rt v1alpha1.RunnerTask
+			if err := c.Get(t.Context(), key(want[j]), &rt); err != nil {
+				t.Fatal(err)
+			}
+			ok, msg, err := r.reserve(t.Context(), key("job-"+want[j]), &rt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				started = append(started, want[j])
+			} else if j == len(want)-1 && i < len(want)-1 && !strings.Contains(msg, "waiting tasks go first") && !strings.Contains(msg, "tasks running") {
+				t.Errorf("%s waits with %q", want[j], msg)
+			}
+		}
+		if len(started) != 1 || started[0] != name {
+			t.Fatalf("round %d: %v started, want %s alone", i, started, name)
+		}
+		// The started task's Job runs; the slot it took stays taken until
+		// it finishes, which it does at once here.
+		var rt v1alpha1.RunnerTask
+		if err := c.Get(t.Context(), key(name), &rt); err != nil {
+			t.Fatal(err)
+		}
+		rt.Status = v1alpha1.RunnerTaskStatus{Phase: v1alpha1.PhaseSucceeded, JobName: "job-" + name}
+		if err := c.Update(t.Context(), &rt); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.recount(t.Context(), key("job-"+name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// With Kueue, only admitted Jobs count against MaxConcurrent; Jobs waiting
+// in Kueue (suspended) count against MaxQueued instead.
+func TestKueueCountsAdmittedAndQueuedApart(t *testing.T) {
+	t.Parallel()
+	queued := func(name string) *batchv1.Job {
+		j := runningJob(name)
+		j.Labels[job.LabelQueueName] = "team-a"
+		j.Spec.Suspend = ptr.To(true)
+		return j
+	}
+	for _, c := range []struct {
+		name                string
+		maxConcurrent, maxQ int
+		ok                  bool
+		msg                 string
+	}{
+		{"room in both", 2, 3, true, ""},
+		{"queue full", 2, 2, false, "2 of 2 tasks queued in Kueue"},
+		{"admitted full", 1, 3, false, "1 of 1 tasks admitted"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cl := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithObjects(runningJob("admitted"), queued("q1"), queued("q2"), finishedJob("done")).Build()
+			r := New(Options{Client: cl, MaxConcurrent: c.maxConcurrent, MaxQueued: c.maxQ,
+				Jobs: job.Options{DispatcherID: "d1", Queueing: job.Queueing{Kueue: true, DefaultQueue: "team-a"}}})
+			ok, msg, err := r.reserve(t.Context(), key("new"), runnerTask("task-new", "uid-new"))
+			if err != nil || ok != c.ok || msg != c.msg {
+				t.Fatalf("reserve: ok %v, %q, %v; want %v, %q", ok, msg, err, c.ok, c.msg)
+			}
+		})
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,6 +51,14 @@ func Preflight(ctx context.Context, o PreflightOptions) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
+	if q := o.Jobs.Queueing; q.Kueue {
+		if err := checkQueue(ctx, o.Client, o.Namespace, q.DefaultQueue); err != nil {
+			return err
+		}
+		// The throwaway Job proves admission of a runner pod, not Kueue's
+		// quota: it does not queue.
+		o.Jobs.Queueing = job.Queueing{}
+	}
 	var lastWarning string
 	for {
 		// A webhook that cannot be called yet (it may be starting beside the
@@ -183,4 +193,29 @@ func EnvFiles(ctx context.Context, o PreflightOptions) error {
 		}
 	}
 	return nil
+}
+
+// checkQueue checks that Kueue serves LocalQueues and, if the dispatcher
+// has a default queue, that it exists in namespace.
+func checkQueue(ctx context.Context, c client.Reader, namespace, queue string) error {
+	gvk := job.WorkloadGVK.GroupVersion().WithKind("LocalQueue")
+	if queue == "" {
+		var list unstructured.UnstructuredList
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind("LocalQueueList"))
+		if err := c.List(ctx, &list, client.InNamespace(namespace), client.Limit(1)); err != nil {
+			return fmt.Errorf("%w: --kueue, but LocalQueues cannot be read in %s (is Kueue installed, its CRDs at %s, and may the dispatcher list localqueues?): %w", ErrPreflight, namespace, gvk.GroupVersion(), err)
+		}
+		return nil
+	}
+	lq := &unstructured.Unstructured{}
+	lq.SetGroupVersionKind(gvk)
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: queue}, lq)
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err) && !meta.IsNoMatchError(err):
+		return fmt.Errorf("%w: --default-queue %s: no LocalQueue %s in %s; make it (a LocalQueue pointing at a ClusterQueue) or name another", ErrPreflight, queue, queue, namespace)
+	default:
+		return fmt.Errorf("%w: --kueue, but LocalQueue %s cannot be read in %s (is Kueue installed, its CRDs at %s, and may the dispatcher get localqueues?): %w", ErrPreflight, queue, namespace, gvk.GroupVersion(), err)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -23,9 +24,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
@@ -40,9 +43,13 @@ type Options struct {
 	Client client.Client
 	// Jobs says how Jobs are built (dispatcher ID, template, allow-lists). Required.
 	Jobs job.Options
-	// MaxConcurrent is how many of this dispatcher's Jobs may run at once.
-	// Default: 10.
+	// MaxConcurrent is how many of this dispatcher's Jobs may run at once
+	// (with Kueue: be admitted; the dispatcher makes no Job while that many
+	// are). Default: 10.
 	MaxConcurrent int
+	// MaxQueued is, with Kueue (Jobs.Queueing.Kueue), how many of this
+	// dispatcher's Jobs may wait in Kueue at once. Default: 100.
+	MaxQueued int
 	// Events reads the Warning events of Jobs and pods; they are not in the
 	// label-filtered cache. Default: Client.
 	Events client.Reader
@@ -83,6 +90,9 @@ func (noRecorder) Running(int)             {}
 func (o *Options) setDefaults() {
 	if o.MaxConcurrent <= 0 {
 		o.MaxConcurrent = 10
+	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = 100
 	}
 	if o.RequeueAfter <= 0 {
 		o.RequeueAfter = 5 * time.Second
@@ -130,6 +140,13 @@ type Reconciler struct {
 	// the first task this process starts (counted).
 	taken   int
 	counted bool
+	// queued is, with Kueue, the number of this dispatcher's Jobs waiting
+	// in Kueue (or for their Secret) at the last count; taken then counts
+	// the admitted ones.
+	queued int
+	// wake hands waiting RunnerTasks to the controller when a slot frees,
+	// so the next in line starts at once rather than at its requeue.
+	wake chan event.GenericEvent
 
 	// marked holds the tasks whose Running status (with the Job's name)
 	// this process wrote and the cache does not show yet, so a reconcile
@@ -144,9 +161,14 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // New returns a Reconciler.
 func New(opts Options) *Reconciler {
 	opts.setDefaults()
-	return &Reconciler{opts: opts, reserved: map[types.NamespacedName]types.NamespacedName{}, marked: map[types.NamespacedName]string{}, observer: job.Observer{
-		Client: opts.Client, Events: opts.Events, UnschedulableTimeout: opts.UnschedulableTimeout, Now: opts.Now,
-	}}
+	r := &Reconciler{opts: opts, reserved: map[types.NamespacedName]types.NamespacedName{}, marked: map[types.NamespacedName]string{},
+		wake: make(chan event.GenericEvent, 1024), observer: job.Observer{
+			Client: opts.Client, Events: opts.Events, UnschedulableTimeout: opts.UnschedulableTimeout, Now: opts.Now,
+		}}
+	if opts.Jobs.Queueing.Kueue {
+		r.observer.Workloads = opts.Reader
+	}
+	return r
 }
 
 // SetupWithManager watches RunnerTasks, their Jobs, and the Jobs' pods.
@@ -157,6 +179,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.RunnerTask{}).
 		Owns(&batchv1.Job{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToTask)).
+		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
 
@@ -275,7 +298,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if rt.Status.JobName == "" && !r.wasMarked(req.NamespacedName, j.Name) {
 		// Adopted after a restart between create and status update.
-		if err := r.setRunning(ctx, rt, j.Name); err != nil {
+		if err := r.setStarted(ctx, rt, j.Name, r.waiting(j)); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -283,7 +306,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if out.Queued {
+		if rt.Status.Phase != v1alpha1.PhaseQueued || rt.Status.Message != out.Message {
+			rt.Status.Phase, rt.Status.Reason, rt.Status.Message = v1alpha1.PhaseQueued, job.ReasonQueued, out.Message
+			if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		// Admission and eviction change the Job, which is watched; the
+		// requeue only refreshes why it waits.
+		return reconcile.Result{RequeueAfter: 6 * r.opts.RequeueAfter}, nil
+	}
 	if out.Phase == "" {
+		if rt.Status.Phase == v1alpha1.PhaseQueued && !r.waiting(j) {
+			// Admitted by Kueue.
+			if err := r.setStarted(ctx, rt, j.Name, false); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 		// Still running: look again even if no watched object changes
 		// (admission rejections and scheduling timeouts show in events and
 		// the clock, not in the Job).
@@ -292,17 +332,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, r.finish(ctx, rt, j, out)
 }
 
+// waiting tells whether a Job of this dispatcher's waits in Kueue (or, with
+// Kueue, for its Secret): suspended and unfinished.
+func (r *Reconciler) waiting(j *batchv1.Job) bool {
+	return r.opts.Jobs.Queueing.Kueue && ptr.Deref(j.Spec.Suspend, false) && !job.Finished(j)
+}
+
 // start creates the task's Secret and Job, unless capacity is full.
 func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconcile.Result, error) {
 	key := types.NamespacedName{Namespace: rt.Namespace, Name: job.Name(TaskID(rt))}
-	ok, running, err := r.reserve(ctx, key, client.ObjectKeyFromObject(rt))
+	ok, msg, err := r.reserve(ctx, key, rt)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if !ok {
-		if rt.Status.Phase != v1alpha1.PhasePending || rt.Status.Reason != ReasonCapacity {
-			rt.Status.Phase, rt.Status.Reason = v1alpha1.PhasePending, ReasonCapacity
-			rt.Status.Message = fmt.Sprintf("%d of %d tasks running", running, r.opts.MaxConcurrent)
+		if rt.Status.Phase != v1alpha1.PhasePending || rt.Status.Reason != ReasonCapacity || rt.Status.Message != msg {
+			rt.Status.Phase, rt.Status.Reason, rt.Status.Message = v1alpha1.PhasePending, ReasonCapacity, msg
 			if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
 				return reconcile.Result{}, err
 			}
@@ -312,6 +357,7 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 	t := job.Task{
 		ID: TaskID(rt), Namespace: rt.Namespace, Image: rt.Spec.Image, Command: rt.Spec.Command, Args: rt.Spec.Args,
 		Env: rt.Spec.Env, RepoURL: rt.Spec.RepoURL, Resources: rt.Spec.Resources, ActiveDeadlineSeconds: rt.Spec.ActiveDeadlineSeconds,
+		Queue: rt.Spec.Queue, PriorityClass: rt.Spec.PriorityClass,
 	}
 	created := false
 	defer func() {
@@ -342,26 +388,126 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, r.setRunning(ctx, rt, j.Name)
+	return reconcile.Result{}, r.setStarted(ctx, rt, j.Name, r.opts.Jobs.Queueing.Kueue)
 }
 
-// reserve takes a slot for the Job (key) of a RunnerTask (task) about to be
-// created, if one is free, and returns how many are taken.
-func (r *Reconciler) reserve(ctx context.Context, key, task types.NamespacedName) (bool, int, error) {
+// reserve takes a slot for the Job (key) of a RunnerTask about to be
+// created, if one is free, and otherwise says why the task waits. Without
+// Kueue, the waiting tasks take the free slots in priority, then creation,
+// order: a task starts only if fewer than the free slots are ahead of it.
+// With Kueue, a Job is made while fewer than MaxConcurrent of this
+// dispatcher's Jobs are admitted and fewer than MaxQueued wait in Kueue;
+// Kueue orders them.
+func (r *Reconciler) reserve(ctx context.Context, key types.NamespacedName, rt *v1alpha1.RunnerTask) (bool, string, error) {
 	r.starting.Lock()
 	defer r.starting.Unlock()
-	if !r.counted || r.taken+len(r.reserved) >= r.opts.MaxConcurrent {
+	kueue := r.opts.Jobs.Queueing.Kueue
+	// With Kueue, Jobs are admitted between counts: count each time.
+	if kueue || !r.counted || r.taken+len(r.reserved) >= r.opts.MaxConcurrent {
 		if err := r.count(ctx); err != nil {
-			return false, 0, err
+			return false, "", err
 		}
+	}
+	if kueue {
+		if r.taken >= r.opts.MaxConcurrent {
+			return false, fmt.Sprintf("%d of %d tasks admitted", r.taken, r.opts.MaxConcurrent), nil
+		}
+		if n := r.queued + len(r.reserved); n >= r.opts.MaxQueued {
+			return false, fmt.Sprintf("%d of %d tasks queued in Kueue", n, r.opts.MaxQueued), nil
+		}
+		r.reserved[key] = client.ObjectKeyFromObject(rt)
+		r.opts.Recorder.Running(r.taken)
+		return true, "", nil
 	}
 	n := r.taken + len(r.reserved)
 	if n >= r.opts.MaxConcurrent {
-		return false, n, nil
+		return false, fmt.Sprintf("%d of %d tasks running", n, r.opts.MaxConcurrent), nil
 	}
-	r.reserved[key] = task
+	ahead, err := r.ahead(ctx, rt)
+	if err != nil {
+		return false, "", err
+	}
+	if n+ahead >= r.opts.MaxConcurrent {
+		return false, fmt.Sprintf("%d of %d tasks running; %d waiting tasks go first", n, r.opts.MaxConcurrent, ahead), nil
+	}
+	r.reserved[key] = client.ObjectKeyFromObject(rt)
 	r.opts.Recorder.Running(n + 1)
-	return true, n + 1, nil
+	return true, "", nil
+}
+
+// line is the RunnerTasks of a namespace that wait for a slot (no Job yet,
+// none being made), in the order they take one: higher priority first,
+// then older first. r.starting is held.
+func (r *Reconciler) line(ctx context.Context, namespace string) ([]*v1alpha1.RunnerTask, error) {
+	var tasks v1alpha1.RunnerTaskList
+	if err := r.opts.Client.List(ctx, &tasks, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing runner tasks: %w", err)
+	}
+	starting := map[types.NamespacedName]bool{}
+	for _, t := range r.reserved {
+		starting[t] = true
+	}
+	var line []*v1alpha1.RunnerTask
+	prio := map[*v1alpha1.RunnerTask]int32{}
+	for i := range tasks.Items {
+		t := &tasks.Items[i]
+		if t.Status.JobName != "" || terminal(t.Status.Phase) || t.Spec.Cancel || t.DeletionTimestamp != nil ||
+			starting[client.ObjectKeyFromObject(t)] || r.wasMarked(client.ObjectKeyFromObject(t), job.Name(TaskID(t))) {
+			continue
+		}
+		// A class the dispatcher does not know ranks as 0; the task is
+		// refused when its turn comes.
+		prio[t], _ = r.opts.Jobs.Queueing.Priority(t.Spec.PriorityClass)
+		line = append(line, t)
+	}
+	sort.SliceStable(line, func(i, j int) bool {
+		a, b := line[i], line[j]
+		if prio[a] != prio[b] {
+			return prio[a] > prio[b]
+		}
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
+	return line, nil
+}
+
+// ahead is how many waiting tasks go before rt. r.starting is held.
+func (r *Reconciler) ahead(ctx context.Context, rt *v1alpha1.RunnerTask) (int, error) {
+	line, err := r.line(ctx, rt.Namespace)
+	if err != nil {
+		return 0, err
+	}
+	for i, t := range line {
+		if t.Namespace == rt.Namespace && t.Name == rt.Name {
+			return i, nil
+		}
+	}
+	// Not in the cache's line yet (just made): behind everyone.
+	return len(line), nil
+}
+
+// wakeNext hands the tasks first in line for the free slots to the
+// controller. r.starting is held.
+func (r *Reconciler) wakeNext(ctx context.Context, namespace string) {
+	if r.opts.Jobs.Queueing.Kueue {
+		return
+	}
+	free := r.opts.MaxConcurrent - r.taken - len(r.reserved)
+	if free <= 0 {
+		return
+	}
+	line, err := r.line(ctx, namespace)
+	if err != nil {
+		return // the requeue of each waiting task is the safety net
+	}
+	for _, t := range line[:min(free, len(line))] {
+		select {
+		case r.wake <- event.GenericEvent{Object: t}:
+		default:
+		}
+	}
 }
 
 func (r *Reconciler) release(key types.NamespacedName) {
@@ -391,16 +537,24 @@ func (r *Reconciler) count(ctx context.Context) error {
 	if err := r.opts.Client.List(ctx, &jobs, client.MatchingLabels{job.LabelDispatcher: r.opts.Jobs.DispatcherID}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing jobs: %w", err)
 	}
-	n := 0
+	n, queued := 0, 0
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		delete(r.reserved, client.ObjectKeyFromObject(j))
-		if !job.Finished(j) && j.DeletionTimestamp == nil {
+		switch {
+		case job.Finished(j) || j.DeletionTimestamp != nil:
+		case r.waiting(j):
+			queued++
+		default:
 			n++
 		}
 	}
-	r.taken, r.counted = n, true
-	r.opts.Recorder.Running(n + len(r.reserved))
+	r.taken, r.queued, r.counted = n, queued, true
+	if r.opts.Jobs.Queueing.Kueue {
+		r.opts.Recorder.Running(n)
+	} else {
+		r.opts.Recorder.Running(n + len(r.reserved))
+	}
 	return nil
 }
 
@@ -412,7 +566,11 @@ func (r *Reconciler) recount(ctx context.Context, key types.NamespacedName) erro
 	r.starting.Lock()
 	defer r.starting.Unlock()
 	delete(r.reserved, key)
-	return r.count(ctx)
+	if err := r.count(ctx); err != nil {
+		return err
+	}
+	r.wakeNext(ctx, key.Namespace)
+	return nil
 }
 
 func (r *Reconciler) wasMarked(key types.NamespacedName, jobName string) bool {
@@ -427,11 +585,16 @@ func (r *Reconciler) forgetMarked(key types.NamespacedName) {
 	r.markedMu.Unlock()
 }
 
-func (r *Reconciler) setRunning(ctx context.Context, rt *v1alpha1.RunnerTask, jobName string) error {
+// setStarted records the task's Job in its status: Running, or Queued
+// while the Job waits in Kueue (StartTime is set once it runs).
+func (r *Reconciler) setStarted(ctx context.Context, rt *v1alpha1.RunnerTask, jobName string, queued bool) error {
 	rt.Status.Phase = v1alpha1.PhaseRunning
 	rt.Status.JobName = jobName
 	rt.Status.Reason, rt.Status.Message = "", ""
-	if rt.Status.StartTime == nil {
+	if queued {
+		rt.Status.Phase, rt.Status.Reason = v1alpha1.PhaseQueued, job.ReasonQueued
+		rt.Status.Message = "queued in Kueue"
+	} else if rt.Status.StartTime == nil {
 		rt.Status.StartTime = ptr.To(metav1.Now())
 	}
 	if err := r.opts.Client.Status().Update(ctx, rt); err != nil {

@@ -92,6 +92,12 @@ type Task struct {
 	// Resources of the runner container, as in a Kubernetes container
 	// spec; default: the pod template's.
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Queue is the Kueue LocalQueue the task waits in, when the dispatcher
+	// queues through Kueue (protocol 1.1). Default: the dispatcher's.
+	Queue string `json:"queue,omitempty"`
+	// PriorityClass is the task's Kueue WorkloadPriorityClass (protocol
+	// 1.1). Default: the dispatcher's.
+	PriorityClass string `json:"priorityClass,omitempty"`
 }
 
 // EnvVar is a plain variable; its value may be a secret reference such as
@@ -133,9 +139,12 @@ type EventType string
 const (
 	EventJobCreated EventType = "job-created"
 	EventRunning    EventType = "running"
-	EventSucceeded  EventType = "succeeded"
-	EventFailed     EventType = "failed"
-	EventCancelled  EventType = "cancelled"
+	// EventQueued: the task's Job waits for Kueue to admit it; the message
+	// names the LocalQueue and why it waits (protocol 1.1).
+	EventQueued    EventType = "queued"
+	EventSucceeded EventType = "succeeded"
+	EventFailed    EventType = "failed"
+	EventCancelled EventType = "cancelled"
 )
 
 // Final tells whether an event type ends the task.

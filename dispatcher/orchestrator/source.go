@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -77,8 +79,12 @@ type Options struct {
 	// Namespace is where tasks run; a task naming another is refused.
 	// Required.
 	Namespace string
-	// MaxConcurrent is how many tasks run at once. Default: 10.
+	// MaxConcurrent is how many tasks run at once (with Kueue: are
+	// admitted; no lease is taken while that many are). Default: 10.
 	MaxConcurrent int
+	// MaxQueued is, with Kueue (Jobs.Queueing.Kueue), how many tasks may
+	// wait in Kueue at once. Default: 100.
+	MaxQueued int
 	// PollWait is how long the orchestrator may hold a poll. Default: 30s.
 	PollWait time.Duration
 	// Backoff paces retries of polls, lease renewals and reports. Default: 1s
@@ -104,6 +110,9 @@ type Options struct {
 func (o *Options) setDefaults() {
 	if o.MaxConcurrent <= 0 {
 		o.MaxConcurrent = 10
+	}
+	if o.MaxQueued <= 0 {
+		o.MaxQueued = 100
 	}
 	if o.PollWait <= 0 {
 		o.PollWait = 30 * time.Second
@@ -161,7 +170,10 @@ type task struct {
 	// refused without one).
 	creating bool
 	// finished is set once the Job's pod no longer runs.
-	finished     bool
+	finished bool
+	// queued is set, with Kueue, while the Job waits for admission (and
+	// while it is made).
+	queued       bool
 	cancel       bool
 	cancelReason string
 	// sent holds the events acknowledged by this process.
@@ -334,21 +346,40 @@ func (s *Source) adoptLocked(j *batchv1.Job) *task {
 	t := &task{
 		id: id, key: client.ObjectKeyFromObject(j), leaseID: j.Annotations[AnnotationLeaseID], epoch: epoch,
 		leaseSeconds: secs, renewAt: s.opts.Now(), finished: job.Finished(j), sent: map[EventType]bool{},
+		queued: s.opts.Jobs.Queueing.Kueue && ptr.Deref(j.Spec.Suspend, false) && j.Annotations[AnnotationOutcome] == "",
 	}
 	s.tasks[id] = t
 	s.byJob[t.key] = id
 	return t
 }
 
-// inFlightLocked counts tasks that hold a slot. s.mu is held.
-func (s *Source) inFlightLocked() (n int, lost bool) {
+// inFlightLocked counts tasks that hold a slot and, with Kueue, those that
+// wait in Kueue or are being made (queued). s.mu is held.
+func (s *Source) inFlightLocked() (n, queued int, lost bool) {
+	kueue := s.opts.Jobs.Queueing.Kueue
 	for _, t := range s.tasks {
-		if t.creating || !t.finished {
+		switch {
+		case !t.creating && t.finished:
+		case kueue && (t.creating || t.queued):
+			queued++
+		default:
 			n++
 		}
 		lost = lost || t.lost
 	}
-	return n, lost
+	return n, queued, lost
+}
+
+// freeLocked is how many leases a poll may ask for: the free slots, and
+// with Kueue no more than the room left in the dispatcher's share of the
+// queue. s.mu is held.
+func (s *Source) freeLocked() (free, inFlight int, lost bool) {
+	n, queued, lost := s.inFlightLocked()
+	free = max(s.opts.MaxConcurrent-n, 0)
+	if s.opts.Jobs.Queueing.Kueue {
+		free = min(free, max(s.opts.MaxQueued-queued, 0))
+	}
+	return free, n, lost
 }
 
 func (s *Source) notify() {
@@ -377,7 +408,7 @@ func (s *Source) pollLoop(ctx context.Context) error {
 	failures := 0
 	for ctx.Err() == nil {
 		s.mu.Lock()
-		inFlight, lost := s.inFlightLocked()
+		free, inFlight, lost := s.freeLocked()
 		// Every task held, the ones whose Job is being created too: an
 		// expired lease of any of them comes back here, never elsewhere.
 		running := make([]string, 0, len(s.tasks))
@@ -386,7 +417,6 @@ func (s *Source) pollLoop(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		s.opts.Recorder.Running(inFlight)
-		free := max(s.opts.MaxConcurrent-inFlight, 0)
 		if free == 0 && !lost {
 			// Full: wait for a task to finish; look again now and then.
 			select {
@@ -488,7 +518,7 @@ func (s *Source) take(ctx context.Context, leases []Lease, free int) {
 		}
 		t = &task{
 			id: l.Task.ID, leaseID: l.LeaseID, epoch: l.Epoch, leaseSeconds: l.LeaseSeconds,
-			renewAt: now.Add(renewInterval(l.LeaseSeconds)), creating: true, sent: map[EventType]bool{},
+			renewAt: now.Add(renewInterval(l.LeaseSeconds)), creating: true, queued: s.opts.Jobs.Queueing.Kueue, sent: map[EventType]bool{},
 		}
 		s.tasks[t.id] = t
 		fresh = append(fresh, t)
@@ -679,7 +709,7 @@ func jobTask(t Task, namespace string) job.Task {
 	jt := job.Task{
 		ID: t.ID, Namespace: t.Namespace, Image: t.Image, Command: t.Command, Args: t.Args,
 		SecretEnv: t.SecretEnv, RepoURL: t.RepoURL, ActiveDeadlineSeconds: t.ActiveDeadlineSeconds,
-		Resources: t.Resources,
+		Resources: t.Resources, Queue: t.Queue, PriorityClass: t.PriorityClass,
 	}
 	for _, e := range t.Env {
 		jt.Env = append(jt.Env, corev1.EnvVar{Name: e.Name, Value: e.Value})
@@ -951,6 +981,14 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	s.mu.Lock()
+	admitted := t.queued && !out.Queued
+	t.queued = out.Queued
+	s.mu.Unlock()
+	if admitted {
+		// A slot in the queue freed: the poll may ask for more.
+		s.notify()
+	}
 	if lost && out.Phase == "" {
 		// Wait for the orchestrator to hand the lease back; the Job runs on.
 		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
@@ -974,6 +1012,23 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 			msg += ": " + reason
 		}
 		out = job.Outcome{Phase: job.PhaseCancelled, Reason: job.ReasonCancelled, Message: msg, Stop: true}
+	}
+	if out.Queued {
+		if !s.sent(t, EventQueued) {
+			err := s.send(ctx, t, Event{Type: EventQueued, JobName: j.Name, Reason: job.ReasonQueued, Message: out.Message})
+			if statusOf(err) == http.StatusBadRequest {
+				// An orchestrator of protocol 1.0 knows no queued event: it
+				// learns of the task again when it runs.
+				s.log.Info("the orchestrator refused a queued event (protocol 1.0); not sent again", "task", t.id, "error", err.Error())
+				s.mu.Lock()
+				t.sent[EventQueued] = true
+				s.mu.Unlock()
+			} else if err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		// Admission and eviction change the Job, which is watched.
+		return reconcile.Result{RequeueAfter: 6 * s.opts.RequeueAfter}, nil
 	}
 	if out.Running || out.Phase != "" {
 		s.streamLogs(t, j)
@@ -1059,6 +1114,11 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 	s.mu.Unlock()
 	s.notify()
 	if j != nil && out.Stop && j.Annotations[AnnotationOutcome] == "" {
+		// Kueue starts a suspended Job again while its Workload stays
+		// admitted: deactivate the Workload first.
+		if err := job.Deactivate(ctx, s.opts.Kube, s.opts.Reader, j); err != nil {
+			return reconcile.Result{}, err
+		}
 		// Record the outcome, then suspend the Job: its pod stops, the Job
 		// stays as the record until the report is acknowledged.
 		rec, _ := json.Marshal(job.Outcome{Phase: out.Phase, Reason: out.Reason, Message: out.Message, ExitCode: out.ExitCode})

@@ -18,12 +18,14 @@ func AddToScheme(s *runtime.Scheme) error {
 }
 
 // Phase is where a task is in its life.
-// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Cancelled
+// +kubebuilder:validation:Enum=Pending;Queued;Running;Succeeded;Failed;Cancelled
 type Phase string
 
 // The phases of a RunnerTask.
 const (
-	PhasePending   Phase = "Pending"
+	PhasePending Phase = "Pending"
+	// PhaseQueued: the task's Job waits for Kueue to admit it.
+	PhaseQueued    Phase = "Queued"
 	PhaseRunning   Phase = "Running"
 	PhaseSucceeded Phase = "Succeeded"
 	PhaseFailed    Phase = "Failed"
@@ -66,6 +68,21 @@ type RunnerTaskSpec struct {
 	// Cancel asks the dispatcher to stop the task.
 	// +optional
 	Cancel bool `json:"cancel,omitempty"`
+	// Queue is the Kueue LocalQueue the task waits in, when the dispatcher
+	// queues through Kueue. Default: the dispatcher's --default-queue.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	Queue string `json:"queue,omitempty"`
+	// PriorityClass orders waiting tasks, higher first: a Kueue
+	// WorkloadPriorityClass with Kueue, else one of the dispatcher's
+	// --priority-class names. Tasks of the same priority start in the
+	// order they were created. Default: the dispatcher's
+	// --default-priority-class.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	PriorityClass string `json:"priorityClass,omitempty"`
 }
 
 // RunnerTaskStatus is what happened.
@@ -99,6 +116,8 @@ type RunnerTaskStatus struct {
 // +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Exit",type=integer,JSONPath=`.status.exitCode`
+// +kubebuilder:printcolumn:name="Queue",type=string,JSONPath=`.spec.queue`,priority=1
+// +kubebuilder:printcolumn:name="Priority",type=string,JSONPath=`.spec.priorityClass`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RunnerTask struct {
 	metav1.TypeMeta   `json:",inline"`

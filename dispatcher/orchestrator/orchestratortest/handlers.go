@@ -231,7 +231,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, taskID string) {
 		t.rec.FinalPosts++
 	}
 	switch ev.Type {
-	case orchestrator.EventJobCreated, orchestrator.EventRunning,
+	case orchestrator.EventJobCreated, orchestrator.EventQueued, orchestrator.EventRunning,
 		orchestrator.EventSucceeded, orchestrator.EventFailed, orchestrator.EventCancelled:
 	default:
 		writeError(w, http.StatusBadRequest, orchestrator.CodeBadRequest, fmt.Sprintf("unknown event type %q", ev.Type))
