@@ -57,7 +57,7 @@ policy-test: ## Run the Rego tests of policies/ with opa, failing below 90% cove
 
 .PHONY: e2e
 e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default local).
-	hack/tools.sh kubernetes etcd kwok coredns opentofu helm3 helm4
+	hack/tools.sh kubernetes etcd kwok coredns opentofu helm3 helm4 vault kueue
 	@# One e2e run at a time on a machine; the cluster is stopped however the run ends (hack/e2e.sh).
 	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} hack/e2e.sh -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/
 
