@@ -282,15 +282,16 @@ func TestKueueQueues(t *testing.T) {
 			if err := r.Create(ctx, held); err != nil {
 				t.Fatal(err)
 			}
+			// Queued at once; Kueue's reason once it has made the Workload.
 			queued := func(ctx context.Context) (bool, error) {
 				err := r.Get(ctx, held.Name, ns, held)
-				return err == nil && held.Status.Phase == v1alpha1.PhaseQueued, nil
+				return err == nil && held.Status.Phase == v1alpha1.PhaseQueued && strings.Contains(held.Status.Message, "quota"), nil
 			}
-			if err := harness.WaitFor(ctx, "the held task to be Queued", time.Minute, queued); err != nil {
+			if err := harness.WaitFor(ctx, "the held task to be Queued with Kueue's reason", time.Minute, queued); err != nil {
 				t.Fatalf("%v: %+v\n%s", err, held.Status, tail(d.log.String(), 3000))
 			}
-			if !strings.Contains(held.Status.Message, "queued in LocalQueue held: ") || !strings.Contains(held.Status.Message, "quota") {
-				t.Errorf("the held task's message %q, want the queue and Kueue's reason", held.Status.Message)
+			if held.Status.Reason != job.ReasonQueued || !strings.HasPrefix(held.Status.Message, "queued in LocalQueue held: ") {
+				t.Errorf("the held task: %s %q, want Queued naming its queue", held.Status.Reason, held.Status.Message)
 			} else {
 				t.Logf("a queued task: %s: %s", held.Status.Reason, held.Status.Message)
 			}
@@ -402,10 +403,17 @@ func TestKueueQueues(t *testing.T) {
 			delete(tasks, "held")
 			oneJobEach(ctx, t, cfg, ns, tasks)
 			return ctx
+		}).Feature()
+	lend := features.New("kueue cohorts and preemption").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			installCRD(ctx, t, cfg)
+			kueueUp(ctx, t)
+			return ctx
 		}).
 		Assess("a cohort lends, and a preempted task is not run again", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
-			objs, flavor, low, high := kueueObjects(ns + "-2")
+			objs, flavor, low, high := kueueObjects(ns)
 			applyObjects(ctx, t, cfg, objs+"---\n"+
 				clusterQueue(ns, "lender", flavor, "cohort-"+ns, 3, false)+"---\n"+
 				clusterQueue(ns, "borrower", flavor, "cohort-"+ns, 2, false)+"---\n"+
@@ -484,7 +492,7 @@ func TestKueueQueues(t *testing.T) {
 			}
 			return ctx
 		}).Feature()
-	testenv.Test(t, f)
+	testenv.Test(t, f, lend)
 }
 
 // TestKueueOrchestratorTasks: orchestrator tasks name their queue and

@@ -59,6 +59,9 @@ type Outcome struct {
 	// Queued is true while the Job waits for Kueue to admit it; Message
 	// says where and why.
 	Queued bool
+	// Unread is true, with Queued, while Kueue has not made the Job's
+	// Workload yet: it says why the Job waits soon, look again then.
+	Unread bool
 	// Stop is true when the task failed while the Job still runs (its pod
 	// cannot start or be scheduled): the caller stops the Job.
 	Stop bool
@@ -128,7 +131,7 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 		if st.Evicted != nil {
 			return *st.Evicted, nil
 		}
-		return Outcome{Queued: true, Message: st.Message}, nil
+		return Outcome{Queued: true, Unread: st.Workload == "", Message: st.Message}, nil
 	}
 	unschedulable := o.UnschedulableTimeout
 	if unschedulable <= 0 {

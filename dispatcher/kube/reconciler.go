@@ -315,6 +315,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		// Admission and eviction change the Job, which is watched; the
 		// requeue only refreshes why it waits.
+		if out.Unread {
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
 		return reconcile.Result{RequeueAfter: 6 * r.opts.RequeueAfter}, nil
 	}
 	if out.Phase == "" {
