@@ -90,6 +90,10 @@ func TestGolden(t *testing.T) {
 			"--set", "runner.podTemplate.spec.volumes[0].name=scratch", "--set", "runner.podTemplate.spec.volumes[0].emptyDir.medium=Memory"},
 		"orchestrator-exchange": {"--set", "dispatcher.taskSource=orchestrator", "--set", "dispatcher.orchestrator.url=https://orchestrator.example.com",
 			"--set", "dispatcher.orchestrator.auth=exchange", "--set", "dispatcher.orchestrator.exchangeAudience=orchestrator"},
+		// Queueing through Kueue, with the example queue and priority classes.
+		"kueue": {"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.defaultQueue=runners", "--set", "queueing.kueue.maxQueued=50",
+			"--set", "queueing.defaultPriorityClass=routine", "--set", "queueing.kueue.examples.enabled=true", "--set", "queueing.kueue.examples.cohort=platform",
+			"--set", "queueing.kueue.examples.priorityClasses.urgent=1000", "--set", "queueing.kueue.examples.priorityClasses.routine=100"},
 	}
 	for name, args := range sets {
 		t.Run(name, func(t *testing.T) {
@@ -166,6 +170,23 @@ func TestRefusesBadValues(t *testing.T) {
 			"--set-json", `webhook.devMode.caBundle="-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n"`}, want: "/webhook/devMode/caBundle"},
 		{name: "state volume one pod at a time", args: []string{"--set", "runner.stateVolume.enabled=true", "--set", "runner.stateVolume.accessMode=ReadWriteOncePod"}, want: "runner.stateVolume.accessMode ReadWriteOncePod"},
 		{name: "comma in a repository pattern", args: []string{"--set-json", `dispatcher.repoAllowList=["^https://git\\.example\\.com/[a-z]{2,10}/infra\\.git$"]`}, want: "/dispatcher/repoAllowList/0"},
+		// The dispatcher refuses --priority-class with --kueue: Kueue holds
+		// the values of its WorkloadPriorityClasses.
+		{name: "priority classes with kueue", args: []string{"--set", "queueing.kueue.enabled=true", "--set", "queueing.priorityClasses.urgent=1000", "--set", "queueing.priorityClasses.batch=-10"},
+			want: "queueing.priorityClasses (batch, urgent) cannot go with queueing.kueue.enabled"},
+		{name: "default priority class not among the classes", args: []string{"--set", "queueing.priorityClasses.urgent=1000", "--set", "queueing.defaultPriorityClass=routine"},
+			want: "queueing.defaultPriorityClass routine is not one of queueing.priorityClasses (urgent)"},
+		{name: "kueue examples without a default queue", args: []string{"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.examples.enabled=true"},
+			want: "queueing.kueue.examples.enabled needs queueing.kueue.defaultQueue"},
+		{name: "kueue examples without kueue", args: []string{"--set", "queueing.kueue.defaultQueue=runners", "--set", "queueing.kueue.examples.enabled=true"},
+			want: "queueing.kueue.examples.enabled needs queueing.kueue.enabled"},
+		{name: "negative max queued", args: []string{"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.maxQueued=-1"}, want: "at '/queueing/kueue/maxQueued': minimum: got -1, want 1"},
+		{name: "zero max queued", args: []string{"--set", "queueing.kueue.maxQueued=0"}, want: "/queueing/kueue/maxQueued"},
+		{name: "priority beyond 32 bits", args: []string{"--set", "queueing.priorityClasses.urgent=2147483648"}, want: "/queueing/priorityClasses/urgent"},
+		{name: "priority that is not a whole number", args: []string{"--set", "queueing.priorityClasses.urgent=high"}, want: "/queueing/priorityClasses/urgent"},
+		{name: "priority class name unfit for an object", args: []string{"--set", "queueing.priorityClasses.Urgent=1"}, want: "'Urgent' does not match pattern"},
+		{name: "default queue unfit for an object", args: []string{"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.defaultQueue=Team_A"}, want: "/queueing/kueue/defaultQueue"},
+		{name: "example memory quota not a quantity", args: []string{"--set", "queueing.kueue.examples.memory=lots"}, want: "/queueing/kueue/examples/memory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -348,6 +369,157 @@ func TestDispatcherKnowsSecretDelivery(t *testing.T) {
 	}
 }
 
+// TestDispatcherQueueing checks the dispatcher's queueing flags and the
+// rights and objects that go with them: none by default; without Kueue,
+// one --priority-class per class, sorted by name, and the default class;
+// with Kueue, --kueue, the default queue and --max-queued, and rules in the
+// dispatcher's Role in the runner namespace to read Kueue's Workloads (and
+// patch them: a Workload is deactivated before its Job is stopped) and
+// LocalQueues (the preflight). The example queue, when on, is the default
+// queue, in the namespace the dispatcher works in, open to it alone, and
+// preempts nothing.
+func TestDispatcherQueueing(t *testing.T) {
+	t.Parallel()
+	h := helm(t, "helm3")
+	kueueRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{"kueue.x-k8s.io"}, Resources: []string{"workloads"}, Verbs: []string{"get", "list", "patch"}},
+		{APIGroups: []string{"kueue.x-k8s.io"}, Resources: []string{"localqueues"}, Verbs: []string{"get", "list"}},
+	}
+	kueue := []string{"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.defaultQueue=runners"}
+	tests := []struct {
+		name    string
+		args    []string
+		flags   []string            // the queueing flags, in order
+		rules   []rbacv1.PolicyRule // the dispatcher Role's kueue.x-k8s.io rules
+		objects []string            // the Kueue objects rendered, kind/name
+		covered []string            // the example ClusterQueue's coveredResources
+	}{
+		{name: "defaults"},
+		{name: "priority classes", args: []string{"--set", "queueing.priorityClasses.urgent=1000", "--set", "queueing.priorityClasses.batch=-10",
+			"--set", "queueing.priorityClasses.routine=0", "--set", "queueing.defaultPriorityClass=routine"},
+			flags: []string{"--priority-class=batch=-10", "--priority-class=routine=0", "--priority-class=urgent=1000", "--default-priority-class=routine"}},
+		// The dispatcher refuses --default-queue without --kueue.
+		{name: "kueue settings while kueue is off", args: []string{"--set", "queueing.kueue.defaultQueue=runners", "--set", "queueing.kueue.maxQueued=5"}},
+		{name: "kueue", args: append(slices.Clone(kueue), "--set", "queueing.defaultPriorityClass=routine", "--set", "queueing.kueue.maxQueued=50"),
+			flags: []string{"--kueue", "--default-queue=runners", "--max-queued=50", "--default-priority-class=routine"}, rules: kueueRules},
+		{name: "kueue without a default queue", args: []string{"--set", "queueing.kueue.enabled=true"},
+			flags: []string{"--kueue", "--max-queued=100"}, rules: kueueRules},
+		{name: "kueue with the orchestrator source", args: append(slices.Clone(kueue), "--set", "dispatcher.taskSource=orchestrator",
+			"--set", "dispatcher.orchestrator.url=https://orchestrator.example.com", "--set", "dispatcher.orchestrator.auth=exchange"),
+			flags: []string{"--kueue", "--default-queue=runners", "--max-queued=100"}, rules: kueueRules},
+		{name: "kueue with the examples", args: append(slices.Clone(kueue), "--set", "queueing.kueue.examples.enabled=true",
+			"--set", "queueing.kueue.examples.priorityClasses.urgent=1000", "--set", "queueing.kueue.examples.priorityClasses.routine=100"),
+			flags: []string{"--kueue", "--default-queue=runners", "--max-queued=100"}, rules: kueueRules,
+			objects: []string{"ClusterQueue/rw-runwarden", "LocalQueue/runners", "ResourceFlavor/rw-runwarden", "WorkloadPriorityClass/routine", "WorkloadPriorityClass/urgent"},
+			covered: []string{"cpu", "memory", "pods"}},
+		{name: "example quota of pods alone", args: append(slices.Clone(kueue), "--set", "queueing.kueue.examples.enabled=true",
+			"--set", "queueing.kueue.examples.cpu=", "--set", "queueing.kueue.examples.memory=", "--set", "queueing.kueue.examples.pods=3"),
+			flags: []string{"--kueue", "--default-queue=runners", "--max-queued=100"}, rules: kueueRules,
+			objects: []string{"ClusterQueue/rw-runwarden", "LocalQueue/runners", "ResourceFlavor/rw-runwarden"}, covered: []string{"pods"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			objs := render(t, h, tt.args...)
+			var d appsv1.Deployment
+			decode(t, objs, "Deployment/rw-runwarden-dispatcher", &d)
+			var flags []string
+			arg := map[string]string{}
+			for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+				for _, f := range []string{"--kueue", "--default-queue", "--max-queued", "--priority-class", "--default-priority-class"} {
+					if a == f || strings.HasPrefix(a, f+"=") {
+						flags = append(flags, a)
+					}
+				}
+				if k, v, ok := strings.Cut(a, "="); ok {
+					arg[k] = v
+				}
+			}
+			if diff := cmp.Diff(tt.flags, flags); diff != "" {
+				t.Errorf("queueing flags (-want +got):\n%s", diff)
+			}
+
+			var role rbacv1.Role
+			decode(t, objs, "Role/rw-runwarden-dispatcher", &role)
+			if role.Namespace != arg["--namespace"] {
+				t.Errorf("the dispatcher's Role is in %q, not the runner namespace %q", role.Namespace, arg["--namespace"])
+			}
+			var rules []rbacv1.PolicyRule
+			for _, r := range role.Rules {
+				if slices.Contains(r.APIGroups, "kueue.x-k8s.io") {
+					rules = append(rules, r)
+				}
+			}
+			if diff := cmp.Diff(tt.rules, rules); diff != "" {
+				t.Errorf("kueue.x-k8s.io rules of the dispatcher's Role (-want +got):\n%s", diff)
+			}
+
+			var objects []string
+			for key, doc := range objs {
+				var m struct{ APIVersion string }
+				if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+					t.Fatalf("%s: %v", key, err)
+				}
+				if strings.HasPrefix(m.APIVersion, "kueue.x-k8s.io/") {
+					if m.APIVersion != "kueue.x-k8s.io/v1beta2" {
+						t.Errorf("%s is at %s, not kueue.x-k8s.io/v1beta2 (the version the dispatcher reads)", key, m.APIVersion)
+					}
+					objects = append(objects, key)
+				}
+			}
+			slices.Sort(objects)
+			if diff := cmp.Diff(tt.objects, objects); diff != "" {
+				t.Fatalf("Kueue objects (-want +got):\n%s", diff)
+			}
+			if len(objects) == 0 {
+				return
+			}
+			var lq struct {
+				Metadata struct{ Name, Namespace string }
+				Spec     struct{ ClusterQueue string }
+			}
+			decode(t, objs, "LocalQueue/"+arg["--default-queue"], &lq)
+			if lq.Metadata.Namespace != arg["--namespace"] || lq.Spec.ClusterQueue != "rw-runwarden" {
+				t.Errorf("the example LocalQueue %s is in %q for ClusterQueue %q; want the runner namespace %q and rw-runwarden",
+					lq.Metadata.Name, lq.Metadata.Namespace, lq.Spec.ClusterQueue, arg["--namespace"])
+			}
+			var cq struct {
+				Spec struct {
+					NamespaceSelector metav1.LabelSelector
+					ResourceGroups    []struct {
+						CoveredResources []string
+						Flavors          []struct {
+							Name      string
+							Resources []struct{ Name string }
+						}
+					}
+					Preemption map[string]any
+				}
+			}
+			decode(t, objs, "ClusterQueue/rw-runwarden", &cq)
+			if diff := cmp.Diff(metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": arg["--namespace"]}}, cq.Spec.NamespaceSelector); diff != "" {
+				t.Errorf("the example ClusterQueue's namespaceSelector (-want +got):\n%s", diff)
+			}
+			// A preempted runner is stopped mid-run, its state lock held.
+			never := map[string]any{"withinClusterQueue": "Never", "reclaimWithinCohort": "Never", "borrowWithinCohort": map[string]any{"policy": "Never"}}
+			if diff := cmp.Diff(never, cq.Spec.Preemption); diff != "" {
+				t.Errorf("the example ClusterQueue's preemption (-want +got):\n%s", diff)
+			}
+			if len(cq.Spec.ResourceGroups) != 1 || len(cq.Spec.ResourceGroups[0].Flavors) != 1 {
+				t.Fatalf("the example ClusterQueue has resource groups %+v; want one, with one flavor", cq.Spec.ResourceGroups)
+			}
+			rg := cq.Spec.ResourceGroups[0]
+			var quotas []string // Kueue: one per covered resource, in the same order
+			for _, r := range rg.Flavors[0].Resources {
+				quotas = append(quotas, r.Name)
+			}
+			if diff := cmp.Diff(tt.covered, rg.CoveredResources); diff != "" || !slices.Equal(quotas, rg.CoveredResources) || rg.Flavors[0].Name != "rw-runwarden" {
+				t.Errorf("the example ClusterQueue covers %v with flavor %s quotas %v; want %v, each with a quota of flavor rw-runwarden", rg.CoveredResources, rg.Flavors[0].Name, quotas, tt.covered)
+			}
+		})
+	}
+}
+
 // render runs helm template with args and returns its objects by kind/name.
 func render(t *testing.T, h string, args ...string) map[string]string {
 	t.Helper()
@@ -490,11 +662,11 @@ func TestNamespacesRenderAsStrings(t *testing.T) {
 // TestServiceAccountRights checks what the chart lets the dispatcher and
 // the webhook do, as docs/security.md states it: neither may read, change
 // or delete a Secret (the dispatcher may only create one), the dispatcher
-// holds no cluster-wide right, and the webhook writes nothing but its own
-// webhook configurations, by name.
+// holds no cluster-wide right (Kueue's rules included), and the webhook
+// writes nothing but its own webhook configurations, by name.
 func TestServiceAccountRights(t *testing.T) {
 	t.Parallel()
-	objs := render(t, helm(t, "helm3"), "--set", "runner.serviceAccount.stateBackendRole=true")
+	objs := render(t, helm(t, "helm3"), "--set", "runner.serviceAccount.stateBackendRole=true", "--set", "queueing.kueue.enabled=true")
 	rules := map[string][]rbacv1.PolicyRule{} // by service account
 	clusterWide := map[string]bool{}
 	for key, doc := range objs {
