@@ -62,7 +62,7 @@ e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default l
 	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} hack/e2e.sh -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/
 
 .PHONY: bench
-bench: bench-postrender bench-webhook bench-dispatcher bench-failover bench-secrets ## Run every benchmark.
+bench: bench-postrender bench-webhook bench-dispatcher bench-failover bench-secrets bench-queueing ## Run every benchmark.
 
 .PHONY: bench-dispatcher
 bench-dispatcher: ## Benchmark tasks to Jobs (both sources) beside plain client-go loops, on the local cluster (RUNWARDEN_BENCH_TASKS, default 500; RUNWARDEN_BENCH_DRAIN=10000 adds the drain).
@@ -75,6 +75,13 @@ bench-failover: ## Benchmark failover of two dispatcher replicas (both sources):
 	hack/tools.sh kubernetes etcd kwok coredns opentofu
 	@mkdir -p $(BIN_DIR)
 	RUNWARDEN_REAL_NODE=false hack/e2e.sh -run '^$$' -bench BenchmarkDispatcherFailover -benchtime 3x -timeout 30m ./e2e/ | tee bin/bench-failover.txt
+
+.PHONY: bench-queueing
+bench-queueing: ## Benchmark tasks to admitted Jobs with the dispatcher's own slots and through Kueue, same run (RUNWARDEN_BENCH_TASKS, default 200).
+	hack/tools.sh kubernetes etcd kwok coredns opentofu kueue benchstat
+	@mkdir -p $(BIN_DIR)
+	RUNWARDEN_REAL_NODE=false hack/e2e.sh -run '^$$' -bench BenchmarkQueueing -benchtime 1x -count 3 -timeout 30m ./e2e/ | tee bin/bench-queueing.txt
+	$(call tool,benchstat)/benchstat -col /impl bin/bench-queueing.txt
 
 .PHONY: bench-secrets
 bench-secrets: ## Benchmark a runner pod's start with 10 Vault references against none, on the local cluster's real node.

@@ -35,7 +35,7 @@ import (
 // kueueUp starts Kueue beside the local cluster (hack/kueue.sh) for the
 // test, and stops it after. Kueue is real: its controller manager, its
 // CRDs and its webhooks, built pinned by hack/tools.sh.
-func kueueUp(ctx context.Context, t *testing.T) {
+func kueueUp(ctx context.Context, t testing.TB) {
 	t.Helper()
 	if suite.Kind != harness.ClusterLocal {
 		t.Skipf("skipped: Kueue runs beside the local cluster only (hack/kueue.sh); this run uses a %s cluster", suite.Kind)
@@ -59,7 +59,7 @@ func kueueUp(ctx context.Context, t *testing.T) {
 
 // applyObjects creates the objects of a YAML stream and deletes them when
 // the test ends.
-func applyObjects(ctx context.Context, t *testing.T, cfg *envconf.Config, docs string) {
+func applyObjects(ctx context.Context, t testing.TB, cfg *envconf.Config, docs string) {
 	t.Helper()
 	for _, doc := range strings.Split(docs, "\n---\n") {
 		obj := &unstructured.Unstructured{}

@@ -1,0 +1,101 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
+)
+
+// BenchmarkQueueing measures what queueing through Kueue costs: N
+// RunnerTasks (RUNWARDEN_BENCH_TASKS, default 200) submitted at once on
+// simulated nodes, with room for all of them (--max-concurrent N, and with
+// Kueue a ClusterQueue of N pods), until every task's Job is admitted
+// (exists and is unsuspended): admitted tasks per second, and each task's
+// latency from its submission to its Job's admission (median and p95,
+// sampled every 20 ms). impl=dispatcher is the dispatcher's own slots,
+// impl=kueue the same dispatcher with --kueue.
+//
+//	go test -tags e2e -run '^$' -bench BenchmarkQueueing -benchtime 1x -count 3 ./e2e/
+func BenchmarkQueueing(b *testing.B) {
+	cfg := testenv.EnvConf()
+	ctx := context.Background()
+	installCRD(ctx, b, cfg)
+	kueueUp(ctx, b)
+	n := 200
+	if v, err := strconv.Atoi(os.Getenv("RUNWARDEN_BENCH_TASKS")); err == nil && v > 0 {
+		n = v
+	}
+	for _, impl := range []string{"dispatcher", "kueue"} {
+		b.Run("impl="+impl, func(b *testing.B) {
+			for b.Loop() {
+				ns := fmt.Sprintf("bench-queue-%d", time.Now().UnixNano()%1_000_000)
+				r := cfg.Client().Resources()
+				if err := r.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+					b.Fatal(err)
+				}
+				args := []string{"--simulated", "--preflight=false", "--max-concurrent", strconv.Itoa(n), "--succeeded-history", strconv.Itoa(10 * n)}
+				if impl == "kueue" {
+					objs, flavor, _, _ := kueueObjects(ns)
+					applyObjects(ctx, b, cfg, objs+"---\n"+clusterQueue(ns, "bench", flavor, "", n, false))
+					args = append(args, "--kueue", "--default-queue", "bench", "--max-queued", strconv.Itoa(n))
+				}
+				d := startDispatcher(ctx, b, cfg, ns, args...)
+				submitted := map[string]time.Time{}
+				admitted := map[string]time.Time{}
+				start := time.Now()
+				for i := range n {
+					name := fmt.Sprintf("task-%04d", i)
+					if err := cfg.Client().Resources(ns).Create(ctx, runnerTask(ns, name, "true")); err != nil {
+						b.Fatal(err)
+					}
+					submitted[name] = time.Now()
+				}
+				deadline := time.Now().Add(5 * time.Minute)
+				for len(admitted) < n {
+					if time.Now().After(deadline) {
+						b.Fatalf("%d of %d tasks admitted after 5m\n%s", len(admitted), n, tail(d.log.String(), 3000))
+					}
+					var jobs batchv1.JobList
+					if err := cfg.Client().Resources(ns).List(ctx, &jobs); err == nil {
+						now := time.Now()
+						for _, j := range jobs.Items {
+							parts := strings.Split(j.Annotations[job.AnnotationTaskID], "/")
+							if len(parts) != 3 || ptr.Deref(j.Spec.Suspend, false) {
+								continue
+							}
+							if _, seen := admitted[parts[1]]; !seen {
+								admitted[parts[1]] = now
+							}
+						}
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				elapsed := time.Since(start)
+				var lat []float64
+				for name, at := range admitted {
+					lat = append(lat, float64(at.Sub(submitted[name]).Milliseconds()))
+				}
+				slices.Sort(lat)
+				b.ReportMetric(float64(n)/elapsed.Seconds(), "tasks/s")
+				b.ReportMetric(lat[len(lat)/2], "p50-ms")
+				b.ReportMetric(lat[len(lat)*95/100], "p95-ms")
+				d.stop(os.Interrupt)
+				_ = r.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+			}
+		})
+	}
+}
