@@ -373,7 +373,7 @@ func TestKueueQueues(t *testing.T) {
 			if waitingThen == 0 {
 				t.Error("the high-priority task submitted last started after every waiting low-priority one")
 			}
-			tasks = waitTasks(ctx, t, cfg, ns, 38, 3*time.Minute, d)
+			waitTasks(ctx, t, cfg, ns, 38, 3*time.Minute, d)
 
 			// SIGKILL while tasks are queued: none lost, none run twice.
 			for i := range 8 {
@@ -500,7 +500,7 @@ func TestKueueQueues(t *testing.T) {
 // orchestrator; Kueue's quota bounds what runs, and each task runs once.
 func TestKueueOrchestratorTasks(t *testing.T) {
 	f := features.New("kueue orchestrator tasks").
-		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
 			kueueUp(ctx, t)
 			return ctx
 		}).
