@@ -242,6 +242,15 @@ func oneJobEach(ctx context.Context, t *testing.T, cfg *envconf.Config, ns strin
 	}
 }
 
+// kueueSetup is the setup of a feature that runs RunnerTasks on the real
+// node through Kueue.
+func kueueSetup(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+	harness.RequireRealNode(ctx, t, cfg)
+	installCRD(ctx, t, cfg)
+	kueueUp(ctx, t)
+	return ctx
+}
+
 // TestKueueQueues: with --kueue, Kueue (real) decides which tasks run. Two
 // teams' LocalQueues on ClusterQueues of 2 and 5 pods never run more at
 // once; a high-priority task submitted last starts before waiting
@@ -251,13 +260,8 @@ func oneJobEach(ctx context.Context, t *testing.T, cfg *envconf.Config, ns strin
 // Preempted and does not run again.
 func TestKueueQueues(t *testing.T) {
 	f := features.New("kueue queues").
-		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			harness.RequireRealNode(ctx, t, cfg)
-			installCRD(ctx, t, cfg)
-			kueueUp(ctx, t)
-			return ctx
-		}).
-		Assess("quotas, priority, cancellation, restarts, borrowing, preemption", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+		Setup(kueueSetup).
+		Assess("quotas, priority, cancellation, restarts", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			objs, flavor, low, high := kueueObjects(ns)
 			applyObjects(ctx, t, cfg, objs+"---\n"+
@@ -405,12 +409,7 @@ func TestKueueQueues(t *testing.T) {
 			return ctx
 		}).Feature()
 	lend := features.New("kueue cohorts and preemption").
-		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
-			harness.RequireRealNode(ctx, t, cfg)
-			installCRD(ctx, t, cfg)
-			kueueUp(ctx, t)
-			return ctx
-		}).
+		Setup(kueueSetup).
 		Assess("a cohort lends, and a preempted task is not run again", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			objs, flavor, low, high := kueueObjects(ns)
