@@ -9,6 +9,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -91,5 +94,45 @@ func TestEnvFilesProbe(t *testing.T) {
 				t.Errorf("%d Jobs stored (%v): the probe is a dry run", len(jobs.Items), err)
 			}
 		})
+	}
+}
+
+// With Kueue, the preflight checks that the default LocalQueue exists, and
+// says which is missing; without a default, that LocalQueues can be read.
+func TestPreflightChecksTheDefaultQueue(t *testing.T) {
+	t.Parallel()
+	gvk := job.WorkloadGVK.GroupVersion().WithKind("LocalQueue")
+	s := runtime.NewScheme()
+	s.AddKnownTypeWithName(gvk, &unstructured.Unstructured{})
+	s.AddKnownTypeWithName(gvk.GroupVersion().WithKind("LocalQueueList"), &unstructured.UnstructuredList{})
+	lq := &unstructured.Unstructured{}
+	lq.SetGroupVersionKind(gvk)
+	lq.SetNamespace("runners")
+	lq.SetName("team-a")
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(lq).Build()
+	for _, tc := range []struct {
+		name, queue, want string
+	}{
+		{"exists", "team-a", ""},
+		{"no default", "", ""},
+		{"missing", "team-b", "--default-queue team-b: no LocalQueue team-b in runners"},
+	} {
+		err := checkQueue(t.Context(), c, "runners", tc.queue)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (!errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	// Kueue not installed: the API server knows none of its kinds.
+	noKueue := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+			return &meta.NoKindMatchError{GroupKind: gvk.GroupKind(), SearchedVersions: []string{gvk.Version}}
+		},
+	}).Build()
+	err := checkQueue(t.Context(), noKueue, "runners", "team-a")
+	if !errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), "is Kueue installed") {
+		t.Errorf("without Kueue: %v", err)
 	}
 }
