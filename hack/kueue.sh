@@ -160,6 +160,20 @@ write_config() {
 	  certDir: $kueue_dir/certs
 	leaderElection:
 	  leaderElect: false
+	# As the module's config/components/manager/controller_manager_config.yaml
+	# (Kueue's release manifests): client-go's defaults (5 requests/s) would
+	# bound admission at a few Jobs a second.
+	clientConnection:
+	  qps: 50
+	  burst: 100
+	controller:
+	  groupKindConcurrency:
+	    Job.batch: 5
+	    Workload.kueue.x-k8s.io: 5
+	    LocalQueue.kueue.x-k8s.io: 1
+	    Cohort.kueue.x-k8s.io: 1
+	    ClusterQueue.kueue.x-k8s.io: 1
+	    ResourceFlavor.kueue.x-k8s.io: 1
 	# The certificates come from hack/kueue.sh, for 127.0.0.1: Kueue's own
 	# are for a Service's DNS name, which the API server cannot reach here.
 	internalCertManagement:
