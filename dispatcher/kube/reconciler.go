@@ -440,10 +440,13 @@ func (r *Reconciler) reserve(ctx context.Context, key types.NamespacedName, rt *
 
 // line is the RunnerTasks of a namespace that wait for a slot (no Job yet,
 // none being made), in the order they take one: higher priority first,
-// then older first. r.starting is held.
+// then older first (unordered when there are slots for all of them). They
+// are the cache's own objects: read them, never change them. r.starting is
+// held.
 func (r *Reconciler) line(ctx context.Context, namespace string) ([]*v1alpha1.RunnerTask, error) {
 	var tasks v1alpha1.RunnerTaskList
-	if err := r.opts.Client.List(ctx, &tasks, client.InNamespace(namespace)); err != nil {
+	// Read-only: the cache's objects are not copied.
+	if err := r.opts.Client.List(ctx, &tasks, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing runner tasks: %w", err)
 	}
 	starting := map[types.NamespacedName]bool{}
@@ -463,6 +466,10 @@ func (r *Reconciler) line(ctx context.Context, namespace string) ([]*v1alpha1.Ru
 		prio[t], _ = r.opts.Jobs.Queueing.Priority(t.Spec.PriorityClass)
 		line = append(line, t)
 	}
+	if r.taken+len(r.reserved)+len(line) <= r.opts.MaxConcurrent {
+		// Room for every waiting task: the order does not matter.
+		return line, nil
+	}
 	sort.SliceStable(line, func(i, j int) bool {
 		a, b := line[i], line[j]
 		if prio[a] != prio[b] {
@@ -481,6 +488,9 @@ func (r *Reconciler) ahead(ctx context.Context, rt *v1alpha1.RunnerTask) (int, e
 	line, err := r.line(ctx, rt.Namespace)
 	if err != nil {
 		return 0, err
+	}
+	if r.taken+len(r.reserved)+len(line) <= r.opts.MaxConcurrent {
+		return 0, nil
 	}
 	for i, t := range line {
 		if t.Namespace == rt.Namespace && t.Name == rt.Name {
@@ -507,7 +517,7 @@ func (r *Reconciler) wakeNext(ctx context.Context, namespace string) {
 	}
 	for _, t := range line[:min(free, len(line))] {
 		select {
-		case r.wake <- event.GenericEvent{Object: t}:
+		case r.wake <- event.GenericEvent{Object: &v1alpha1.RunnerTask{ObjectMeta: metav1.ObjectMeta{Namespace: t.Namespace, Name: t.Name}}}:
 		default:
 		}
 	}
