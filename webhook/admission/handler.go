@@ -189,6 +189,11 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		}
 		resp := admission.Denied("runwarden policy: " + strings.Join(msgs, "; "))
 		resp.Warnings = d.Warnings
+		rules := make([]string, 0, len(d.Deny))
+		for _, v := range d.Deny {
+			rules = append(rules, v.Rule)
+		}
+		logger.Info("pod denied", "pod", pod.GenerateName+pod.Name, "job", jobOf(pod), "policies", set.Digest, "rules", rules, "runner", runner)
 		return resp, "denied"
 	}
 	if !h.opts.Mutate {
@@ -212,12 +217,35 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		return admission.Denied("runwarden policy: " + strings.Join(clashes, "; ")), "denied"
 	}
 	Apply(pod, d.Mutations)
+	mutations := MutationNames(d.Mutations)
+	if len(pod.Spec.InitContainers) != len(before.Spec.InitContainers) {
+		mutations = append(mutations, "secret references resolved in the pod")
+	}
+	if runner && req.Operation == admissionv1.Create && (len(Patch(before, pod)) > 0 || pod.Annotations[AnnotationSpecDigest] != SpecDigest(pod.Spec)) {
+		// Called again (another webhook changed the pod since), the
+		// record keeps what the first pass changed.
+		if prev := pod.Annotations[AnnotationMutations]; prev != "" {
+			mutations = union(strings.Split(prev, ", "), mutations)
+		}
+		record(pod, set.Digest, mutations, d.Warnings)
+		// One line per runner pod admitted: the record, as the pod keeps it.
+		logger.Info("runner pod admitted", "pod", pod.GenerateName, "job", jobOf(pod), "policies", set.Digest,
+			"spec", pod.Annotations[AnnotationSpecDigest], "mutations", mutations, "warnings", d.Warnings)
+	}
 	resp := admission.Patched("", Patch(before, pod)...)
 	resp.Warnings = d.Warnings
 	if len(resp.Patches) == 0 {
 		return resp, "allowed"
 	}
 	return resp, "mutated"
+}
+
+// jobOf is the name of a pod's controlling Job, if any.
+func jobOf(pod *corev1.Pod) string {
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Job" {
+		return ref.Name
+	}
+	return ""
 }
 
 // checked tells whether the handler decides on a request: the creation or

@@ -209,6 +209,22 @@ func TestHandlerMutatesRunnerPods(t *testing.T) {
 	if got.Annotations["karpenter.sh/do-not-disrupt"] != "true" {
 		t.Errorf("annotations %v", got.Annotations)
 	}
+	// The pod keeps the record of what was admitted: the spec's digest,
+	// the policy set's, and what the policies changed, by name.
+	if d := got.Annotations[AnnotationSpecDigest]; d != SpecDigest(got.Spec) || !strings.HasPrefix(d, "sha256:") {
+		t.Errorf("spec digest %q, want %q", d, SpecDigest(got.Spec))
+	}
+	if got.Annotations[AnnotationPolicyDigest] == "" {
+		t.Error("no policy digest recorded")
+	}
+	for _, m := range []string{"env AWS_ROLE_ARN", "toleration runwarden.dev/pool", "nodeSelector runwarden.dev/pool", "secret references resolved in the pod"} {
+		if !strings.Contains(got.Annotations[AnnotationMutations], m) {
+			t.Errorf("recorded mutations %q lack %q", got.Annotations[AnnotationMutations], m)
+		}
+	}
+	if strings.Contains(got.Annotations[AnnotationMutations], "arn:aws") {
+		t.Errorf("recorded mutations %q hold a value", got.Annotations[AnnotationMutations])
+	}
 
 	// Admitting the result again changes nothing.
 	again := h.Handle(t.Context(), request(t, got))

@@ -1,0 +1,130 @@
+package admission
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/runwarden/runwarden/webhook/policy"
+)
+
+// What the webhook records on each runner pod it shapes: the pod's own
+// record of what was admitted, which the dispatcher copies into the task's
+// record. No value is recorded: names and digests only.
+const (
+	// AnnotationSpecDigest is the SHA-256 of the pod's spec as runwarden
+	// admitted it (after the template, the task, the overlays and the
+	// policies), "sha256:<hex>".
+	AnnotationSpecDigest = "runwarden.dev/spec-digest"
+	// AnnotationPolicyDigest identifies the policy set that decided.
+	AnnotationPolicyDigest = "runwarden.dev/policy-digest"
+	// AnnotationMutations names what the policies changed, e.g.
+	// "env AWS_ROLE_ARN, toleration runwarden.dev/pool, volume aws-iam-token".
+	AnnotationMutations = "runwarden.dev/mutations"
+	// AnnotationWarnings are the policies' warnings, joined by "; ".
+	AnnotationWarnings = "runwarden.dev/warnings"
+)
+
+// maxRecord bounds each recorded annotation's value.
+const maxRecord = 4096
+
+// SpecDigest is the SHA-256 of a pod spec's JSON encoding, "sha256:<hex>".
+// Two pods with the same digest ran the same containers, images (by
+// reference), commands, env (names and the values the spec holds),
+// volumes, placement and security settings.
+func SpecDigest(spec corev1.PodSpec) string {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// MutationNames names what a decision's mutations change: kinds and names,
+// never values, sorted.
+func MutationNames(m policy.Mutations) []string {
+	seen := map[string]bool{}
+	add := func(format string, args ...any) { seen[fmt.Sprintf(format, args...)] = true }
+	for k := range m.Labels {
+		add("label %s", k)
+	}
+	for k := range m.Annotations {
+		add("annotation %s", k)
+	}
+	for k := range m.NodeSelector {
+		add("nodeSelector %s", k)
+	}
+	for _, t := range m.Tolerations {
+		add("toleration %s", t.Key)
+	}
+	for _, r := range m.NodeAffinity {
+		add("nodeAffinity %s", r.Key)
+	}
+	for _, v := range m.Volumes {
+		add("volume %s", v.Name)
+	}
+	for _, e := range m.Env {
+		add("env %s", e.Env.Name)
+	}
+	for _, e := range m.EnvFrom {
+		switch {
+		case e.EnvFrom.SecretRef != nil:
+			add("envFrom secret %s", e.EnvFrom.SecretRef.Name)
+		case e.EnvFrom.ConfigMapRef != nil:
+			add("envFrom configMap %s", e.EnvFrom.ConfigMapRef.Name)
+		}
+	}
+	for _, v := range m.VolumeMounts {
+		add("volumeMount %s", v.VolumeMount.Name)
+	}
+	names := make([]string, 0, len(seen))
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// record writes the webhook's record of a shaped runner pod into its
+// annotations; the spec digest is of the spec as it leaves the webhook.
+func record(pod *corev1.Pod, policyDigest string, mutations, warnings []string) {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[AnnotationSpecDigest] = SpecDigest(pod.Spec)
+	pod.Annotations[AnnotationPolicyDigest] = policyDigest
+	pod.Annotations[AnnotationMutations] = bounded(strings.Join(mutations, ", "))
+	if len(warnings) > 0 {
+		pod.Annotations[AnnotationWarnings] = bounded(strings.Join(warnings, "; "))
+	} else {
+		delete(pod.Annotations, AnnotationWarnings)
+	}
+}
+
+func bounded(s string) string {
+	if len(s) <= maxRecord {
+		return s
+	}
+	return s[:maxRecord-len(" [...]")] + " [...]"
+}
+
+// union is the sorted names in a or b.
+func union(a, b []string) []string {
+	seen := map[string]bool{}
+	for _, n := range append(slices.Clone(a), b...) {
+		seen[n] = true
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
