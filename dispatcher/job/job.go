@@ -286,6 +286,7 @@ func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
 	if secret != nil {
 		j.Annotations[AnnotationSecret] = secret.Name
 	}
+	j.Annotations[AnnotationTemplateDigest] = templateDigest(o.Template)
 	if err := o.Queueing.queueJob(j, t); err != nil {
 		return nil, nil, err
 	}

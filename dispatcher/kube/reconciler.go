@@ -625,6 +625,13 @@ func (r *Reconciler) setStarted(ctx context.Context, rt *v1alpha1.RunnerTask, jo
 func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *batchv1.Job, out job.Outcome) error {
 	rt.Status.Phase, rt.Status.Reason, rt.Status.Message, rt.Status.ExitCode = v1alpha1.Phase(out.Phase), out.Reason, out.Message, out.ExitCode
 	rt.Status.CompletionTime = ptr.To(metav1.Now())
+	if j != nil {
+		rec, err := job.ReadRecord(ctx, r.opts.Client, j)
+		if err != nil {
+			return err
+		}
+		rt.Status.Record = taskRecord(rec)
+	}
 	if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
 		return err
 	}
@@ -674,4 +681,16 @@ func (r *Reconciler) pruneHistory(ctx context.Context, namespace, marked string)
 		Succeeded: r.opts.SucceededHistory, Failed: r.opts.FailedHistory, Marked: marked,
 	})
 	return err
+}
+
+// taskRecord is a Job's record as a RunnerTask keeps it.
+func taskRecord(rec *job.Record) *v1alpha1.TaskRecord {
+	tr := &v1alpha1.TaskRecord{
+		SpecDigest: rec.SpecDigest, ShortSpecDigest: job.Short(rec.SpecDigest), PolicyDigest: rec.PolicyDigest,
+		TemplateDigest: rec.TemplateDigest, Mutations: rec.Mutations, Warnings: rec.Warnings, Node: rec.Node, Pod: rec.Pod,
+	}
+	for _, i := range rec.Images {
+		tr.Images = append(tr.Images, v1alpha1.ImageRecord{Container: i.Container, Image: i.Image, ImageID: i.ImageID})
+	}
+	return tr
 }

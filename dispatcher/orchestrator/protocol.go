@@ -12,6 +12,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
 )
 
 // Version is the protocol version this package speaks, sent in the
@@ -165,10 +167,13 @@ type Event struct {
 	// Reason is a bounded word (Completed, NonZeroExit, DeadlineExceeded,
 	// Unschedulable, ...); Message has the detail and the pod's Warning
 	// events.
-	Reason   string    `json:"reason,omitempty"`
-	Message  string    `json:"message,omitempty"`
-	ExitCode *int32    `json:"exitCode,omitempty"`
-	Time     time.Time `json:"time"`
+	Reason   string `json:"reason,omitempty"`
+	Message  string `json:"message,omitempty"`
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// Record is what the task ran, on final events of tasks that had a
+	// Job (protocol 1.1).
+	Record *job.Record `json:"record,omitempty"`
+	Time   time.Time   `json:"time"`
 }
 
 // LogChunk is a piece of the runner container's log. Offset is its byte

@@ -1142,6 +1142,11 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 	}
 	if j != nil {
 		e.JobName = j.Name
+		rec, err := job.ReadRecord(ctx, s.opts.Kube, j)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		e.Record = rec
 	}
 	err := s.report(ctx, t, e)
 	switch {

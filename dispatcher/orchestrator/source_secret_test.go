@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -78,8 +79,13 @@ func TestSourceReportsSecretResolutionFailure(t *testing.T) {
 	// and so does the Job. (The fake client keeps status apart, as the API
 	// server does.)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-abcde", Namespace: j.Namespace, Labels: map[string]string{"batch.kubernetes.io/job-name": j.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-abcde", Namespace: j.Namespace, Labels: map[string]string{"batch.kubernetes.io/job-name": j.Name},
+			// As runwarden's webhook records an admitted runner pod.
+			Annotations: map[string]string{"runwarden.dev/spec-digest": "sha256:" + strings.Repeat("ab", 32), "runwarden.dev/policy-digest": "0123456789ab",
+				"runwarden.dev/mutations": "env AWS_ROLE_ARN, secret references resolved in the pod"}},
+		Spec: corev1.PodSpec{NodeName: "node-1"},
 		Status: corev1.PodStatus{Phase: corev1.PodFailed, InitContainerStatuses: []corev1.ContainerStatus{{
+			Image: "localhost/runwarden/webhook:1", ImageID: "localhost/runwarden/webhook@sha256:" + strings.Repeat("cd", 32),
 			Name: resolve.InitContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: termination + "\n"}},
 		}}},
 	}
@@ -115,6 +121,16 @@ func TestSourceReportsSecretResolutionFailure(t *testing.T) {
 		if !strings.Contains(final.Message, want) {
 			t.Errorf("final message %q does not name %q", final.Message, want)
 		}
+	}
+	// The final event carries the task's record, from the pod.
+	want := &job.Record{
+		SpecDigest: "sha256:" + strings.Repeat("ab", 32), PolicyDigest: "0123456789ab", TemplateDigest: j.Annotations[job.AnnotationTemplateDigest],
+		Mutations: []string{"env AWS_ROLE_ARN", "secret references resolved in the pod"},
+		Images:    []job.ImageRecord{{Container: resolve.InitContainer, Image: "localhost/runwarden/webhook:1", ImageID: "localhost/runwarden/webhook@sha256:" + strings.Repeat("cd", 32)}},
+		Node:      "node-1", Pod: pod.Name,
+	}
+	if diff := cmp.Diff(want, final.Record); diff != "" || want.TemplateDigest == "" {
+		t.Errorf("the final event's record (-want +got):\n%s", diff)
 	}
 	if rec.FinalStored != 1 || rec.BadKeys != 0 {
 		t.Errorf("%d final events stored, %d with a bad idempotency key; want 1 and 0", rec.FinalStored, rec.BadKeys)

@@ -105,6 +105,55 @@ type RunnerTaskStatus struct {
 	// ExitCode of the runner container, once it has ended.
 	// +optional
 	ExitCode *int32 `json:"exitCode,omitempty"`
+	// Record is what the task ran, kept once it has ended: the runner
+	// pod's spec as admitted, the policies, the images the node ran.
+	// +optional
+	Record *TaskRecord `json:"record,omitempty"`
+}
+
+// TaskRecord is what a task ran: names and digests, never a value. Two
+// tasks with the same specDigest, policyDigest and image IDs ran the same
+// thing.
+type TaskRecord struct {
+	// SpecDigest is the SHA-256 of the runner pod's spec as runwarden's
+	// webhook admitted it (after the template, the task, the overlays and
+	// the policies), "sha256:<hex>".
+	// +optional
+	SpecDigest string `json:"specDigest,omitempty"`
+	// ShortSpecDigest is SpecDigest's first 12 hexadecimal digits.
+	// +optional
+	ShortSpecDigest string `json:"shortSpecDigest,omitempty"`
+	// PolicyDigest identifies the policy set that decided.
+	// +optional
+	PolicyDigest string `json:"policyDigest,omitempty"`
+	// TemplateDigest is the SHA-256 of the platform's pod template.
+	// +optional
+	TemplateDigest string `json:"templateDigest,omitempty"`
+	// Mutations name what the policies changed, e.g. "env AWS_ROLE_ARN".
+	// +optional
+	Mutations []string `json:"mutations,omitempty"`
+	// Warnings are the policies' warnings.
+	// +optional
+	Warnings []string `json:"warnings,omitempty"`
+	// Images are the containers' images: the reference and the image ID
+	// (digest) the node ran.
+	// +optional
+	Images []ImageRecord `json:"images,omitempty"`
+	// Node ran the pod.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// Pod is the runner pod's name.
+	// +optional
+	Pod string `json:"pod,omitempty"`
+}
+
+// ImageRecord is one container's image.
+type ImageRecord struct {
+	Container string `json:"container"`
+	// +optional
+	Image string `json:"image,omitempty"`
+	// +optional
+	ImageID string `json:"imageID,omitempty"`
 }
 
 // RunnerTask is one deployment task for the dispatcher: `kubectl apply`
@@ -116,6 +165,8 @@ type RunnerTaskStatus struct {
 // +kubebuilder:printcolumn:name="Job",type=string,JSONPath=`.status.jobName`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`
 // +kubebuilder:printcolumn:name="Exit",type=integer,JSONPath=`.status.exitCode`
+// +kubebuilder:printcolumn:name="Spec",type=string,JSONPath=`.status.record.shortSpecDigest`,priority=1
+// +kubebuilder:printcolumn:name="Policies",type=string,JSONPath=`.status.record.policyDigest`,priority=1
 // +kubebuilder:printcolumn:name="Queue",type=string,JSONPath=`.spec.queue`,priority=1
 // +kubebuilder:printcolumn:name="Priority",type=string,JSONPath=`.spec.priorityClass`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

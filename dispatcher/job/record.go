@@ -1,0 +1,113 @@
+package job
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// AnnotationTemplateDigest on a Job is the SHA-256 of the platform's pod
+// template it was built from ("sha256:<hex>"), before the task was merged
+// in.
+const AnnotationTemplateDigest = "runwarden.dev/template-digest"
+
+// What runwarden's webhook records on a runner pod it admits (see
+// webhook/admission/record.go).
+const (
+	podAnnotationSpecDigest   = "runwarden.dev/spec-digest"
+	podAnnotationPolicyDigest = "runwarden.dev/policy-digest"
+	podAnnotationMutations    = "runwarden.dev/mutations"
+	podAnnotationWarnings     = "runwarden.dev/warnings"
+)
+
+// Record is what a task ran, kept by its source after the Job is gone: the
+// runner pod's spec as admitted, the policies that shaped it, the images
+// with the digests the node ran, where. It holds names and digests, never
+// a value.
+type Record struct {
+	// SpecDigest is the SHA-256 of the runner pod's spec as runwarden's
+	// webhook admitted it (after the template, the task, the overlays and
+	// the policies).
+	SpecDigest string `json:"specDigest,omitempty"`
+	// PolicyDigest identifies the policy set that decided.
+	PolicyDigest string `json:"policyDigest,omitempty"`
+	// TemplateDigest is the SHA-256 of the platform's pod template.
+	TemplateDigest string `json:"templateDigest,omitempty"`
+	// Mutations name what the policies changed.
+	Mutations []string `json:"mutations,omitempty"`
+	// Warnings are the policies' warnings.
+	Warnings []string `json:"warnings,omitempty"`
+	// Images are the pod's containers' images, as the node resolved them.
+	Images []ImageRecord `json:"images,omitempty"`
+	// Node ran the pod; Pod is its name.
+	Node string `json:"node,omitempty"`
+	Pod  string `json:"pod,omitempty"`
+}
+
+// ImageRecord is one container's image: the reference the pod named, and
+// the image ID (a digest) the node ran.
+type ImageRecord struct {
+	Container string `json:"container"`
+	Image     string `json:"image,omitempty"`
+	ImageID   string `json:"imageID,omitempty"`
+}
+
+// templateDigest is the SHA-256 of a pod template's JSON encoding.
+func templateDigest(t corev1.PodTemplateSpec) string {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// ReadRecord reads the record of Job j from its newest pod (a cache of
+// pods is enough: their metadata and status). A Job whose pod was never
+// made has a record of its template alone.
+func ReadRecord(ctx context.Context, c client.Reader, j *batchv1.Job) (*Record, error) {
+	rec := &Record{TemplateDigest: j.Annotations[AnnotationTemplateDigest]}
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.JobNameLabel: j.Name}); err != nil {
+		return rec, fmt.Errorf("reading the pods of job %s: %w", j.Name, err)
+	}
+	var pod *corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; pod == nil || pod.CreationTimestamp.Before(&p.CreationTimestamp) {
+			pod = p
+		}
+	}
+	if pod == nil {
+		return rec, nil
+	}
+	rec.Pod, rec.Node = pod.Name, pod.Spec.NodeName
+	rec.SpecDigest = pod.Annotations[podAnnotationSpecDigest]
+	rec.PolicyDigest = pod.Annotations[podAnnotationPolicyDigest]
+	if m := pod.Annotations[podAnnotationMutations]; m != "" {
+		rec.Mutations = strings.Split(m, ", ")
+	}
+	if w := pod.Annotations[podAnnotationWarnings]; w != "" {
+		rec.Warnings = strings.Split(w, "; ")
+	}
+	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		rec.Images = append(rec.Images, ImageRecord{Container: s.Name, Image: s.Image, ImageID: s.ImageID})
+	}
+	return rec, nil
+}
+
+// Short is the first 12 hexadecimal digits of a "sha256:" digest, for
+// listings.
+func Short(digest string) string {
+	d := strings.TrimPrefix(digest, "sha256:")
+	if len(d) > 12 {
+		return d[:12]
+	}
+	return d
+}

@@ -1,0 +1,52 @@
+package job
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+// A Job's record comes from its newest pod: the webhook's annotations, the
+// images the node ran, the node; and from the Job, the template's digest.
+// The same template gives the same digest, another template another.
+func TestReadRecord(t *testing.T) {
+	t.Parallel()
+	j, _, err := Build(task(), options(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name string, age time.Duration, node string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.Namespace, Labels: map[string]string{batchv1.JobNameLabel: j.Name},
+				CreationTimestamp: metav1.NewTime(time.Unix(1_700_000_000, 0).Add(-age)),
+				Annotations: map[string]string{podAnnotationSpecDigest: "sha256:" + node, podAnnotationPolicyDigest: "p1",
+					podAnnotationMutations: "env A, volume v", podAnnotationWarnings: "w1; w2"}},
+			Spec:   corev1.PodSpec{NodeName: node},
+			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "main", Image: "runner:1", ImageID: "runner@sha256:1"}}},
+		}
+	}
+	c := fake.NewClientBuilder().WithObjects(pod("old", time.Hour, "n-old"), pod("new", 0, "n-new")).Build()
+	got, err := ReadRecord(t.Context(), c, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Record{SpecDigest: "sha256:n-new", PolicyDigest: "p1", TemplateDigest: templateDigest(options(t).Template),
+		Mutations: []string{"env A", "volume v"}, Warnings: []string{"w1", "w2"},
+		Images: []ImageRecord{{Container: "main", Image: "runner:1", ImageID: "runner@sha256:1"}}, Node: "n-new", Pod: "new"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("record (-want +got):\n%s", diff)
+	}
+	o := options(t)
+	o.Template.Spec.Containers[0].Image = "other:2"
+	if templateDigest(o.Template) == want.TemplateDigest || j.Annotations[AnnotationTemplateDigest] != want.TemplateDigest {
+		t.Error("the template digest does not tell templates apart, or is not on the Job")
+	}
+	if Short("sha256:0123456789abcdef") != "0123456789ab" || Short("") != "" {
+		t.Error("Short")
+	}
+}
