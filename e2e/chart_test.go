@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/e2e/harness"
 )
 
@@ -174,6 +176,27 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 			p := runnerPods.Items[0]
 			if envOf(&p)["AWS_ROLE_ARN"] != "arn:aws:iam::111122223333:role/demo-runner" || p.Annotations["karpenter.sh/do-not-disrupt"] != "true" {
 				t.Errorf("runner pod not shaped by the chart's webhook: env %v, annotations %v", envOf(&p), p.Annotations)
+			}
+			// The task's record: what ran, kept in its status.
+			rec := rt.Status.Record
+			switch {
+			case rec == nil:
+				t.Error("the finished task has no record")
+			case !strings.HasPrefix(rec.SpecDigest, "sha256:") || rec.SpecDigest != p.Annotations["runwarden.dev/spec-digest"] ||
+				rec.ShortSpecDigest != strings.TrimPrefix(rec.SpecDigest, "sha256:")[:12]:
+				t.Errorf("record spec digest %q (short %q), pod's %q", rec.SpecDigest, rec.ShortSpecDigest, p.Annotations["runwarden.dev/spec-digest"])
+			case rec.PolicyDigest == "" || !strings.HasPrefix(rec.TemplateDigest, "sha256:") || rec.Node != "rw-real-0" || rec.Pod != p.Name:
+				t.Errorf("record %+v, want the policy and template digests, the real node and the pod", rec)
+			case !slices.Contains(rec.Mutations, "env AWS_ROLE_ARN") || len(rec.Images) == 0 ||
+				slices.ContainsFunc(rec.Images, func(i v1alpha1.ImageRecord) bool { return !strings.Contains(i.ImageID, "sha256:") }):
+				t.Errorf("record mutations %v, images %+v; want the identity's env and each image's digest", rec.Mutations, rec.Images)
+			default:
+				t.Logf("the task's record: spec %s, policies %s, template %s, node %s, images %+v, mutations %v",
+					rec.ShortSpecDigest, rec.PolicyDigest, job.Short(rec.TemplateDigest), rec.Node, rec.Images, rec.Mutations)
+			}
+			wide, err := suite.Kubectl(ctx, cfg, "get", "runnertask", "-n", runners, rt.Name, "-o", "wide")
+			if err != nil || rec == nil || !strings.Contains(wide, rec.ShortSpecDigest) || !strings.Contains(wide, "POLICIES") {
+				t.Errorf("kubectl get -o wide (%v):\n%s", err, wide)
 			}
 
 			// The dispatcher's pod replaced while a task runs: the new pod
