@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -215,6 +216,9 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	}
 
 	rec := metrics.New(nil)
+	if err := rec.WatchCertificate(filepath.Join(c.certDir, "tls.crt")); err != nil {
+		return err
+	}
 	store, err := loadPolicies(ctx, c, rec)
 	if err != nil {
 		return err

@@ -79,13 +79,19 @@ type Recorder interface {
 	JobCreated()
 	Finished(phase, reason string)
 	Running(n int)
+	// Started: a task's runner runs, wait after the task was made.
+	Started(wait time.Duration)
+	// Ran: a task that ran ended in phase after d.
+	Ran(phase string, d time.Duration)
 }
 
 type noRecorder struct{}
 
-func (noRecorder) JobCreated()             {}
-func (noRecorder) Finished(string, string) {}
-func (noRecorder) Running(int)             {}
+func (noRecorder) Started(time.Duration)     {}
+func (noRecorder) Ran(string, time.Duration) {}
+func (noRecorder) JobCreated()               {}
+func (noRecorder) Finished(string, string)   {}
+func (noRecorder) Running(int)               {}
 
 func (o *Options) setDefaults() {
 	if o.MaxConcurrent <= 0 {
@@ -604,14 +610,19 @@ func (r *Reconciler) setStarted(ctx context.Context, rt *v1alpha1.RunnerTask, jo
 	rt.Status.Phase = v1alpha1.PhaseRunning
 	rt.Status.JobName = jobName
 	rt.Status.Reason, rt.Status.Message = "", ""
+	started := false
 	if queued {
 		rt.Status.Phase, rt.Status.Reason = v1alpha1.PhaseQueued, job.ReasonQueued
 		rt.Status.Message = "queued in Kueue"
 	} else if rt.Status.StartTime == nil {
 		rt.Status.StartTime = ptr.To(metav1.Now())
+		started = true
 	}
 	if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
 		return err
+	}
+	if started {
+		r.opts.Recorder.Started(rt.Status.StartTime.Sub(rt.CreationTimestamp.Time))
 	}
 	r.markedMu.Lock()
 	r.marked[client.ObjectKeyFromObject(rt)] = jobName
@@ -643,6 +654,9 @@ func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 	}
 	log.FromContext(ctx).Info("task finished", "job", jobName, "phase", out.Phase, "reason", out.Reason)
 	r.opts.Recorder.Finished(out.Phase, out.Reason)
+	if rt.Status.StartTime != nil {
+		r.opts.Recorder.Ran(out.Phase, rt.Status.CompletionTime.Sub(rt.Status.StartTime.Time))
+	}
 	if err := r.settle(ctx, rt, j); err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -18,7 +20,17 @@ type Recorder struct {
 	renewals prometheus.Counter
 	errors   *prometheus.CounterVec
 	leader   prometheus.Gauge
+	wait     prometheus.Histogram
+	duration *prometheus.HistogramVec
+	polled   prometheus.Gauge
 }
+
+// Buckets of the task histograms: a task waits from a second to an hour,
+// and runs from seconds (a plan) to hours (a large apply).
+var (
+	waitBuckets     = []float64{0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+	durationBuckets = []float64{5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400}
+)
 
 // New makes the metrics and registers them with reg (controller-runtime's
 // registry when nil).
@@ -60,10 +72,35 @@ func New(reg prometheus.Registerer, capacity int) *Recorder {
 		Name: "runwarden_dispatcher_leader",
 		Help: "1 while this replica leads (dispatches tasks), 0 while it stands by (--leader-elect).",
 	})
+	r.wait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "runwarden_dispatcher_task_queue_wait_seconds",
+		Help:    "From a task's submission (a RunnerTask made, a lease taken) to its runner running: waiting for a slot, for Kueue, for the pod to start.",
+		Buckets: waitBuckets,
+	})
+	r.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "runwarden_dispatcher_task_duration_seconds",
+		Help:    "How long tasks ran, from their runner running to their end, by phase.",
+		Buckets: durationBuckets,
+	}, []string{"phase"})
+	r.polled = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "runwarden_dispatcher_last_poll_success_timestamp_seconds",
+		Help: "When the orchestrator last answered a poll (Unix seconds); 0 before the first, and for the kube source.",
+	})
 	r.capacity.Set(float64(capacity))
-	reg.MustRegister(r.created, r.finished, r.running, r.capacity, r.leased, r.renewals, r.errors, r.leader)
+	reg.MustRegister(r.created, r.finished, r.running, r.capacity, r.leased, r.renewals, r.errors, r.leader, r.wait, r.duration, r.polled)
 	return r
 }
+
+// Started records that a task's runner runs, wait after its submission.
+func (r *Recorder) Started(wait time.Duration) { r.wait.Observe(wait.Seconds()) }
+
+// Ran records how long a task that ran took, by its final phase.
+func (r *Recorder) Ran(phase string, d time.Duration) {
+	r.duration.WithLabelValues(phase).Observe(d.Seconds())
+}
+
+// Polled records a poll the orchestrator answered, at t.
+func (r *Recorder) Polled(t time.Time) { r.polled.Set(float64(t.Unix())) }
 
 // Leading sets whether this replica leads.
 func (r *Recorder) Leading(yes bool) {

@@ -51,16 +51,25 @@ type Recorder interface {
 	Leased(n int)
 	RenewFailed()
 	SourceError(op string)
+	// Started: a task's runner runs, wait after its lease was taken.
+	Started(wait time.Duration)
+	// Ran: a task that ran ended in phase after d.
+	Ran(phase string, d time.Duration)
+	// Polled: the orchestrator answered a poll at t.
+	Polled(t time.Time)
 }
 
 type noRecorder struct{}
 
-func (noRecorder) JobCreated()             {}
-func (noRecorder) Finished(string, string) {}
-func (noRecorder) Running(int)             {}
-func (noRecorder) Leased(int)              {}
-func (noRecorder) RenewFailed()            {}
-func (noRecorder) SourceError(string)      {}
+func (noRecorder) JobCreated()               {}
+func (noRecorder) Finished(string, string)   {}
+func (noRecorder) Running(int)               {}
+func (noRecorder) Leased(int)                {}
+func (noRecorder) RenewFailed()              {}
+func (noRecorder) SourceError(string)        {}
+func (noRecorder) Started(time.Duration)     {}
+func (noRecorder) Ran(string, time.Duration) {}
+func (noRecorder) Polled(time.Time)          {}
 
 // Options configure a Source.
 type Options struct {
@@ -171,6 +180,9 @@ type task struct {
 	creating bool
 	// finished is set once the Job's pod no longer runs.
 	finished bool
+	// leasedAt is when this process took the lease, runningAt when it
+	// first saw the runner run (zero when it did not: a restart).
+	leasedAt, runningAt time.Time
 	// queued is set, with Kueue, while the Job waits for admission (and
 	// while it is made).
 	queued       bool
@@ -428,6 +440,9 @@ func (s *Source) pollLoop(ctx context.Context) error {
 		}
 		polled := time.Now()
 		leases, err := s.opts.Client.Poll(ctx, free, s.opts.MaxConcurrent, running, s.opts.PollWait)
+		if err == nil {
+			s.opts.Recorder.Polled(time.Now())
+		}
 		if err == nil && len(leases) == 0 {
 			// An orchestrator (or a proxy) that answers at once instead of
 			// holding the poll would be polled in a tight loop.
@@ -518,7 +533,7 @@ func (s *Source) take(ctx context.Context, leases []Lease, free int) {
 		}
 		t = &task{
 			id: l.Task.ID, leaseID: l.LeaseID, epoch: l.Epoch, leaseSeconds: l.LeaseSeconds,
-			renewAt: now.Add(renewInterval(l.LeaseSeconds)), creating: true, queued: s.opts.Jobs.Queueing.Kueue, sent: map[EventType]bool{},
+			renewAt: now.Add(renewInterval(l.LeaseSeconds)), creating: true, queued: s.opts.Jobs.Queueing.Kueue, sent: map[EventType]bool{}, leasedAt: now,
 		}
 		s.tasks[t.id] = t
 		fresh = append(fresh, t)
@@ -1035,6 +1050,14 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	}
 	if out.Phase == "" {
 		if out.Running && !s.sent(t, EventRunning) {
+			s.mu.Lock()
+			if t.runningAt.IsZero() {
+				t.runningAt = s.opts.Now()
+				if !t.leasedAt.IsZero() {
+					s.opts.Recorder.Started(t.runningAt.Sub(t.leasedAt))
+				}
+			}
+			s.mu.Unlock()
 			if err := s.send(ctx, t, Event{Type: EventRunning, JobName: j.Name}); err != nil {
 				return reconcile.Result{}, err
 			}
@@ -1193,6 +1216,12 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		}
 	}
 	s.opts.Recorder.Finished(out.Phase, out.Reason)
+	s.mu.Lock()
+	ranFrom := t.runningAt
+	s.mu.Unlock()
+	if !ranFrom.IsZero() {
+		s.opts.Recorder.Ran(out.Phase, s.opts.Now().Sub(ranFrom))
+	}
 	s.log.Info("task finished", "task", t.id, "phase", out.Phase, "reason", out.Reason)
 	s.mu.Lock()
 	s.forgetLocked(t)

@@ -4,6 +4,11 @@
 package metrics
 
 import (
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"math"
+	"os"
 	"regexp"
 	"sync"
 	"time"
@@ -19,6 +24,8 @@ type Recorder struct {
 	reloads    *prometheus.CounterVec
 	denials    *prometheus.CounterVec
 	policyInfo *prometheus.GaugeVec
+
+	reg prometheus.Registerer
 
 	rulesMu sync.Mutex
 	rules   map[string]bool // rule labels in use
@@ -55,7 +62,47 @@ func New(reg prometheus.Registerer) *Recorder {
 		}, []string{"digest"}),
 	}
 	reg.MustRegister(r.admissions, r.latency, r.reloads, r.denials, r.policyInfo)
+	r.reg = reg
 	return r
+}
+
+// WatchCertificate serves the expiry of the serving certificate in the PEM
+// file at path (read at each scrape: rotation replaces the file) as
+// runwarden_webhook_certificate_expiry_timestamp_seconds; NaN while the
+// file cannot be read.
+func (r *Recorder) WatchCertificate(path string) error {
+	return r.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "runwarden_webhook_certificate_expiry_timestamp_seconds",
+		Help: "When the webhook's serving certificate expires (Unix seconds).",
+	}, func() float64 {
+		t, err := notAfter(path)
+		if err != nil {
+			return math.NaN()
+		}
+		return float64(t.Unix())
+	}))
+}
+
+// notAfter is the expiry of the first certificate in a PEM file.
+func notAfter(path string) (time.Time, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return time.Time{}, err
+	}
+	for {
+		var block *pem.Block
+		block, b = pem.Decode(b)
+		if block == nil {
+			return time.Time{}, fmt.Errorf("%s: no certificate", path)
+		}
+		if block.Type == "CERTIFICATE" {
+			c, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("%s: %w", path, err)
+			}
+			return c.NotAfter, nil
+		}
+	}
 }
 
 // Admission records one answered request.

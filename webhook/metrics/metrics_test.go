@@ -1,8 +1,18 @@
 package metrics
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
+	"math"
+	"math/big"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -50,4 +60,50 @@ func denials(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// The serving certificate's expiry is read from its file at each scrape,
+// so a rotated certificate shows at once; NaN while there is none.
+func TestCertificateExpiry(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	r := New(reg)
+	path := filepath.Join(t.TempDir(), "tls.crt")
+	if err := r.WatchCertificate(path); err != nil {
+		t.Fatal(err)
+	}
+	expiry := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "runwarden_webhook_certificate_expiry_timestamp_seconds" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no certificate expiry metric")
+		return 0
+	}
+	if v := expiry(); !math.IsNaN(v) {
+		t.Errorf("expiry %v without a certificate, want NaN", v)
+	}
+	for _, days := range []int{30, 90} {
+		notAfter := time.Now().Add(time.Duration(days) * 24 * time.Hour).Truncate(time.Second)
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now(), NotAfter: notAfter}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if v := expiry(); v != float64(notAfter.Unix()) {
+			t.Errorf("expiry %v, want %d", v, notAfter.Unix())
+		}
+	}
 }
