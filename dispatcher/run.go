@@ -81,6 +81,10 @@ type config struct {
 	// reads it: envFile or files.
 	secretDelivery string
 
+	// keepLogBytes is how much of a finished RunnerTask's log the kube
+	// source keeps in a ConfigMap.
+	keepLogBytes int
+
 	source string
 	orch   orchestratorFlags
 	queue  queueFlags
@@ -127,6 +131,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.StringVar(&c.secretDelivery, "secret-delivery", "envFile", `how the platform delivers resolved secret references, as its configuration's secretDelivery says: "envFile" or "files" (then a cluster without EnvFiles is expected, and the preflight says so at info level)`)
 	fs.IntVar(&c.keepSucceeded, "succeeded-history", 50, "finished Jobs of succeeded tasks kept per namespace")
 	fs.IntVar(&c.keepFailed, "failed-history", 100, "finished Jobs of failed tasks kept per namespace")
+	fs.IntVar(&c.keepLogBytes, "keep-log-bytes", 256*1024, "with --source=kube, how much of the end of a finished task's runner log is kept in a ConfigMap (status.logConfigMap) after its Job is gone; 0 keeps none")
 	fs.DurationVar(&c.unschedulable, "unschedulable-timeout", 5*time.Minute, "fail a task whose pod stays unschedulable this long")
 	fs.StringVar(&envAllow, "env-allow", "", "comma-separated glob patterns of the env variable names a task may set (default: none)")
 	fs.StringVar(&repoAllow, "repo-allow", "", "comma-separated regular expressions a task's repository URL must match one of (default: any)")
@@ -185,6 +190,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	}
 	if c.maxConcurrent < 1 {
 		return c, fmt.Errorf("--max-concurrent %d: must be at least 1", c.maxConcurrent)
+	}
+	if c.keepLogBytes < 0 || c.keepLogBytes > 900*1024 {
+		return c, fmt.Errorf("--keep-log-bytes %d: between 0 and %d (a ConfigMap holds at most 1 MiB)", c.keepLogBytes, 900*1024)
 	}
 	if c.queue.maxQueued < 1 {
 		return c, fmt.Errorf("--max-queued %d: must be at least 1", c.queue.maxQueued)
@@ -498,7 +506,13 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			return err
 		}
 	} else {
+		logs, err := corev1client.NewForConfig(restCfg)
+		if err != nil {
+			return err
+		}
 		r := rwkube.New(rwkube.Options{
+			Logs:                 rwkube.APILogTail{Client: logs},
+			KeepLogBytes:         c.keepLogBytes,
 			Client:               kubeClient(mgr),
 			Jobs:                 jobOpts,
 			MaxConcurrent:        c.maxConcurrent,

@@ -24,12 +24,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
+	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
 	"sigs.k8s.io/e2e-framework/klient/wait/conditions"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 	"sigs.k8s.io/yaml"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/dispatcher/kube"
 	"github.com/runwarden/runwarden/e2e/harness"
 )
 
@@ -260,6 +262,15 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 			logs, err := suite.Kubectl(ctx, cfg, "logs", "-n", ns, "job/"+got.Status.JobName)
 			if err != nil || logs != "hello from the runner\n" {
 				t.Errorf("task ok logs %q, %v", logs, err)
+			}
+			// The log outlives the Job: kept in the ConfigMap the status
+			// names, which the RunnerTask owns.
+			if err := r.Delete(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: got.Status.JobName, Namespace: ns}}, resources.WithDeletePropagation("Background")); err != nil {
+				t.Fatal(err)
+			}
+			kept, err := suite.Kubectl(ctx, cfg, "get", "configmap", "-n", ns, got.Status.LogConfigMap, "-o", "jsonpath={.data.log}")
+			if err != nil || kept != "hello from the runner\n" || got.Status.LogConfigMap != kube.LogConfigMapName(got.Status.JobName) {
+				t.Errorf("task ok's kept log (ConfigMap %q): %q, %v", got.Status.LogConfigMap, kept, err)
 			}
 
 			bad := runnerTask(ns, "exit-3", `echo failing; exit 3`)

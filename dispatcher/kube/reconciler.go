@@ -70,6 +70,12 @@ type Options struct {
 	Recorder Recorder
 	// Workers is how many tasks are reconciled at once. Default: 32.
 	Workers int
+	// Logs reads runner logs, to keep the end of each finished task's in a
+	// ConfigMap (KeepLogBytes). Default: none, no log is kept.
+	Logs LogReader
+	// KeepLogBytes is how much of the end of a finished task's log is kept.
+	// Default (0): none.
+	KeepLogBytes int
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
 }
@@ -642,6 +648,9 @@ func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 			return err
 		}
 		rt.Status.Record = taskRecord(rec)
+		if rt.Status.LogConfigMap, err = r.keepLog(ctx, rt, j.Name, rec.Pod); err != nil {
+			return err
+		}
 	}
 	if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
 		return err

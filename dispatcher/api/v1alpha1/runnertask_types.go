@@ -105,6 +105,11 @@ type RunnerTaskStatus struct {
 	// ExitCode of the runner container, once it has ended.
 	// +optional
 	ExitCode *int32 `json:"exitCode,omitempty"`
+	// LogConfigMap keeps the end of the runner container's log once the
+	// task has ended (key "log"), after its Job and pod are gone; it goes
+	// with the RunnerTask.
+	// +optional
+	LogConfigMap string `json:"logConfigMap,omitempty"`
 	// Record is what the task ran, kept once it has ended: the runner
 	// pod's spec as admitted, the policies, the images the node ran.
 	// +optional
