@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -84,6 +85,8 @@ type config struct {
 	// keepLogBytes is how much of a finished RunnerTask's log the kube
 	// source keeps in a ConfigMap.
 	keepLogBytes int
+	// templateObject is --pod-template-object, NAMESPACE/NAME.
+	templateObject string
 
 	source string
 	orch   orchestratorFlags
@@ -121,6 +124,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.id, "dispatcher-id", "", "this dispatcher's name on its Jobs (default $POD_NAME, then the host name); keep it stable: a dispatcher carries on only with Jobs of its own ID")
 	fs.StringVar(&c.template, "pod-template", "", "the platform's runner pod template (a PodTemplateSpec, YAML); it must have a container named main")
+	fs.StringVar(&c.templateObject, "pod-template-object", "", "instead of --pod-template: a PodTemplate object, NAMESPACE/NAME, read from the API server and watched: an edit takes effect for the next task, and one that is not a valid runner template is refused (logged, counted), the last good one staying in force")
 	fs.IntVar(&c.maxConcurrent, "max-concurrent", 10, "tasks running at once; more wait")
 	fs.DurationVar(&c.deadline, "default-deadline", time.Hour, "activeDeadlineSeconds of tasks that set none")
 	fs.DurationVar(&c.ttl, "job-ttl", 24*time.Hour, "ttlSecondsAfterFinished of the Jobs, set once the outcome is recorded")
@@ -190,6 +194,14 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	}
 	if c.maxConcurrent < 1 {
 		return c, fmt.Errorf("--max-concurrent %d: must be at least 1", c.maxConcurrent)
+	}
+	if c.templateObject != "" {
+		if c.template != "" {
+			return c, errors.New("--pod-template and --pod-template-object: give one")
+		}
+		if _, _, err := parseObjectRef(c.templateObject); err != nil {
+			return c, fmt.Errorf("--pod-template-object %w", err)
+		}
 	}
 	if c.keepLogBytes < 0 || c.keepLogBytes > 900*1024 {
 		return c, fmt.Errorf("--keep-log-bytes %d: between 0 and %d (a ConfigMap holds at most 1 MiB)", c.keepLogBytes, 900*1024)
@@ -381,11 +393,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// loadTemplateObject reads --pod-template-object, if given.
+func loadTemplateObject(ctx context.Context, c config, restCfg *rest.Config) (*templateStore, error) {
+	if c.templateObject == "" {
+		return nil, nil
+	}
+	ns, name, err := parseObjectRef(c.templateObject)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &templateStore{namespace: ns, name: name, client: cs, log: logr.FromContextOrDiscard(ctx)}
+	if err := s.load(ctx, cs); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // testRunner runs --test-runner's one runner Job.
 func testRunner(ctx context.Context, c config, tmpl corev1.PodTemplateSpec, stdout io.Writer) error {
 	restCfg, err := kube.RestConfig(c.kubeconfig)
 	if err != nil {
 		return err
+	}
+	if templates, err := loadTemplateObject(ctx, c, restCfg); err != nil {
+		return err
+	} else if templates != nil {
+		tmpl = templates.Current()
 	}
 	cl, err := client.New(restCfg, client.Options{})
 	if err != nil {
@@ -428,6 +465,10 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	if c.namespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{c.namespace: {}}
 	}
+	templates, err := loadTemplateObject(ctx, c, restCfg)
+	if err != nil {
+		return err
+	}
 	jobOpts := job.Options{
 		DispatcherID: c.id, Template: tmpl,
 		DefaultDeadline:         int64(c.deadline.Seconds()),
@@ -438,6 +479,9 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			Kueue: c.queue.kueue, DefaultQueue: c.queue.defaultQueue,
 			DefaultPriorityClass: c.queue.defaultPriorityClass, Priorities: c.queue.priorities,
 		},
+	}
+	if templates != nil {
+		jobOpts.Templates = templates.Current
 	}
 	logger := logr.FromContextOrDiscard(ctx)
 	switch {
@@ -490,6 +534,12 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	}
 	recorder := metrics.New(nil, c.maxConcurrent)
 	recorder.Leading(!c.leader.elect)
+	if templates != nil {
+		// Every replica follows the template, so a new leader starts with
+		// the one in force.
+		templates.rec = recorder
+		go templates.watch(ctx, templates.client)
+	}
 	if c.leader.elect {
 		logger.Info("standing by until this replica leads", "lease", c.leader.namespace+"/runwarden-dispatcher-"+c.id)
 		go func() {

@@ -10,7 +10,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -66,6 +68,32 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 				"--set", "images.tag=" + tagOf("webhook"), "--set", "images.runnerTag=" + tagOf("runner"),
 			}
 			release := "rw-" + ns[len(ns)-6:]
+			// The helm v4 install's overlay: kustomize/labels' changes, and
+			// for runner pods (the chart's PodTemplate) the runner image's
+			// tag (the chart is given one the node does not hold: only the
+			// rewrite lets a runner start) and a toleration.
+			overlay := t.TempDir()
+			labels, err := os.ReadFile(filepath.Join(suite.RepoRoot, "kustomize", "labels", "kustomization.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			runnerImage, err := suite.ImageRef(ctx, "runner")
+			if err != nil {
+				t.Fatal(err)
+			}
+			kustomization := string(labels) + fmt.Sprintf(`images:
+- name: %s
+  newTag: %s
+patches:
+- target: {kind: PodTemplate}
+  patch: |
+    - op: add
+      path: /template/spec/tolerations
+      value: [{key: example.com/overlay, operator: Exists, effect: NoSchedule}]
+`, runnerImage[:strings.LastIndex(runnerImage, ":")], tagOf("runner"))
+			if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+				t.Fatal(err)
+			}
 
 			// The API server accepts every object (server-side dry run, Helm v3).
 			h3 := newHelm(t, cfg, "helm3")
@@ -77,7 +105,8 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			h4.plugins = plugins
 			args := append([]string{"install", release, chart, "-n", ns, "--wait", "--timeout", "3m",
 				"--post-renderer", "runwarden-postrender", "--post-renderer-args", "--kustomize",
-				"--post-renderer-args", filepath.Join(suite.RepoRoot, "kustomize", "labels")}, values...)
+				"--post-renderer-args", overlay}, values...)
+			args = append(args, "--set", "images.runnerTag=only-the-overlay-knows")
 			// The runner container's proxy and extra CA.
 			args = append(args, "--set", `runner.proxy.noProxy=.svc\,.cluster.local`, "--set", "runner.caBundle.configMap=corporate-ca")
 			t.Cleanup(func() {
@@ -177,6 +206,10 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 			if envOf(&p)["AWS_ROLE_ARN"] != "arn:aws:iam::111122223333:role/demo-runner" || p.Annotations["karpenter.sh/do-not-disrupt"] != "true" {
 				t.Errorf("runner pod not shaped by the chart's webhook: env %v, annotations %v", envOf(&p), p.Annotations)
 			}
+			// The overlay reached the runner pod through the PodTemplate.
+			if p.Spec.Containers[0].Image != runnerImage || !slices.ContainsFunc(p.Spec.Tolerations, func(tl corev1.Toleration) bool { return tl.Key == "example.com/overlay" }) {
+				t.Errorf("runner pod image %q, tolerations %+v; want the overlay's %q and its toleration", p.Spec.Containers[0].Image, p.Spec.Tolerations, runnerImage)
+			}
 			// The task's record: what ran, kept in its status.
 			rec := rt.Status.Record
 			switch {
@@ -228,6 +261,58 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 			if jobs := jobsFor(ctx, t, cfg, runners, runners+"/"+across.Name+"/"+string(across.UID)); len(jobs) != 1 {
 				t.Errorf("task across-restart has %d Jobs, want 1", len(jobs))
 			}
+
+			// The PodTemplate edited in place: the next task runs with it, no
+			// restart. An edit that is no runner template is refused and the
+			// last good one stays.
+			template := release + "-runwarden-runner"
+			edit := func(patch string) {
+				t.Helper()
+				if out, err := suite.Kubectl(ctx, cfg, "patch", "podtemplate", "-n", ns, template, "--type", "json", "-p", patch); err != nil {
+					t.Fatalf("editing the PodTemplate: %v\n%s", err, out)
+				}
+			}
+			edit(`[{"op": "add", "path": "/template/spec/containers/0/env", "value": [{"name": "GREETING", "value": "edited"}]}]`)
+			runEcho := func(name string) string {
+				t.Helper()
+				// The watch takes the edit within moments; a task made
+				// before it would run the old template.
+				time.Sleep(2 * time.Second)
+				task := runnerTask(runners, name, `echo "$GREETING"`)
+				task.Spec.Env = nil
+				if err := r.Create(ctx, task); err != nil {
+					t.Fatal(err)
+				}
+				done := conditions.New(r).ResourceMatch(task, func(o k8s.Object) bool {
+					return terminalPhase(o.(*v1alpha1.RunnerTask).Status.Phase)
+				})
+				if err := harness.WaitFor(ctx, "RunnerTask "+name+" to finish", 2*time.Minute, done); err != nil {
+					t.Fatal(err)
+				}
+				if err := r.Get(ctx, task.Name, runners, task); err != nil {
+					t.Fatal(err)
+				}
+				if task.Status.LogConfigMap == "" {
+					t.Fatalf("task %s: %+v", name, task.Status)
+				}
+				out, err := suite.Kubectl(ctx, cfg, "get", "configmap", "-n", runners, task.Status.LogConfigMap, "-o", "jsonpath={.data.log}")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return strings.TrimSpace(out)
+			}
+			if got := runEcho("after-edit"); got != "edited" {
+				t.Errorf("a task after the PodTemplate's edit printed %q, want the edited template's %q", got, "edited")
+			}
+			edit(`[{"op": "replace", "path": "/template/spec/containers/0/name", "value": "not-main"}]`)
+			if got := runEcho("after-broken-edit"); got != "edited" {
+				t.Errorf("a task after a broken edit printed %q, want the last good template's %q", got, "edited")
+			}
+			logs, err = suite.Kubectl(ctx, cfg, "logs", "-n", ns, "-l", "app.kubernetes.io/instance="+release+",app.kubernetes.io/component=dispatcher", "--tail", "-1")
+			if err != nil || !strings.Contains(logs, "not a valid runner template; the last good one stays in force") {
+				t.Errorf("the dispatchers' logs do not name the refused edit (%v)", err)
+			}
+			edit(`[{"op": "replace", "path": "/template/spec/containers/0/name", "value": "main"}]`)
 
 			// The same chart, another release, with Helm v3 and the post-renderer binary.
 			bin, _ := buildPostrender(ctx, t)

@@ -130,6 +130,9 @@ type Options struct {
 	// Queueing says how tasks wait for a slot: through Kueue, or the
 	// dispatcher's own slots. Default: the dispatcher's own.
 	Queueing Queueing
+	// Templates, when set, gives the template in force at each Build (a
+	// watched PodTemplate object), instead of Template.
+	Templates func() corev1.PodTemplateSpec
 }
 
 func (o *Options) setDefaults() {
@@ -204,6 +207,9 @@ func taskLabel(id string) string {
 // the Secret they go into (named after the Job; the caller makes the Job
 // its owner once the Job exists).
 func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
+	if o.Templates != nil {
+		o.Template = o.Templates()
+	}
 	o.setDefaults()
 	if t.ID == "" || t.Namespace == "" {
 		return nil, nil, fmt.Errorf("%w: a task needs an ID and a namespace", ErrInvalidTask)

@@ -23,6 +23,7 @@ type Recorder struct {
 	wait     prometheus.Histogram
 	duration *prometheus.HistogramVec
 	polled   prometheus.Gauge
+	reloads  *prometheus.CounterVec
 }
 
 // Buckets of the task histograms: a task waits from a second to an hour,
@@ -86,8 +87,12 @@ func New(reg prometheus.Registerer, capacity int) *Recorder {
 		Name: "runwarden_dispatcher_last_poll_success_timestamp_seconds",
 		Help: "When the orchestrator last answered a poll (Unix seconds); 0 before the first, and for the kube source.",
 	})
+	r.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "runwarden_dispatcher_template_reloads_total",
+		Help: "Changes of the watched PodTemplate (--pod-template-object) by result: success, or failure (not a valid runner template, or deleted; the last good one stays in force).",
+	}, []string{"result"})
 	r.capacity.Set(float64(capacity))
-	reg.MustRegister(r.created, r.finished, r.running, r.capacity, r.leased, r.renewals, r.errors, r.leader, r.wait, r.duration, r.polled)
+	reg.MustRegister(r.created, r.finished, r.running, r.capacity, r.leased, r.renewals, r.errors, r.leader, r.wait, r.duration, r.polled, r.reloads)
 	return r
 }
 
@@ -129,3 +134,6 @@ func (r *Recorder) RenewFailed() { r.renewals.Inc() }
 // SourceError counts a failed request to the task source; op is one of
 // poll, renew, report and log.
 func (r *Recorder) SourceError(op string) { r.errors.WithLabelValues(op).Inc() }
+
+// TemplateReload counts a change of the watched pod template by result.
+func (r *Recorder) TemplateReload(result string) { r.reloads.WithLabelValues(result).Inc() }
