@@ -55,6 +55,7 @@ func (s *templateStore) load(ctx context.Context, cs kubernetes.Interface) error
 	if err != nil {
 		return fmt.Errorf("reading the pod template %s/%s: %w", s.namespace, s.name, err)
 	}
+	runnerTemplate(pt)
 	if err := job.ValidateTemplate(pt.Template); err != nil {
 		return fmt.Errorf("pod template %s/%s: %w", s.namespace, s.name, err)
 	}
@@ -91,6 +92,8 @@ func (s *templateStore) update(pt *corev1.PodTemplate) {
 	}
 	v := pt.ResourceVersion
 	s.version.Store(&v)
+	pt = pt.DeepCopy()
+	runnerTemplate(pt)
 	if err := job.ValidateTemplate(pt.Template); err != nil {
 		s.log.Error(err, "the pod template was changed into one that is not a valid runner template; the last good one stays in force", "podTemplate", s.namespace+"/"+s.name, "resourceVersion", v)
 		s.rec.TemplateReload("failure")
@@ -100,4 +103,11 @@ func (s *templateStore) update(pt *corev1.PodTemplate) {
 	s.current.Store(&t)
 	s.log.Info("pod template updated; the next task's Job uses it", "podTemplate", s.namespace+"/"+s.name, "resourceVersion", v)
 	s.rec.TemplateReload("success")
+}
+
+// runnerTemplate clears what the API server defaults in every PodTemplate
+// and the Job builder sets anyway: restartPolicy (Always there; runner pods
+// never restart, Build makes it Never).
+func runnerTemplate(pt *corev1.PodTemplate) {
+	pt.Template.Spec.RestartPolicy = ""
 }

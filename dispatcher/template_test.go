@@ -24,8 +24,11 @@ func TestTemplateStoreKeepsTheLastGood(t *testing.T) {
 			RestartPolicy: restart, Containers: []corev1.Container{{Name: "main", Image: image}},
 		}}}
 	}
-	s.update(pt("1", "runner:1", ""))
-	s.update(pt("2", "runner:2", corev1.RestartPolicyAlways))
+	// The API server defaults restartPolicy to Always in a PodTemplate.
+	s.update(pt("1", "runner:1", corev1.RestartPolicyAlways))
+	broken := pt("2", "runner:2", "")
+	broken.Template.Spec.Containers[0].Name = "not-main"
+	s.update(broken)
 	if got := s.Current().Spec.Containers[0].Image; got != "runner:1" {
 		t.Fatalf("after a broken edit the template in force has %q, want the last good runner:1", got)
 	}
