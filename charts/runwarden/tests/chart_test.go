@@ -703,6 +703,13 @@ func TestServiceAccountRights(t *testing.T) {
 	if clusterWide["rw-runwarden-dispatcher"] {
 		t.Error("the dispatcher is bound to a ClusterRole")
 	}
+	// The runner pod template: the dispatcher reads its own by name, and
+	// writes no PodTemplate.
+	for _, r := range rules["rw-runwarden-dispatcher"] {
+		if slices.Contains(r.Resources, "podtemplates") && (!slices.Equal(r.Verbs, []string{"get", "list", "watch"}) || !slices.Equal(r.ResourceNames, []string{"rw-runwarden-runner"})) {
+			t.Errorf("the dispatcher may %v podtemplates %v; want get, list and watch on rw-runwarden-runner alone", r.Verbs, r.ResourceNames)
+		}
+	}
 	for _, r := range rules["rw-runwarden-webhook"] {
 		for _, v := range r.Verbs {
 			if v == "get" || v == "list" || v == "watch" {
