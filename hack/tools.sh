@@ -33,8 +33,10 @@ OPENTOFU_VERSION=v1.12.6
 COREDNS_VERSION=v1.15.0
 VAULT_VERSION=v1.19.0 # also in hack/tools/vault/go.mod
 KUEUE_VERSION=v0.15.0
+# Prometheus v3.x: its Go module numbers v3.N.M as v0.3NN.M.
+PROMETHEUS_VERSION=v0.316.0
 
-all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns vault kueue)
+all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns vault kueue promtool)
 
 # folder prints the cache folder of one tool.
 folder() {
@@ -53,6 +55,7 @@ folder() {
 	coredns) echo "$tools_dir/coredns-$COREDNS_VERSION" ;;
 	vault) echo "$tools_dir/vault-$VAULT_VERSION" ;;
 	kueue) echo "$tools_dir/kueue-$KUEUE_VERSION" ;;
+	promtool) echo "$tools_dir/promtool-$PROMETHEUS_VERSION" ;;
 	*)
 		echo "hack/tools.sh: unknown tool \"$1\"; known tools: ${all_tools[*]}" >&2
 		return 2
@@ -139,6 +142,9 @@ recipe() {
 		cp "$mod"/config/components/crd/bases/*.yaml "$out/crds/"
 		# The module cache is read-only; the copies need not be.
 		chmod u+w "$out"/crds/*.yaml
+		;;
+	promtool)
+		install_mod "$out" "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
 		;;
 	esac
 }
