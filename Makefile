@@ -9,6 +9,7 @@ tool = $(shell hack/tools.sh path $(1))
 KUBE_BIN := $(call tool,kubernetes)
 GOLANGCI_LINT := $(call tool,golangci-lint)/golangci-lint
 OPA := $(call tool,opa)/opa
+PROMTOOL := $(call tool,promtool)/promtool
 
 BIN_DIR := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -44,7 +45,7 @@ build: ## Build the runwarden binaries into bin/.
 test: tools verify lint unit e2e ## Run every check and test, e2e included (what CI runs).
 
 .PHONY: unit
-unit: policy-test ## Run the unit tests and the policy tests (the postrender tests compare with the pinned kustomize CLI).
+unit: policy-test monitoring-test ## Run the unit tests, the policy tests and the alert rule tests (the postrender tests compare with the pinned kustomize CLI).
 	hack/tools.sh kustomize helm3 helm4
 	$(GO) test -count=1 ./...
 
@@ -54,6 +55,12 @@ policy-test: ## Run the Rego tests of policies/ with opa, failing below 90% cove
 	@mkdir -p $(BIN_DIR)
 	$(OPA) test --coverage --threshold 90 policies/ > bin/policy-coverage.json || { $(OPA) test -v policies/; exit 1; }
 	$(OPA) test policies/
+
+.PHONY: monitoring-test
+monitoring-test: ## Check the chart's alert rules (charts/runwarden/monitoring) and run their unit tests with promtool.
+	hack/tools.sh promtool
+	$(PROMTOOL) check rules --lint=all --lint-fatal charts/runwarden/monitoring/rules.yaml
+	$(PROMTOOL) test rules charts/runwarden/monitoring/rules_test.yaml
 
 .PHONY: e2e
 e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default local).
