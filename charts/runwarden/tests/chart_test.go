@@ -94,6 +94,10 @@ func TestGolden(t *testing.T) {
 		"kueue": {"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.defaultQueue=runners", "--set", "queueing.kueue.maxQueued=50",
 			"--set", "queueing.defaultPriorityClass=routine", "--set", "queueing.kueue.examples.enabled=true", "--set", "queueing.kueue.examples.cohort=platform",
 			"--set", "queueing.kueue.examples.priorityClasses.urgent=1000", "--set", "queueing.kueue.examples.priorityClasses.routine=100"},
+		// The PodMonitor, the PrometheusRule and the dashboard.
+		"monitoring": {"--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.podMonitor.interval=30s",
+			"--set", "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboards.enabled=true",
+			"--set", "monitoring.labels.release=kube-prometheus-stack", "--set", "monitoring.dashboards.annotations.grafana_folder=runwarden"},
 	}
 	for name, args := range sets {
 		t.Run(name, func(t *testing.T) {
@@ -186,6 +190,9 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "priority that is not a whole number", args: []string{"--set", "queueing.priorityClasses.urgent=high"}, want: "/queueing/priorityClasses/urgent"},
 		{name: "priority class name unfit for an object", args: []string{"--set", "queueing.priorityClasses.Urgent=1"}, want: "'Urgent' does not match pattern"},
 		{name: "default queue unfit for an object", args: []string{"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.defaultQueue=Team_A"}, want: "/queueing/kueue/defaultQueue"},
+		{name: "scrape interval not a duration", args: []string{"--set", "monitoring.podMonitor.interval=often"}, want: "/monitoring/podMonitor/interval"},
+		{name: "service monitor", args: []string{"--set", "monitoring.serviceMonitor.enabled=true"}, want: "'serviceMonitor' not allowed"},
+		{name: "dashboard namespace unfit", args: []string{"--set", "monitoring.dashboards.namespace=Grafana"}, want: "/monitoring/dashboards/namespace"},
 		{name: "example memory quota not a quantity", args: []string{"--set", "queueing.kueue.examples.memory=lots"}, want: "/queueing/kueue/examples/memory"},
 	}
 	for _, tt := range tests {
@@ -610,7 +617,7 @@ func TestNotesWarnOfUnpublishedImages(t *testing.T) {
 func TestNamespacesRenderAsStrings(t *testing.T) {
 	t.Parallel()
 	out, err := run(t, helm(t, "helm3"), "template", "rw", chart, "--namespace", "123", "--set", "runnerNamespace=on",
-		"--set", "runner.stateVolume.enabled=true")
+		"--set", "runner.stateVolume.enabled=true", "--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.dashboards.enabled=true")
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
@@ -627,7 +634,7 @@ func TestNamespacesRenderAsStrings(t *testing.T) {
 					if _, ok := e.(string); !ok {
 						t.Errorf("%s %s is %T %v, not a string", kind, p, e, e)
 					}
-				case k == "resourceNames" || (k == "values" && strings.Contains(path, "namespaceSelector")):
+				case k == "resourceNames" || k == "matchNames" || (k == "values" && strings.Contains(path, "namespaceSelector")):
 					for _, n := range e.([]any) {
 						checked++
 						if _, ok := n.(string); !ok {
@@ -654,8 +661,8 @@ func TestNamespacesRenderAsStrings(t *testing.T) {
 		kind, _ := m["kind"].(string)
 		walk(kind, "", m)
 	}
-	if checked < 20 {
-		t.Errorf("checked %d namespace values, want 20 at least", checked)
+	if checked < 22 {
+		t.Errorf("checked %d namespace values, want 22 at least", checked)
 	}
 }
 
