@@ -429,11 +429,16 @@ func TestMonitoringUsesRegisteredMetrics(t *testing.T) {
 
 // TestAlertsAreComplete checks what every alert carries: a severity the
 // routing knows, a summary and a description, a for: that rides out a
-// scrape or two, and unit tests in rules_test.yaml.
+// scrape or two, unit tests in rules_test.yaml, and its entry in
+// docs/operations.md.
 func TestAlertsAreComplete(t *testing.T) {
 	t.Parallel()
 	r := readRules(t)
 	unitTests, err := os.ReadFile("../monitoring/rules_test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := os.ReadFile("../../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,6 +461,9 @@ func TestAlertsAreComplete(t *testing.T) {
 			// One test that fires it, one at least that does not.
 			if n := strings.Count(string(unitTests), "alertname: "+rule.Alert+"\n"); n < 2 {
 				t.Errorf("%s: %d evaluations in rules_test.yaml, want 2 at least", rule.Alert, n)
+			}
+			if !strings.Contains(string(docs), "`"+rule.Alert+"`") {
+				t.Errorf("%s: not described in docs/operations.md", rule.Alert)
 			}
 		}
 	}
