@@ -323,6 +323,7 @@ func registered(t *testing.T) map[string]string {
 	d.Finished("Failed", "NonZeroExit")
 	d.SourceError("poll")
 	d.Ran("Succeeded", time.Minute)
+	d.TemplateReload("failure")
 	wreg := prometheus.NewRegistry()
 	w := webhookmetrics.New(wreg)
 	if err := w.WatchCertificate(filepath.Join(t.TempDir(), "tls.crt")); err != nil {
@@ -373,8 +374,8 @@ func used(exprs []string, known map[string]string) (names map[string]bool, unkno
 func TestMonitoringUsesRegisteredMetrics(t *testing.T) {
 	t.Parallel()
 	known := registered(t)
-	if len(known) != 17 {
-		t.Errorf("%d metrics registered, want the 11 of the dispatcher and the 6 of the webhook: %v", len(known), known)
+	if len(known) != 18 {
+		t.Errorf("%d metrics registered, want the 12 of the dispatcher and the 6 of the webhook: %v", len(known), known)
 	}
 
 	d := readDashboard(t)
