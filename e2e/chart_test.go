@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
+	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
 	"sigs.k8s.io/e2e-framework/klient/wait/conditions"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
@@ -360,6 +362,43 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 			if refused.Status.Reason != "AdmissionRejected" || !strings.Contains(refused.Status.Message, "allowed-registries") {
 				t.Errorf("refused task: %+v", refused.Status)
 			}
+			// Every metric the chart's dashboard and alerts name is served
+			// by the release's pods (read from their /metrics through the
+			// API server's proxy), now that tasks ran, one was refused and
+			// the template was edited.
+			served := map[string]bool{}
+			var podList corev1.PodList
+			if err := cfg.Client().Resources(ns).List(ctx, &podList, resources.WithLabelSelector("app.kubernetes.io/instance="+release)); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range podList.Items {
+				if p.Status.Phase != corev1.PodRunning {
+					continue
+				}
+				out, err := suite.Kubectl(ctx, cfg, "get", "--raw", "/api/v1/namespaces/"+ns+"/pods/"+p.Name+":8080/proxy/metrics")
+				if err != nil {
+					t.Errorf("metrics of pod %s: %v", p.Name, err)
+					continue
+				}
+				for _, line := range strings.Split(out, "\n") {
+					if name, ok := strings.CutPrefix(line, "# HELP "); ok {
+						served[strings.Fields(name)[0]] = true
+					}
+				}
+			}
+			for _, file := range []string{"dashboard.json", "rules.yaml"} {
+				b, err := os.ReadFile(filepath.Join(suite.RepoRoot, "charts", "runwarden", "monitoring", file))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, name := range regexp.MustCompile(`runwarden_[a-z_]+`).FindAllString(string(b), -1) {
+					base := regexp.MustCompile(`_(bucket|sum|count)$`).ReplaceAllString(name, "")
+					if !served[name] && !served[base] {
+						t.Errorf("%s names %s, which no pod of the release serves", file, name)
+					}
+				}
+			}
+
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

@@ -85,7 +85,12 @@ func TestFirstPolicyLoadIsNotAReload(t *testing.T) {
 			got[series] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
-	want := map[string]float64{"runwarden_webhook_policy_info{digest=" + store.Current().Digest + "}": 1}
+	// The reload series exist from the start, at 0: the first load is not one.
+	want := map[string]float64{
+		"runwarden_webhook_policy_info{digest=" + store.Current().Digest + "}": 1,
+		"runwarden_webhook_policy_reloads_total{result=failure}":               0,
+		"runwarden_webhook_policy_reloads_total{result=success}":               0,
+	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("policy metrics after the first load (-want +got):\n%s", diff)
 	}

@@ -91,6 +91,14 @@ func New(reg prometheus.Registerer, capacity int) *Recorder {
 		Name: "runwarden_dispatcher_template_reloads_total",
 		Help: "Changes of the watched PodTemplate (--pod-template-object) by result: success, or failure (not a valid runner template, or deleted; the last good one stays in force).",
 	}, []string{"result"})
+	// The series of every known label value exist from the start, at 0, so
+	// rates and alerts see their first increase.
+	for _, op := range []string{"poll", "renew", "report", "log"} {
+		r.errors.WithLabelValues(op)
+	}
+	for _, result := range []string{"success", "failure"} {
+		r.reloads.WithLabelValues(result)
+	}
 	r.capacity.Set(float64(capacity))
 	reg.MustRegister(r.created, r.finished, r.running, r.capacity, r.leased, r.renewals, r.errors, r.leader, r.wait, r.duration, r.polled, r.reloads)
 	return r

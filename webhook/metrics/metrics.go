@@ -61,6 +61,14 @@ func New(reg prometheus.Registerer) *Recorder {
 			Help: "The policy set in force: 1 for its digest.",
 		}, []string{"digest"}),
 	}
+	// The series of every known label value exist from the start, at 0, so
+	// rates and alerts see their first increase.
+	for _, result := range []string{"success", "failure"} {
+		r.reloads.WithLabelValues(result)
+	}
+	for _, result := range []string{"mutated", "allowed", "denied", "skipped", "error"} {
+		r.admissions.WithLabelValues(result)
+	}
 	reg.MustRegister(r.admissions, r.latency, r.reloads, r.denials, r.policyInfo)
 	r.reg = reg
 	return r
