@@ -220,7 +220,8 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 			case !strings.HasPrefix(rec.SpecDigest, "sha256:") || rec.SpecDigest != p.Annotations["runwarden.dev/spec-digest"] ||
 				rec.ShortSpecDigest != strings.TrimPrefix(rec.SpecDigest, "sha256:")[:12]:
 				t.Errorf("record spec digest %q (short %q), pod's %q", rec.SpecDigest, rec.ShortSpecDigest, p.Annotations["runwarden.dev/spec-digest"])
-			case rec.PolicyDigest == "" || !strings.HasPrefix(rec.TemplateDigest, "sha256:") || rec.Node != "rw-real-0" || rec.Pod != p.Name:
+			case rec.PolicyDigest == "" || !strings.HasPrefix(rec.TemplateDigest, "sha256:") || rec.Node != "rw-real-0" || rec.Pod != p.Name ||
+				rec.StartedAt == nil || rec.FinishedAt == nil || rec.FinishedAt.Before(rec.StartedAt):
 				t.Errorf("record %+v, want the policy and template digests, the real node and the pod", rec)
 			case !slices.Contains(rec.Mutations, "env AWS_ROLE_ARN") || len(rec.Images) == 0 ||
 				slices.ContainsFunc(rec.Images, func(i v1alpha1.ImageRecord) bool { return !strings.Contains(i.ImageID, "sha256:") }):

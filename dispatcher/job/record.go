@@ -10,6 +10,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -49,6 +50,10 @@ type Record struct {
 	// Node ran the pod; Pod is its name.
 	Node string `json:"node,omitempty"`
 	Pod  string `json:"pod,omitempty"`
+	// StartedAt and FinishedAt are when the runner container started and
+	// ended, as the kubelet reported them.
+	StartedAt  *metav1.Time `json:"startedAt,omitempty"`
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 }
 
 // ImageRecord is one container's image: the reference the pod named, and
@@ -98,6 +103,15 @@ func ReadRecord(ctx context.Context, c client.Reader, j *batchv1.Job) (*Record, 
 	}
 	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
 		rec.Images = append(rec.Images, ImageRecord{Container: s.Name, Image: s.Image, ImageID: s.ImageID})
+		if s.Name != RunnerContainer {
+			continue
+		}
+		switch {
+		case s.State.Terminated != nil:
+			rec.StartedAt, rec.FinishedAt = timePtr(s.State.Terminated.StartedAt), timePtr(s.State.Terminated.FinishedAt)
+		case s.State.Running != nil:
+			rec.StartedAt = timePtr(s.State.Running.StartedAt)
+		}
 	}
 	return rec, nil
 }
@@ -110,4 +124,11 @@ func Short(digest string) string {
 		return d[:12]
 	}
 	return d
+}
+
+func timePtr(t metav1.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

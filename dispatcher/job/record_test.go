@@ -20,14 +20,16 @@ func TestReadRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	started, finished := metav1.NewTime(time.Unix(1_700_000_100, 0)), metav1.NewTime(time.Unix(1_700_000_160, 0))
 	pod := func(name string, age time.Duration, node string) *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.Namespace, Labels: map[string]string{batchv1.JobNameLabel: j.Name},
 				CreationTimestamp: metav1.NewTime(time.Unix(1_700_000_000, 0).Add(-age)),
 				Annotations: map[string]string{podAnnotationSpecDigest: "sha256:" + node, podAnnotationPolicyDigest: "p1",
 					podAnnotationMutations: "env A, volume v", podAnnotationWarnings: "w1; w2"}},
-			Spec:   corev1.PodSpec{NodeName: node},
-			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "main", Image: "runner:1", ImageID: "runner@sha256:1"}}},
+			Spec: corev1.PodSpec{NodeName: node},
+			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "main", Image: "runner:1", ImageID: "runner@sha256:1",
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{StartedAt: started, FinishedAt: finished}}}}},
 		}
 	}
 	c := fake.NewClientBuilder().WithObjects(pod("old", time.Hour, "n-old"), pod("new", 0, "n-new")).Build()
@@ -37,7 +39,8 @@ func TestReadRecord(t *testing.T) {
 	}
 	want := &Record{SpecDigest: "sha256:n-new", PolicyDigest: "p1", TemplateDigest: templateDigest(options(t).Template),
 		Mutations: []string{"env A", "volume v"}, Warnings: []string{"w1", "w2"},
-		Images: []ImageRecord{{Container: "main", Image: "runner:1", ImageID: "runner@sha256:1"}}, Node: "n-new", Pod: "new"}
+		Images: []ImageRecord{{Container: "main", Image: "runner:1", ImageID: "runner@sha256:1"}}, Node: "n-new", Pod: "new",
+		StartedAt: &started, FinishedAt: &finished}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("record (-want +got):\n%s", diff)
 	}

@@ -711,6 +711,7 @@ func taskRecord(rec *job.Record) *v1alpha1.TaskRecord {
 	tr := &v1alpha1.TaskRecord{
 		SpecDigest: rec.SpecDigest, ShortSpecDigest: job.Short(rec.SpecDigest), PolicyDigest: rec.PolicyDigest,
 		TemplateDigest: rec.TemplateDigest, Mutations: rec.Mutations, Warnings: rec.Warnings, Node: rec.Node, Pod: rec.Pod,
+		StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
 	}
 	for _, i := range rec.Images {
 		tr.Images = append(tr.Images, v1alpha1.ImageRecord{Container: i.Container, Image: i.Image, ImageID: i.ImageID})

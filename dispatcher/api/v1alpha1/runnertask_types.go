@@ -150,6 +150,12 @@ type TaskRecord struct {
 	// Pod is the runner pod's name.
 	// +optional
 	Pod string `json:"pod,omitempty"`
+	// StartedAt and FinishedAt are when the runner container started and
+	// ended, as the kubelet reported them.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 }
 
 // ImageRecord is one container's image.
