@@ -221,13 +221,15 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	if len(pod.Spec.InitContainers) != len(before.Spec.InitContainers) {
 		mutations = append(mutations, "secret references resolved in the pod")
 	}
-	if runner && req.Operation == admissionv1.Create && (len(Patch(before, pod)) > 0 || pod.Annotations[AnnotationSpecDigest] != SpecDigest(pod.Spec)) {
-		// Called again (another webhook changed the pod since), the
-		// record keeps what the first pass changed.
+	// The record is written when the spec differs from the one recorded:
+	// always on the first pass; on a second (reinvocation) only if another
+	// webhook changed the spec since. Called again, the record keeps what
+	// the first pass changed.
+	if digest := SpecDigest(pod.Spec); runner && req.Operation == admissionv1.Create && pod.Annotations[AnnotationSpecDigest] != digest {
 		if prev := pod.Annotations[AnnotationMutations]; prev != "" {
 			mutations = union(strings.Split(prev, ", "), mutations)
 		}
-		record(pod, set.Digest, mutations, d.Warnings)
+		record(pod, digest, set.Digest, mutations, d.Warnings)
 		// One line per runner pod admitted: the record, as the pod keeps it.
 		logger.Info("runner pod admitted", "pod", pod.GenerateName, "job", jobOf(pod), "policies", set.Digest,
 			"spec", pod.Annotations[AnnotationSpecDigest], "mutations", mutations, "warnings", d.Warnings)

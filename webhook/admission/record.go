@@ -93,12 +93,13 @@ func MutationNames(m policy.Mutations) []string {
 }
 
 // record writes the webhook's record of a shaped runner pod into its
-// annotations; the spec digest is of the spec as it leaves the webhook.
-func record(pod *corev1.Pod, policyDigest string, mutations, warnings []string) {
+// annotations: specDigest is the SpecDigest of the spec as it leaves the
+// webhook.
+func record(pod *corev1.Pod, specDigest, policyDigest string, mutations, warnings []string) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[AnnotationSpecDigest] = SpecDigest(pod.Spec)
+	pod.Annotations[AnnotationSpecDigest] = specDigest
 	pod.Annotations[AnnotationPolicyDigest] = policyDigest
 	pod.Annotations[AnnotationMutations] = bounded(strings.Join(mutations, ", "))
 	if len(warnings) > 0 {
