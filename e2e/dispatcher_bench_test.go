@@ -49,15 +49,7 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 	installCRD(ctx, b, cfg)
 	// The raw loop gets the same client limits as the dispatcher (--kube-api-qps
 	// 1000 below), so the comparison is of the work each does per Job.
-	rc := rest.CopyConfig(cfg.Client().RESTConfig())
-	rc.QPS, rc.Burst = 1000, 2000
-	fast, err := klient.New(rc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(fast.Resources().GetScheme()); err != nil {
-		b.Fatal(err)
-	}
+	fast := fastClient(b, cfg)
 
 	newNamespace := func(b *testing.B, prefix string) string {
 		name := fmt.Sprintf("bench-%s-%d", prefix, time.Now().UnixNano()%1_000_000)
@@ -370,4 +362,21 @@ func rssKiB(pid int) int {
 		}
 	}
 	return 0
+}
+
+// fastClient is the suite's client without its request limits (1,000
+// requests/s, as the dispatcher gets with --kube-api-qps), knowing
+// RunnerTasks: a benchmark's own reads and writes must not wait on them.
+func fastClient(b testing.TB, cfg *envconf.Config) klient.Client {
+	b.Helper()
+	rc := rest.CopyConfig(cfg.Client().RESTConfig())
+	rc.QPS, rc.Burst = 1000, 2000
+	fast, err := klient.New(rc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(fast.Resources().GetScheme()); err != nil {
+		b.Fatal(err)
+	}
+	return fast
 }

@@ -14,12 +14,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/klient"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
-	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/kube"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
@@ -43,17 +41,7 @@ func BenchmarkQueueing(b *testing.B) {
 	ctx := context.Background()
 	installCRD(ctx, b, cfg)
 	kueueUp(ctx, b)
-	// The benchmark's own creates and reads must not wait on the suite's
-	// client limits; the dispatcher gets the same (--kube-api-qps).
-	rc := rest.CopyConfig(cfg.Client().RESTConfig())
-	rc.QPS, rc.Burst = 1000, 2000
-	fast, err := klient.New(rc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(fast.Resources().GetScheme()); err != nil {
-		b.Fatal(err)
-	}
+	fast := fastClient(b, cfg)
 	n := 200
 	if v, err := strconv.Atoi(os.Getenv("RUNWARDEN_BENCH_TASKS")); err == nil && v > 0 {
 		n = v
