@@ -199,6 +199,20 @@ write_configs() {
 	  [plugins."io.containerd.grpc.v1.cri".cni]
 	    bin_dir = "/usr/lib/cni"
 	    conf_dir = "$node_dir/cni/conf"
+	  [plugins."io.containerd.grpc.v1.cri".registry]
+	    config_path = "$node_dir/containerd/certs.d"
+	EOF
+
+	# The local registry (hack/registry.sh): pulled over HTTPS, its
+	# certificate checked against the local CA.
+	local registry
+	registry=$("$root/hack/registry.sh" address)
+	mkdir -p "$node_dir/containerd/certs.d/$registry"
+	put "$node_dir/containerd/certs.d/$registry/hosts.toml" <<-EOF
+	server = "https://$registry"
+	[host."https://$registry"]
+	  capabilities = ["pull", "resolve"]
+	  ca = "$("$root/hack/registry.sh" ca)"
 	EOF
 
 	# bridge + host-local only: no masquerade and no portmap, so no NAT rule
@@ -376,6 +390,9 @@ up() {
 		touch "$run_marker"
 	fi
 	local start_s=$SECONDS
+	# The registry the node pulls released images from.
+	"$root/hack/tools.sh" registry
+	"$root/hack/registry.sh" up
 	ensure_bridge
 	write_configs
 
@@ -463,6 +480,8 @@ down() {
 		done
 	fi
 	stop containerd
+	# The registry was started for this node (its storage stays).
+	"$root/hack/registry.sh" down
 	# Anything still mounted under the node's folders (volumes, network
 	# namespaces, snapshots), deepest first.
 	local mounts

@@ -35,8 +35,9 @@ VAULT_VERSION=v1.19.0 # also in hack/tools/vault/go.mod
 KUEUE_VERSION=v0.15.0
 # Prometheus v3.x: its Go module numbers v3.N.M as v0.3NN.M.
 PROMETHEUS_VERSION=v0.316.0
+REGISTRY_VERSION=v3.1.2
 
-all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns vault kueue promtool)
+all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns vault kueue promtool registry)
 
 # folder prints the cache folder of one tool.
 folder() {
@@ -56,6 +57,7 @@ folder() {
 	vault) echo "$tools_dir/vault-$VAULT_VERSION" ;;
 	kueue) echo "$tools_dir/kueue-$KUEUE_VERSION" ;;
 	promtool) echo "$tools_dir/promtool-$PROMETHEUS_VERSION" ;;
+	registry) echo "$tools_dir/registry-$REGISTRY_VERSION" ;;
 	*)
 		echo "hack/tools.sh: unknown tool \"$1\"; known tools: ${all_tools[*]}" >&2
 		return 2
@@ -145,6 +147,10 @@ recipe() {
 		;;
 	promtool)
 		install_mod "$out" "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+		;;
+	registry)
+		# The CNCF distribution registry (hack/registry.sh runs it).
+		install_mod "$out" "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION"
 		;;
 	esac
 }
