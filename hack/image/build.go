@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"io"
 	"os"
@@ -35,6 +36,12 @@ type Spec struct {
 	// Busybox, when set, is a static busybox binary installed as /bin/busybox
 	// with a link for every applet it lists, so the image has a shell.
 	Busybox string
+	// AppletsFrom, when set, is the busybox binary that is run to list the
+	// applets instead of Busybox: one of the same version built for this
+	// machine, when Busybox is built for another architecture.
+	AppletsFrom string
+	// Arch is the image's architecture, in Go's GOARCH terms. Default: amd64.
+	Arch string
 	// UID and GID the image runs as. Default: 65532, the usual non-root user.
 	UID, GID int
 	// User is the name given to UID in /etc/passwd. Default: "runner".
@@ -55,6 +62,12 @@ func (s *Spec) setDefaults() {
 	}
 	if s.User == "" {
 		s.User = "runner"
+	}
+	if s.Arch == "" {
+		s.Arch = "amd64"
+	}
+	if s.AppletsFrom == "" {
+		s.AppletsFrom = s.Busybox
 	}
 }
 
@@ -80,7 +93,7 @@ func Build(s Spec) (v1.Image, error) {
 	}
 	cf = cf.DeepCopy()
 	cf.OS = "linux"
-	cf.Architecture = "amd64"
+	cf.Architecture = s.Arch
 	cf.Created = v1.Time{Time: epoch}
 	cf.Config.User = fmt.Sprintf("%d:%d", s.UID, s.GID)
 	cf.Config.Entrypoint = s.Entrypoint
@@ -123,8 +136,11 @@ func buildLayer(s Spec) (v1.Layer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading busybox: %w", err)
 		}
+		if err := checkArch(s.Busybox, data, s.Arch); err != nil {
+			return nil, err
+		}
 		file("bin/busybox", 0o755, data)
-		applets, err := busyboxApplets(s.Busybox)
+		applets, err := busyboxApplets(s.AppletsFrom)
 		if err != nil {
 			return nil, err
 		}
@@ -143,6 +159,9 @@ func buildLayer(s Spec) (v1.Layer, error) {
 		data, err := os.ReadFile(f.Src)
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", f.Src, err)
+		}
+		if err := checkArch(f.Src, data, s.Arch); err != nil {
+			return nil, err
 		}
 		mode := f.Mode
 		if mode == 0 {
@@ -190,6 +209,38 @@ func buildLayer(s Spec) (v1.Layer, error) {
 		return nil, fmt.Errorf("making layer: %w", err)
 	}
 	return layer, nil
+}
+
+// machines maps a GOARCH to the ELF machine of its programs.
+var machines = map[string]elf.Machine{
+	"amd64":   elf.EM_X86_64,
+	"arm64":   elf.EM_AARCH64,
+	"arm":     elf.EM_ARM,
+	"386":     elf.EM_386,
+	"ppc64le": elf.EM_PPC64,
+	"s390x":   elf.EM_S390,
+	"riscv64": elf.EM_RISCV,
+}
+
+// checkArch refuses an ELF program built for another architecture than the
+// image's: such an image would fail only where it runs, with "exec format
+// error". Files that are not ELF programs pass.
+func checkArch(src string, data []byte, arch string) error {
+	if !bytes.HasPrefix(data, []byte(elf.ELFMAG)) {
+		return nil
+	}
+	want, ok := machines[arch]
+	if !ok {
+		return fmt.Errorf("architecture %q: unknown; known: amd64, arm64, arm, 386, ppc64le, s390x, riscv64", arch)
+	}
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("reading %s as an ELF program: %w", src, err)
+	}
+	if f.Machine != want {
+		return fmt.Errorf("%s is built for %s, not for the image's architecture %s (%s)", src, f.Machine, arch, want)
+	}
+	return nil
 }
 
 // busyboxApplets lists the applets a busybox binary provides.

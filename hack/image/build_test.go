@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -146,6 +148,7 @@ func TestParse(t *testing.T) {
 			args: []string{"--ref", "r", "--out", "o", "--file", "/a=/b", "--file", "/c=/d:0600", "--entrypoint", "/b,x", "--label", "k=v"},
 			want: Spec{
 				Files:      []File{{Src: "/a", Dst: "/b"}, {Src: "/c", Dst: "/d", Mode: 0o600}},
+				Arch:       "amd64",
 				UID:        65532,
 				User:       "runner",
 				Entrypoint: []string{"/b", "x"},
@@ -188,5 +191,37 @@ func TestRunWritesArchive(t *testing.T) {
 	}
 	if code := run(t.Context(), []string{"--ref", "Not A Ref!", "--out", out}, &stdout, &stderr); code != 2 {
 		t.Errorf("run with a bad ref exited %d, want 2", code)
+	}
+}
+
+func TestBuildRefusesAProgramOfAnotherArchitecture(t *testing.T) {
+	t.Parallel()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test binary is built for this machine; an image of another
+	// architecture must not take it.
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	_, err = Build(Spec{Arch: other, Files: []File{{Src: self, Dst: "/usr/local/bin/tool"}}})
+	if err == nil || !strings.Contains(err.Error(), "not for the image's architecture "+other) {
+		t.Fatalf("Build of a %s program into a %s image: err = %v, want a refusal naming the architecture", runtime.GOARCH, other, err)
+	}
+	img, err := Build(Spec{Arch: runtime.GOARCH, Files: []File{{Src: self, Dst: "/usr/local/bin/tool"}}})
+	if err != nil {
+		t.Fatalf("Build for this machine's architecture: %v", err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.Architecture != runtime.GOARCH || cf.OS != "linux" {
+		t.Errorf("config platform %s/%s, want linux/%s", cf.OS, cf.Architecture, runtime.GOARCH)
+	}
+	if _, err := Build(Spec{Arch: "mips", Files: []File{{Src: self, Dst: "/tool"}}}); err == nil {
+		t.Error("Build with an unknown architecture and an ELF file: want an error")
 	}
 }

@@ -52,6 +52,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.out, "out", "", "archive file to write (required)")
 	fs.Var(&files, "file", "SRC=DST[:MODE]: copy host file SRC to DST in the image, MODE in octal (repeatable)")
 	fs.StringVar(&c.spec.Busybox, "busybox", "", "static busybox binary to install with all its applets, giving the image a shell")
+	fs.StringVar(&c.spec.AppletsFrom, "applets-from", "", "busybox binary of the same version run to list the applets (default: --busybox; set it when --busybox is for another architecture)")
+	fs.StringVar(&c.spec.Arch, "arch", "amd64", "the image's architecture (GOARCH), e.g. arm64; the files must be built for it")
 	fs.IntVar(&c.spec.UID, "uid", 65532, "user ID the image runs as")
 	fs.StringVar(&c.spec.User, "user", "runner", "name of that user in /etc/passwd")
 	fs.StringVar(&entrypoint, "entrypoint", "", "entrypoint, comma-separated")
