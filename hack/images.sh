@@ -7,6 +7,9 @@
 #        hack/images.sh build IMAGE...        build archives (only when inputs changed)
 #        hack/images.sh archive IMAGE         print the archive path (builds it if needed)
 #        hack/images.sh load IMAGE... --address SOCK   import into containerd
+#        hack/images.sh release-archive IMAGE ARCH VERSION
+#                                             build IMAGE for linux/ARCH at VERSION
+#                                             (hack/release.sh); print its archive path
 #
 # Images: pause (the pod sandbox), runner (busybox shell + OpenTofu),
 # webhook, postrender and dispatcher (runwarden's own static binaries, non-root).
@@ -82,39 +85,57 @@ archive_path() {
 	echo "$images_dir/$1-$t.tar"
 }
 
-# recipe builds image $1 into archive $2.
+# recipe builds image $1 into archive $2, for this machine's architecture or
+# for GOARCH $3, with version $4 (default: the image's tag) in its programs
+# and labels.
 recipe() {
-	local image=$1 out=$2 work r t tofu
+	local image=$1 out=$2 arch=${3:-$(go env GOARCH)} version=${4:-} work r t tofu bb
+	local applets=() labels=()
 	t=$(tag "$image")
 	r="localhost/runwarden/$image:$t"
+	if [[ -n $version ]]; then
+		r="localhost/runwarden/$image:$version"
+		labels=(--label "org.opencontainers.image.version=$version")
+	fi
+	version=${version:-$t}
 	work=$(mktemp -d)
 	# shellcheck disable=SC2064 # expand now: $work is local
 	trap "rm -rf '$work'; trap - RETURN" RETURN
 	case $image in
 	pause)
-		(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/pause" ./hack/pause)
-		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" \
+		(cd "$root" && GOARCH=$arch CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/pause" ./hack/pause)
+		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" --arch "$arch" "${labels[@]}" \
 			--file "$work/pause=/pause" --entrypoint /pause --uid 65535 --user pause \
 			--label org.opencontainers.image.title=runwarden-pause)
 		;;
 	runner)
-		"$root/hack/tools.sh" opentofu
-		tofu=$("$root/hack/tools.sh" path opentofu)
 		if [[ ! -x $busybox ]] || ! file_is_static "$busybox"; then
 			echo "hack/images.sh: the runner image needs a static busybox at $busybox (Debian package busybox-static)" >&2
 			return 1
 		fi
-		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" \
-			--busybox "$busybox" \
+		bb=$busybox
+		if [[ $arch == "$(go env GOARCH)" ]]; then
+			"$root/hack/tools.sh" opentofu
+			tofu=$("$root/hack/tools.sh" path opentofu)
+		else
+			# Another architecture's OpenTofu and busybox (the same Debian
+			# version as $busybox, which lists the applets).
+			"$root/hack/tools.sh" "opentofu-linux-$arch" "busybox-linux-$arch"
+			tofu=$("$root/hack/tools.sh" path "opentofu-linux-$arch")
+			bb=$("$root/hack/tools.sh" path "busybox-linux-$arch")/busybox
+			applets=(--applets-from "$busybox")
+		fi
+		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" --arch "$arch" "${labels[@]}" \
+			--busybox "$bb" "${applets[@]}" \
 			--file "$tofu/tofu=/usr/local/bin/tofu" \
 			--uid 65532 --user runner --workdir /home/runner --cmd /bin/sh \
 			--env HOME=/home/runner \
 			--label org.opencontainers.image.title=runwarden-runner)
 		;;
 	webhook | postrender | dispatcher)
-		(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/runwarden/runwarden/internal/version.Version=$t" \
+		(cd "$root" && GOARCH=$arch CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/runwarden/runwarden/internal/version.Version=$version" \
 			-o "$work/runwarden-$image" "./$image")
-		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" \
+		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" --arch "$arch" "${labels[@]}" \
 			--file "$work/runwarden-$image=/usr/local/bin/runwarden-$image" \
 			--entrypoint "/usr/local/bin/runwarden-$image" --uid 65532 --user runwarden \
 			--label "org.opencontainers.image.title=runwarden-$image" \
@@ -145,6 +166,32 @@ build() {
 	find "$images_dir" -maxdepth 1 -name "$image-*.tar" ! -name "$(basename "$out")" -delete
 	echo "images: built $image in $((SECONDS - start))s ($out)" >&2
 	exec {lock}>&-
+}
+
+# release_archive builds image $1 for GOARCH $2 at version $3 (once for the
+# same inputs) and prints its archive's path. hack/release.sh pushes these.
+release_archive() {
+	local image=$1 arch=$2 version=$3 h out
+	h=$({
+		inputs "$image"
+		echo "release $arch $version"
+	} | sha256sum)
+	out=$images_dir/release/$image-$arch-${h:0:12}.tar
+	if [[ ! -f $out ]]; then
+		mkdir -p "$images_dir/release"
+		exec {lock}>"$images_dir/release/.$image-$arch.lock"
+		flock "$lock"
+		if [[ ! -f $out ]]; then
+			local start=$SECONDS
+			echo "images: building $image $version for linux/$arch" >&2
+			recipe "$image" "$out.tmp" "$arch" "$version" >/dev/null
+			mv "$out.tmp" "$out"
+			find "$images_dir/release" -maxdepth 1 -name "$image-$arch-*.tar" ! -name "$(basename "$out")" -delete
+			echo "images: built $image for linux/$arch in $((SECONDS - start))s" >&2
+		fi
+		exec {lock}>&-
+	fi
+	echo "$out"
 }
 
 load() {
@@ -182,8 +229,9 @@ build)
 	for i in "$@"; do build "$i"; done
 	;;
 load) load "$@" ;;
+release-archive) release_archive "${1:?usage: hack/images.sh release-archive IMAGE ARCH VERSION}" "${2:?ARCH}" "${3:?VERSION}" ;;
 *)
-	sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

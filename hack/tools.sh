@@ -36,8 +36,10 @@ KUEUE_VERSION=v0.15.0
 # Prometheus v3.x: its Go module numbers v3.N.M as v0.3NN.M.
 PROMETHEUS_VERSION=v0.316.0
 REGISTRY_VERSION=v3.1.2
+COSIGN_VERSION=v2.6.5
+SYFT_VERSION=v1.57.1
 
-all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns vault kueue promtool registry)
+all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns vault kueue promtool registry cosign syft)
 
 # folder prints the cache folder of one tool.
 folder() {
@@ -58,6 +60,15 @@ folder() {
 	kueue) echo "$tools_dir/kueue-$KUEUE_VERSION" ;;
 	promtool) echo "$tools_dir/promtool-$PROMETHEUS_VERSION" ;;
 	registry) echo "$tools_dir/registry-$REGISTRY_VERSION" ;;
+	cosign) echo "$tools_dir/cosign-$COSIGN_VERSION" ;;
+	syft) echo "$tools_dir/syft-$SYFT_VERSION" ;;
+	# Another architecture's programs, for the release's multi-platform images.
+	opentofu-linux-*) echo "$tools_dir/opentofu-$OPENTOFU_VERSION-${1#opentofu-}" ;;
+	busybox-linux-*)
+		local v
+		v=$(host_busybox_version) || return 1
+		echo "$tools_dir/busybox-${v//[:~]/_}-${1#busybox-}"
+		;;
 	*)
 		echo "hack/tools.sh: unknown tool \"$1\"; known tools: ${all_tools[*]}" >&2
 		return 2
@@ -152,7 +163,45 @@ recipe() {
 		# The CNCF distribution registry (hack/registry.sh runs it).
 		install_mod "$out" "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION"
 		;;
+	cosign)
+		install_mod "$out" "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION"
+		;;
+	syft)
+		install_mod "$out" "github.com/anchore/syft/cmd/syft@$SYFT_VERSION"
+		;;
+	opentofu-linux-*)
+		GOOS=linux GOARCH=${1#opentofu-linux-} build_wrapper opentofu "$out" "-X github.com/opentofu/opentofu/version.dev=no" github.com/opentofu/opentofu/cmd/tofu
+		;;
+	busybox-linux-*)
+		# Debian's busybox-static for another architecture, the very version
+		# the host has (so the host's busybox lists its applets), fetched
+		# and checked by apt against Debian's signed package lists, in a
+		# folder of its own: the host's apt state is left alone.
+		local arch=${1#busybox-linux-} v apt
+		v=$(host_busybox_version)
+		apt=$out/.apt
+		mkdir -p "$apt"/state/lists/partial "$apt"/cache/archives/partial
+		local opts=(-o "Dir::State=$apt/state" -o "Dir::Cache=$apt/cache" -o "APT::Architecture=$arch"
+			-o "APT::Architectures::=$arch" -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
+		apt-get "${opts[@]}" update
+		(cd "$apt" && apt-get "${opts[@]}" download "busybox-static:$arch=$v")
+		dpkg-deb -x "$apt"/busybox-static_*.deb "$apt/root"
+		cp "$apt/root/bin/busybox" "$out/busybox"
+		rm -rf "$apt"
+		;;
 	esac
+}
+
+# host_busybox_version prints the version of the host's Debian package
+# busybox-static.
+host_busybox_version() {
+	local v
+	v=$(dpkg-query -W -f '${Version}' busybox-static 2>/dev/null) || true
+	if [[ -z $v ]]; then
+		echo "hack/tools.sh: another architecture's busybox is fetched at the host's version of Debian's busybox-static, which is not installed (hack/tools.sh node-packages)" >&2
+		return 1
+	fi
+	echo "$v"
 }
 
 # Debian packages the real node needs, and a file each one installs.
