@@ -798,3 +798,78 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 		}).Feature()
 	testenv.Test(t, f)
 }
+
+// TestSecurityPlantedLogConfigMap: another user of the namespace, who may
+// create ConfigMaps, plants one under the name a task's kept log had
+// before (its Job's name with -log), claiming to be the task's (its owner
+// reference, the dispatcher's label, the task's annotation), before the
+// dispatcher runs the task. The status names the ConfigMap the dispatcher
+// made, under a name the API server drew, with the runner's log; the
+// planted one is left as it was.
+func TestSecurityPlantedLogConfigMap(t *testing.T) {
+	f := features.New("planted log ConfigMap").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			installCRD(ctx, t, cfg)
+			return ctx
+		}).
+		Assess("a planted ConfigMap is never named as the task's log", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			r := cfg.Client().Resources(ns)
+			// The task exists, with its UID, before any dispatcher runs it:
+			// the planter has all the time it needs.
+			rt := runnerTask(ns, "logged", `echo "$GREETING from the runner"`)
+			if err := r.Create(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			jobName := job.Name(kube.TaskID(rt))
+			planter := harness.User{Name: "cm-admin-" + ns[len(ns)-6:]}
+			if err := planter.Grant(ctx, cfg, ns, "cm-admin", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}}); err != nil {
+				t.Fatal(err)
+			}
+			pc, err := planter.Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			planted := &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: jobName + "-log", Namespace: ns,
+					Labels:      map[string]string{job.LabelDispatcher: "e2e-" + ns[len(ns)-6:]},
+					Annotations: map[string]string{job.AnnotationTaskID: kube.TaskID(rt)},
+					OwnerReferences: []metav1.OwnerReference{{
+						APIVersion: v1alpha1.GroupVersion.String(), Kind: "RunnerTask", Name: rt.Name, UID: rt.UID, Controller: ptr.To(true),
+					}},
+				},
+				Data: map[string]string{"log": "all went well\n"},
+			}
+			if err := pc.Create(ctx, planted); err != nil {
+				t.Fatal(err)
+			}
+
+			d := startDispatcher(ctx, t, cfg, ns)
+			got := waitPhase(ctx, t, cfg, rt, d)
+			if got.Status.Phase != v1alpha1.PhaseSucceeded || got.Status.JobName != jobName {
+				t.Fatalf("task logged: status %+v", got.Status)
+			}
+			if got.Status.LogConfigMap == planted.Name || !strings.HasPrefix(got.Status.LogConfigMap, kube.LogConfigMapPrefix(jobName)) {
+				t.Fatalf("status.logConfigMap %q; want a ConfigMap the dispatcher made (%q and the API server's 5 characters), not the planted %q",
+					got.Status.LogConfigMap, kube.LogConfigMapPrefix(jobName), planted.Name)
+			}
+			var kept corev1.ConfigMap
+			if err := r.Get(ctx, got.Status.LogConfigMap, ns, &kept); err != nil {
+				t.Fatalf("the kept log: %v", err)
+			}
+			if owner := metav1.GetControllerOf(&kept); kept.Data["log"] != "hello from the runner\n" || owner == nil || owner.UID != rt.UID {
+				t.Errorf("the kept log: %q, owner %+v; want the runner's, owned by the RunnerTask", kept.Data["log"], owner)
+			}
+			var after corev1.ConfigMap
+			if err := r.Get(ctx, planted.Name, ns, &after); err != nil {
+				t.Fatalf("the planted ConfigMap: %v", err)
+			}
+			if after.ResourceVersion != planted.ResourceVersion || after.Data["log"] != "all went well\n" {
+				t.Errorf("the planted ConfigMap was changed: resource version %s (planted %s), log %q", after.ResourceVersion, planted.ResourceVersion, after.Data["log"])
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}

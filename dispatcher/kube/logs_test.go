@@ -3,13 +3,19 @@ package kube
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
@@ -57,7 +63,7 @@ func TestFinishedTaskKeepsItsLog(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got v1alpha1.RunnerTask
-			if err := api.Get(t.Context(), key("a"), &got); err != nil || got.Status.LogConfigMap != LogConfigMapName(j.Name) {
+			if err := api.Get(t.Context(), key("a"), &got); err != nil || !strings.HasPrefix(got.Status.LogConfigMap, LogConfigMapPrefix(j.Name)) {
 				t.Fatalf("status log ConfigMap %q (%v)", got.Status.LogConfigMap, err)
 			}
 			var cm corev1.ConfigMap
@@ -76,5 +82,151 @@ func TestFinishedTaskKeepsItsLog(t *testing.T) {
 				t.Errorf("the log's owner %+v, want the RunnerTask", owner)
 			}
 		})
+	}
+}
+
+// A ConfigMap made ahead under a name the task's log could take is never
+// named as its log, even one that says it is the task's (owner reference,
+// dispatcher label, task annotation: whoever may create a ConfigMap writes
+// those as they please): only the ConfigMap the dispatcher's own create
+// made is, under a name the API server draws. A drawn name someone holds
+// fails the try and names nothing; the next try draws another. The planted
+// ConfigMap is left as it was.
+func TestPlantedLogConfigMapIsNeverTaken(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		// plant is the planted ConfigMap's name, given the Job's.
+		plant func(jobName string) string
+		// drawn: the first name the API server draws is the planted one.
+		drawn bool
+	}{
+		{name: "the job's name with -log", plant: func(j string) string { return j + "-log" }},
+		{name: "a name the API server draws", plant: func(j string) string { return LogConfigMapPrefix(j) + "x2x2x" }, drawn: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rt := runnerTask("a", "uid-a")
+			j := runnerJobOf(rt)
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-x", Namespace: "runners", Labels: map[string]string{batchv1.JobNameLabel: j.Name}}}
+			planted := &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: c.plant(j.Name), Namespace: "runners",
+					Labels:      map[string]string{job.LabelDispatcher: "d1"},
+					Annotations: map[string]string{job.AnnotationTaskID: TaskID(rt)},
+					OwnerReferences: []metav1.OwnerReference{{
+						APIVersion: v1alpha1.GroupVersion.String(), Kind: "RunnerTask", Name: rt.Name, UID: rt.UID, Controller: ptr.To(true),
+					}},
+				},
+				Data: map[string]string{"log": "all went well\n"},
+			}
+			draws := 0
+			api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, j, pod, planted).
+				WithInterceptorFuncs(interceptor.Funcs{Create: func(ctx context.Context, cl client.WithWatch, o client.Object, opts ...client.CreateOption) error {
+					if cm, ok := o.(*corev1.ConfigMap); ok && cm.GenerateName != "" {
+						if draws++; draws == 1 && c.drawn {
+							cm.Name = planted.Name
+						}
+					}
+					return cl.Create(ctx, o, opts...)
+				}}).Build()
+			r := New(Options{Client: api, Jobs: job.Options{DispatcherID: "d1"}, Logs: fakeLogs{[]byte("planned 3 changes\n")}, KeepLogBytes: 1024})
+			finish := func() (*v1alpha1.RunnerTask, error) {
+				t.Helper()
+				var rt v1alpha1.RunnerTask
+				if err := api.Get(t.Context(), key("a"), &rt); err != nil {
+					t.Fatal(err)
+				}
+				err := r.finish(t.Context(), &rt, j, job.Outcome{Phase: job.PhaseSucceeded, Reason: job.ReasonCompleted})
+				if gerr := api.Get(t.Context(), key("a"), &rt); gerr != nil {
+					t.Fatal(gerr)
+				}
+				return &rt, err
+			}
+			got, err := finish()
+			if c.drawn {
+				if !apierrors.IsAlreadyExists(err) || got.Status.LogConfigMap != "" || got.Status.Phase != "" {
+					t.Fatalf("a drawn name that is taken: %v, status log ConfigMap %q, phase %q; want the try to fail, naming nothing", err, got.Status.LogConfigMap, got.Status.Phase)
+				}
+				got, err = finish()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.LogConfigMap == planted.Name || !strings.HasPrefix(got.Status.LogConfigMap, LogConfigMapPrefix(j.Name)) {
+				t.Fatalf("status log ConfigMap %q; want one made by the dispatcher, named %q and 5 drawn characters, not the planted %q",
+					got.Status.LogConfigMap, LogConfigMapPrefix(j.Name), planted.Name)
+			}
+			var kept, after corev1.ConfigMap
+			if err := api.Get(t.Context(), key(got.Status.LogConfigMap), &kept); err != nil {
+				t.Fatal(err)
+			}
+			if kept.Data["log"] != "planned 3 changes\n" {
+				t.Errorf("kept log %q, want the runner's", kept.Data["log"])
+			}
+			if err := api.Get(t.Context(), key(planted.Name), &after); err != nil {
+				t.Fatalf("the planted ConfigMap: %v", err)
+			}
+			if diff := cmp.Diff(planted.Data, after.Data); diff != "" || after.ResourceVersion != "999" {
+				t.Errorf("the planted ConfigMap was changed (resource version %s, want 999) (-planted +now):\n%s", after.ResourceVersion, diff)
+			}
+		})
+	}
+}
+
+// A try whose status update fails (a conflict: the cache's copy of the
+// task was stale) has made its ConfigMap already: the next try names that
+// one, and keeps no second copy of the log.
+func TestLogIsKeptOnceAcrossTries(t *testing.T) {
+	t.Parallel()
+	rt := runnerTask("a", "uid-a")
+	j := runnerJobOf(rt)
+	j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-x", Namespace: "runners", Labels: map[string]string{batchv1.JobNameLabel: j.Name}}}
+	updates := 0
+	api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, j, pod).
+		WithInterceptorFuncs(interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, o client.Object, opts ...client.SubResourceUpdateOption) error {
+			if updates++; updates == 1 {
+				return apierrors.NewConflict(v1alpha1.GroupVersion.WithResource("runnertasks").GroupResource(), o.GetName(), errors.New("the object has been modified"))
+			}
+			return cl.SubResource(sub).Update(ctx, o, opts...)
+		}}).Build()
+	r := New(Options{Client: api, Jobs: job.Options{DispatcherID: "d1"}, Logs: fakeLogs{[]byte("applied\n")}, KeepLogBytes: 1024})
+	for try := 1; try <= 2; try++ {
+		var cur v1alpha1.RunnerTask
+		if err := api.Get(t.Context(), key("a"), &cur); err != nil {
+			t.Fatal(err)
+		}
+		err := r.finish(t.Context(), &cur, j, job.Outcome{Phase: job.PhaseSucceeded, Reason: job.ReasonCompleted})
+		if (try == 1) != apierrors.IsConflict(err) {
+			t.Fatalf("try %d: %v", try, err)
+		}
+	}
+	var got v1alpha1.RunnerTask
+	if err := api.Get(t.Context(), key("a"), &got); err != nil {
+		t.Fatal(err)
+	}
+	var cms corev1.ConfigMapList
+	if err := api.List(t.Context(), &cms, client.InNamespace("runners")); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, cm := range cms.Items {
+		names = append(names, cm.Name)
+	}
+	if diff := cmp.Diff([]string{got.Status.LogConfigMap}, names); diff != "" {
+		t.Errorf("ConfigMaps (-named in the status +made):\n%s", diff)
+	}
+}
+
+// The API server cuts a generateName beyond 58 characters (63 less the 5
+// it draws): the longest Job name leaves the log's prefix whole, which is
+// how a reader tells the task's log ConfigMaps.
+func TestLogConfigMapPrefixIsNeverCut(t *testing.T) {
+	t.Parallel()
+	id := strings.Repeat("n", 63) + "/" + strings.Repeat("t", 253) + "/0b9e5b7c-6d46-4b7e-9d0a-3c1c7b0e2f11"
+	if p := LogConfigMapPrefix(job.Name(id)); len(p) > 58 {
+		t.Errorf("log ConfigMap prefix %q: %d characters, more than the API server keeps (58)", p, len(p))
 	}
 }

@@ -166,6 +166,12 @@ type Reconciler struct {
 	// it again.
 	markedMu sync.Mutex
 	marked   map[types.NamespacedName]string
+
+	// kept holds the log ConfigMaps this process made for finished tasks
+	// whose status does not name them yet (the update failed), so the
+	// next try names the same one rather than keeping the log twice.
+	keptMu sync.Mutex
+	kept   map[types.NamespacedName]logMade
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -174,7 +180,7 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 func New(opts Options) *Reconciler {
 	opts.setDefaults()
 	r := &Reconciler{opts: opts, reserved: map[types.NamespacedName]types.NamespacedName{}, marked: map[types.NamespacedName]string{},
-		wake: make(chan event.GenericEvent, 1024), observer: job.Observer{
+		kept: map[types.NamespacedName]logMade{}, wake: make(chan event.GenericEvent, 1024), observer: job.Observer{
 			Client: opts.Client, Events: opts.Events, UnschedulableTimeout: opts.UnschedulableTimeout, Now: opts.Now,
 		}}
 	if opts.Jobs.Queueing.Kueue {
@@ -228,6 +234,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.opts.Client.Get(ctx, req.NamespacedName, rt); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forgetMarked(req.NamespacedName)
+			r.forgetKept(req.NamespacedName)
 			// Deleted: its Job goes with it (it is the owner), maybe
 			// before the cache ever showed it, and then no count would
 			// drop the slot it holds.
@@ -237,6 +244,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if rt.Status.JobName != "" || terminal(rt.Status.Phase) {
 		r.forgetMarked(req.NamespacedName)
+	}
+	if terminal(rt.Status.Phase) {
+		r.forgetKept(req.NamespacedName)
 	}
 	name := job.Name(TaskID(rt))
 	// A RunnerTask deleted and created again under the same name is a new
@@ -655,6 +665,7 @@ func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 	if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
 		return err
 	}
+	r.forgetKept(client.ObjectKeyFromObject(rt))
 	// Once, when the record is written: a write that conflicts is tried
 	// again and logs nothing.
 	jobName := rt.Status.JobName

@@ -107,7 +107,9 @@ type RunnerTaskStatus struct {
 	ExitCode *int32 `json:"exitCode,omitempty"`
 	// LogConfigMap keeps the end of the runner container's log once the
 	// task has ended (key "log"), after its Job and pod are gone; it goes
-	// with the RunnerTask.
+	// with the RunnerTask. It is the ConfigMap the dispatcher made: its
+	// name, the Job's with "-log-" and 5 characters the API server drew,
+	// is none another user could have made ahead.
 	// +optional
 	LogConfigMap string `json:"logConfigMap,omitempty"`
 	// Record is what the task ran, kept once it has ended: the runner
