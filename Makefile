@@ -65,7 +65,7 @@ monitoring-test: ## Check the chart's alert rules (charts/runwarden/monitoring) 
 
 .PHONY: e2e
 e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default local).
-	hack/tools.sh kubernetes etcd kwok coredns opentofu helm3 helm4 vault kueue
+	hack/tools.sh kubernetes etcd kwok coredns opentofu helm3 helm4 vault kueue registry cosign syft
 	@# One e2e run at a time on a machine; the cluster is stopped however the run ends (hack/e2e.sh).
 	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} hack/e2e.sh -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/
 
@@ -143,9 +143,23 @@ verify: ## Check formatting, go.mod tidiness, Rego format and checks, generated 
 	hack/verify.sh
 
 .PHONY: cluster-up
-cluster-up: ## Start the local cluster with its real node (RUNWARDEN_REAL_NODE=false: simulated nodes only).
-	hack/tools.sh kubernetes etcd kwok
+cluster-up: ## Start the local cluster with its real node and the local registry (RUNWARDEN_REAL_NODE=false: simulated nodes only, no registry).
+	hack/tools.sh kubernetes etcd kwok registry
 	hack/cluster.sh up
+
+.PHONY: release
+release: ## Build, sign and push multi-platform images, SBOMs and the chart (default: to the local registry; see docs/release.md).
+	hack/tools.sh registry cosign syft helm3 opentofu
+	hack/release.sh
+
+.PHONY: registry-up
+registry-up: ## Start the local OCI registry alone (make cluster-up starts it with the real node).
+	hack/tools.sh registry
+	hack/registry.sh up
+
+.PHONY: registry-down
+registry-down: ## Stop the local OCI registry (what it stores stays).
+	hack/registry.sh down
 
 .PHONY: kueue-up
 kueue-up: ## Start Kueue beside the running local cluster, for batch/v1 Jobs (see docs/development.md).
@@ -172,7 +186,7 @@ kubeconfig: ## Print the local cluster's kubeconfig path.
 	@hack/cluster.sh kubeconfig
 
 .PHONY: demo
-demo: ## Start the local cluster, install runwarden through the post-renderer, run tasks, show the result.
+demo: ## Start the local cluster, release runwarden into its registry, install the chart from there through the post-renderer, run tasks, show the result.
 	@mkdir -p "$(STATE_DIR)"
 	@# in-use-NAME: while the demo runs, an e2e run does not take its real node.
 	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} flock -o "$(STATE_DIR)/in-use-$${RUNWARDEN_CLUSTER_NAME:-runwarden}.lock" hack/demo.sh

@@ -15,14 +15,15 @@
 # webhook, postrender and dispatcher (runwarden's own static binaries, non-root).
 # Archives are in `docker save` format: `kind load image-archive` and
 # `docker load` take them too. Each image's tag is a hash of its inputs, so
-# an archive is rebuilt only when an input changes.
+# an archive is rebuilt only when an input changes. Archives are kept in
+# $RUNWARDEN_IMAGES_DIR (default: the images folder beside the pinned tools).
 set -euo pipefail
 shopt -s inherit_errexit
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools_dir=$("$root/hack/tools.sh" path kubernetes)
 tools_dir=$(dirname "$tools_dir")
-images_dir=$tools_dir/images
+images_dir=${RUNWARDEN_IMAGES_DIR:-$tools_dir/images}
 busybox=${RUNWARDEN_BUSYBOX:-/bin/busybox}
 all_images=(pause runner webhook postrender dispatcher)
 
@@ -231,7 +232,7 @@ build)
 load) load "$@" ;;
 release-archive) release_archive "${1:?usage: hack/images.sh release-archive IMAGE ARCH VERSION}" "${2:?ARCH}" "${3:?VERSION}" ;;
 *)
-	sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// workflow is the part of a GitHub Actions workflow these tests read (YAML
+// 1.2, as GitHub reads it: "on" is a key, not a boolean).
+type workflow struct {
+	On struct {
+		Push struct {
+			Tags []string `yaml:"tags"`
+		} `yaml:"push"`
+	} `yaml:"on"`
+	Jobs map[string]struct {
+		Permissions map[string]string `yaml:"permissions"`
+		Env         map[string]string `yaml:"env"`
+		Steps       []struct {
+			Uses string            `yaml:"uses"`
+			Run  string            `yaml:"run"`
+			Env  map[string]string `yaml:"env"`
+		} `yaml:"steps"`
+	} `yaml:"jobs"`
+}
+
+// The release workflow stays in step with `make release`: it calls it, sets
+// only settings hack/release.sh reads, and signs keyless with the OIDC
+// token it is given.
+func TestReleaseWorkflowCallsMakeRelease(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	b, err := os.ReadFile(filepath.Join(root, ".github", "workflows", "release.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w workflow
+	if err := yaml.Unmarshal(b, &w); err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile(filepath.Join(root, "hack", "release.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.On.Push.Tags) == 0 {
+		t.Error("the workflow runs on no tag push")
+	}
+	job, ok := w.Jobs["release"]
+	if !ok {
+		t.Fatalf("no release job in %v", w.Jobs)
+	}
+	calls := 0
+	pinned := regexp.MustCompile(`^[\w.-]+/[\w.-]+@[0-9a-f]{40}$`)
+	for _, s := range job.Steps {
+		if strings.TrimSpace(s.Run) == "make release" {
+			calls++
+		}
+		if s.Uses != "" && !pinned.MatchString(s.Uses) {
+			t.Errorf("step uses %q: pin actions to a full commit SHA", s.Uses)
+		}
+	}
+	if calls != 1 {
+		t.Errorf("the release job runs `make release` %d times, want once", calls)
+	}
+	for k := range job.Env {
+		if strings.HasPrefix(k, "RELEASE_") && !strings.Contains(string(script), "#   "+k+" ") {
+			t.Errorf("the workflow sets %s, which hack/release.sh does not document reading", k)
+		}
+	}
+	if job.Env["RELEASE_KEYLESS"] == "true" && job.Permissions["id-token"] != "write" {
+		t.Error("keyless signing needs the job's id-token: write permission")
+	}
+	if job.Permissions["packages"] != "write" {
+		t.Error("pushing to ghcr.io needs packages: write")
+	}
+}
