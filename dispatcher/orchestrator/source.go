@@ -1011,9 +1011,11 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	if lost {
 		// Over, with the lease gone: most often because the final report
 		// was stored but its answer lost, so the orchestrator will never
-		// hand the task back. Report again (the same idempotency key is
-		// answered as stored); a stale-lease refusal means another holder
-		// has it, and this one lets go.
+		// hand the task back. Report again: the same idempotency key is
+		// answered as stored whatever the epoch, so this works also when
+		// the Job records an older lease than the one the final event was
+		// stored under. A stale-lease refusal means another holder has the
+		// task, and this one lets go.
 		return s.finish(ctx, t, j, out)
 	}
 	if !s.sent(t, EventJobCreated) {
@@ -1185,11 +1187,14 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
 	case IsConflict(err) && (j == nil || s.isLost(t)):
 		// A stale lease, and no Job left to report from or the lease gone
-		// for longer than a hand-back takes: another holder has the task
-		// and reports it. The Job is left to that holder, unmarked; it gets
-		// its TTL so it does not stay for ever if no holder ever comes back
-		// to it.
-		s.log.Info("the outcome was refused as stale; another holder has the task", "task", t.id)
+		// for longer than a hand-back takes: no final event is stored under
+		// the task's key (a stored one is answered as stored, whatever the
+		// epoch), so another holder has the task and reports it. The Job is
+		// left to that holder, unmarked; it gets its TTL so it does not stay
+		// for ever if no holder ever comes back to it. (An orchestrator that
+		// refuses a repeated final event with an older epoch as stale ends
+		// here too, though the task is over.)
+		s.log.Info("the outcome was refused as stale and the lease was not handed back; another holder has the task, and its Job is left unmarked", "task", t.id)
 		if j != nil && j.Spec.TTLSecondsAfterFinished == nil {
 			if err := job.GiveTTL(ctx, s.opts.Kube, j, s.opts.Jobs); err != nil {
 				return reconcile.Result{}, err
