@@ -96,7 +96,8 @@ type Options struct {
 	MaxQueued int
 	// PollWait is how long the orchestrator may hold a poll. Default: 30s.
 	PollWait time.Duration
-	// Backoff paces retries of polls, lease renewals and reports. Default: 1s
+	// Backoff paces retries of polls, lease renewals and reports (each
+	// Job's reconciles that failed, whatever failed in them). Default: 1s
 	// doubling to 1m.
 	Backoff Backoff
 	// RequeueAfter is how soon a running task is looked at again besides
@@ -210,6 +211,8 @@ type Source struct {
 	// is deleted), and would be created again.
 	ended      map[string]struct{}
 	endedOrder []string
+	// retries paces the retries of Jobs whose reconcile failed.
+	retries *retryLimiter
 }
 
 // maxEnded bounds Source.ended.
@@ -226,6 +229,7 @@ func New(opts Options) *Source {
 		wake:    make(chan struct{}, 1),
 		trigger: make(chan event.GenericEvent, 1024),
 		slots:   make(chan struct{}, opts.Workers),
+		retries: newRetryLimiter(opts.Backoff),
 	}
 }
 
@@ -235,7 +239,7 @@ func (s *Source) SetupWithManager(mgr ctrl.Manager) error {
 	s.log = mgr.GetLogger().WithName("orchestrator")
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("orchestrator-task").
-		WithOptions(controller.Options{MaxConcurrentReconciles: s.opts.Workers}).
+		WithOptions(s.controllerOptions()).
 		For(&batchv1.Job{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToJob)).
 		WatchesRawSource(source.Channel(s.trigger, &handler.EnqueueRequestForObject{})).
@@ -244,6 +248,12 @@ func (s *Source) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return mgr.Add(s)
+}
+
+// controllerOptions are the Job controller's: Workers reconciles at once,
+// and a Job whose reconcile failed retried at the pace of Backoff.
+func (s *Source) controllerOptions() controller.Options {
+	return controller.Options{MaxConcurrentReconciles: s.opts.Workers, RateLimiter: s.retries}
 }
 
 func podToJob(_ context.Context, o client.Object) []reconcile.Request {
@@ -935,8 +945,17 @@ func (s *Source) renew(ctx context.Context, t *task) error {
 }
 
 // Reconcile implements reconcile.Reconciler for one of the dispatcher's
-// Jobs: it reports the task's progress and outcome.
+// Jobs: it reports the task's progress and outcome. A Job whose reconcile
+// failed is retried at the pace of Backoff (see retryLimiter).
 func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	res, err := s.reconcileJob(ctx, req)
+	if err != nil {
+		s.retries.failed(req, err)
+	}
+	return res, err
+}
+
+func (s *Source) reconcileJob(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	j := &batchv1.Job{}
 	err := s.opts.Kube.Get(ctx, req.NamespacedName, j)
 	if err != nil && !apierrors.IsNotFound(err) {
