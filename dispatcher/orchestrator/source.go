@@ -96,7 +96,8 @@ type Options struct {
 	MaxQueued int
 	// PollWait is how long the orchestrator may hold a poll. Default: 30s.
 	PollWait time.Duration
-	// Backoff paces retries of polls, lease renewals and reports. Default: 1s
+	// Backoff paces retries of polls, lease renewals and reports (each
+	// Job's reconciles that failed, whatever failed in them). Default: 1s
 	// doubling to 1m.
 	Backoff Backoff
 	// RequeueAfter is how soon a running task is looked at again besides
@@ -210,6 +211,8 @@ type Source struct {
 	// is deleted), and would be created again.
 	ended      map[string]struct{}
 	endedOrder []string
+	// retries paces the retries of Jobs whose reconcile failed.
+	retries *retryLimiter
 }
 
 // maxEnded bounds Source.ended.
@@ -226,6 +229,7 @@ func New(opts Options) *Source {
 		wake:    make(chan struct{}, 1),
 		trigger: make(chan event.GenericEvent, 1024),
 		slots:   make(chan struct{}, opts.Workers),
+		retries: newRetryLimiter(opts.Backoff),
 	}
 }
 
@@ -235,7 +239,7 @@ func (s *Source) SetupWithManager(mgr ctrl.Manager) error {
 	s.log = mgr.GetLogger().WithName("orchestrator")
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("orchestrator-task").
-		WithOptions(controller.Options{MaxConcurrentReconciles: s.opts.Workers}).
+		WithOptions(s.controllerOptions()).
 		For(&batchv1.Job{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToJob)).
 		WatchesRawSource(source.Channel(s.trigger, &handler.EnqueueRequestForObject{})).
@@ -244,6 +248,12 @@ func (s *Source) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return mgr.Add(s)
+}
+
+// controllerOptions are the Job controller's: Workers reconciles at once,
+// and a Job whose reconcile failed retried at the pace of Backoff.
+func (s *Source) controllerOptions() controller.Options {
+	return controller.Options{MaxConcurrentReconciles: s.opts.Workers, RateLimiter: s.retries}
 }
 
 func podToJob(_ context.Context, o client.Object) []reconcile.Request {
@@ -935,8 +945,17 @@ func (s *Source) renew(ctx context.Context, t *task) error {
 }
 
 // Reconcile implements reconcile.Reconciler for one of the dispatcher's
-// Jobs: it reports the task's progress and outcome.
+// Jobs: it reports the task's progress and outcome. A Job whose reconcile
+// failed is retried at the pace of Backoff (see retryLimiter).
 func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	res, err := s.reconcileJob(ctx, req)
+	if err != nil {
+		s.retries.failed(req, err)
+	}
+	return res, err
+}
+
+func (s *Source) reconcileJob(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	j := &batchv1.Job{}
 	err := s.opts.Kube.Get(ctx, req.NamespacedName, j)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -1011,9 +1030,11 @@ func (s *Source) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	if lost {
 		// Over, with the lease gone: most often because the final report
 		// was stored but its answer lost, so the orchestrator will never
-		// hand the task back. Report again (the same idempotency key is
-		// answered as stored); a stale-lease refusal means another holder
-		// has it, and this one lets go.
+		// hand the task back. Report again: the same idempotency key is
+		// answered as stored whatever the epoch, so this works also when
+		// the Job records an older lease than the one the final event was
+		// stored under. A stale-lease refusal means another holder has the
+		// task, and this one lets go.
 		return s.finish(ctx, t, j, out)
 	}
 	if !s.sent(t, EventJobCreated) {
@@ -1185,11 +1206,14 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
 	case IsConflict(err) && (j == nil || s.isLost(t)):
 		// A stale lease, and no Job left to report from or the lease gone
-		// for longer than a hand-back takes: another holder has the task
-		// and reports it. The Job is left to that holder, unmarked; it gets
-		// its TTL so it does not stay for ever if no holder ever comes back
-		// to it.
-		s.log.Info("the outcome was refused as stale; another holder has the task", "task", t.id)
+		// for longer than a hand-back takes: no final event is stored under
+		// the task's key (a stored one is answered as stored, whatever the
+		// epoch), so another holder has the task and reports it. The Job is
+		// left to that holder, unmarked; it gets its TTL so it does not stay
+		// for ever if no holder ever comes back to it. (An orchestrator that
+		// refuses a repeated final event with an older epoch as stale ends
+		// here too, though the task is over.)
+		s.log.Info("the outcome was refused as stale and the lease was not handed back; another holder has the task, and its Job is left unmarked", "task", t.id)
 		if j != nil && j.Spec.TTLSecondsAfterFinished == nil {
 			if err := job.GiveTTL(ctx, s.opts.Kube, j, s.opts.Jobs); err != nil {
 				return reconcile.Result{}, err

@@ -241,15 +241,21 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, taskID string) {
 		writeError(w, http.StatusBadRequest, orchestrator.CodeBadRequest, "idempotencyKey is empty")
 		return
 	}
-	if checkEpochLocked(w, t, ev.Epoch) {
-		return
-	}
-	if i, ok := t.keys[ev.IdempotencyKey]; ok {
+	// A repeat is answered as stored whatever its epoch: a dispatcher whose
+	// Job records an older lease than the one the event was stored under (a
+	// restart before a handed-back lease was written to the Job, or a task
+	// the server ended itself under a lease whose answer was lost) learns
+	// that the task is over instead of being refused for ever. An event not
+	// stored yet is checked against the current epoch.
+	if i, ok := t.keys[ev.IdempotencyKey]; ok && ev.Epoch >= 1 && ev.Epoch <= t.rec.Epoch {
 		t.rec.Repeats++
 		if t.rec.Events[i].Type != ev.Type {
 			t.rec.RepeatConflicts++
 		}
 		writeJSON(w, http.StatusOK, struct{}{})
+		return
+	}
+	if checkEpochLocked(w, t, ev.Epoch) {
 		return
 	}
 	want := taskID + "/" + string(ev.Type)

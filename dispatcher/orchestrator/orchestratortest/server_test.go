@@ -297,6 +297,35 @@ func TestFinalEventOnExpiredLeaseIsAccepted(t *testing.T) {
 	}
 }
 
+// A final event stored under a re-issued lease is answered as stored when
+// it comes again with the older epoch (from a dispatcher whose Job still
+// records the first lease), and is not stored twice; an event not stored
+// yet with that epoch is refused as stale.
+func TestRepeatWithAnOlderEpochIsAnsweredAsStored(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{LeaseSeconds: 1})
+	s.Add(tasks("t-1")...)
+	first := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})
+	if len(first) != 1 {
+		t.Fatalf("%d leases", len(first))
+	}
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 1, orchestrator.EventJobCreated)), http.StatusOK, "")
+	again := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Max: 1}, Running: []string{"t-1"}, WaitSeconds: 5})
+	if len(again) != 1 || again[0].Epoch != 2 {
+		t.Fatalf("re-issued %+v, want t-1 at epoch 2", again)
+	}
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 2, orchestrator.EventSucceeded)), http.StatusOK, "")
+
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 1, orchestrator.EventSucceeded)), http.StatusOK, "")
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 1, orchestrator.EventJobCreated)), http.StatusOK, "")
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 1, orchestrator.EventRunning)), http.StatusConflict, orchestrator.CodeStaleLease)
+	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 3, orchestrator.EventSucceeded)), http.StatusBadRequest, orchestrator.CodeBadRequest)
+	rec := s.Task("t-1")
+	if rec.FinalStored != 1 || rec.Final == nil || rec.Final.Epoch != 2 || rec.Repeats != 2 || rec.Stale != 1 || len(rec.Events) != 2 {
+		t.Errorf("t-1 %+v, want the final stored once under epoch 2, two repeats and one stale event", rec)
+	}
+}
+
 func TestRenew(t *testing.T) {
 	t.Parallel()
 	s := start(t, Options{LeaseSeconds: 30})
