@@ -9,6 +9,8 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -42,10 +44,7 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)
 			if suite.Kind != harness.ClusterLocal {
-				t.Skip("skipped: the chart's images are loaded by hack/images.sh into the local cluster's node only")
-			}
-			if err := suite.LoadImages(ctx, "runner", "webhook", "dispatcher"); err != nil {
-				t.Fatal(err)
+				t.Skip("skipped: the release is pushed to the local cluster's registry (hack/registry.sh), which only its node trusts")
 			}
 			if err := v1alpha1.AddToScheme(cfg.Client().Resources().GetScheme()); err != nil {
 				t.Fatal(err)
@@ -56,18 +55,20 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			ns := harness.Namespace(ctx)
 			runners := ns + "-runners"
 			_, plugins := buildPostrender(ctx, t)
-			tagOf := func(image string) string {
-				ref, err := suite.ImageRef(ctx, image)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return ref[strings.LastIndex(ref, ":")+1:]
+			// The release, made as `make release` makes it: every image for
+			// two platforms, signed, with SBOMs, and the chart with the
+			// images' digests, pushed to the local registry. The chart is
+			// installed from there, and the node pulls its images from there.
+			rel, err := suite.Release(ctx, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
 			}
-			chart := filepath.Join(suite.RepoRoot, "charts", "runwarden")
+			verifyRelease(ctx, t, rel)
+			chart := rel.Chart.Ref
 			values := []string{
+				"--version", rel.Chart.Version, "--ca-file", rel.CAFile,
 				"-f", filepath.Join(suite.RepoRoot, "hack", "demo", "values.yaml"),
 				"--set", "runnerNamespace=" + runners,
-				"--set", "images.tag=" + tagOf("webhook"), "--set", "images.runnerTag=" + tagOf("runner"),
 			}
 			release := "rw-" + ns[len(ns)-6:]
 			// The helm v4 install's overlay: kustomize/labels' changes, and
@@ -79,10 +80,7 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			runnerImage, err := suite.ImageRef(ctx, "runner")
-			if err != nil {
-				t.Fatal(err)
-			}
+			runnerImage := rel.Images["runner"].Ref
 			kustomization := string(labels) + fmt.Sprintf(`images:
 - name: %s
   newTag: %s
@@ -92,7 +90,7 @@ patches:
     - op: add
       path: /template/spec/tolerations
       value: [{key: example.com/overlay, operator: Exists, effect: NoSchedule}]
-`, runnerImage[:strings.LastIndex(runnerImage, ":")], tagOf("runner"))
+`, rel.Images["runner"].Repository(), rel.Version)
 			if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +106,9 @@ patches:
 			args := append([]string{"install", release, chart, "-n", ns, "--wait", "--timeout", "3m",
 				"--post-renderer", "runwarden-postrender", "--post-renderer-args", "--kustomize",
 				"--post-renderer-args", overlay}, values...)
-			args = append(args, "--set", "images.runnerTag=only-the-overlay-knows")
+			// The runner by a tag only the overlay rewrites (the chart pins it
+			// by digest, so the pin is lifted for this).
+			args = append(args, "--set", "images.digests.runner=null", "--set", "images.runnerTag=only-the-overlay-knows")
 			// The runner container's proxy and extra CA.
 			args = append(args, "--set", `runner.proxy.noProxy=.svc\,.cluster.local`, "--set", "runner.caBundle.configMap=corporate-ca")
 			t.Cleanup(func() {
@@ -162,6 +162,23 @@ patches:
 				if p.Spec.NodeName != "rw-real-0" || p.Status.Phase != corev1.PodRunning {
 					t.Errorf("pod %s: node %q phase %s, want running on the real node", p.Name, p.Spec.NodeName, p.Status.Phase)
 				}
+				// Each release pod runs the released image, by its digest,
+				// as the node pulled it from the registry; and what was
+				// pulled verifies against the release's key.
+				released := rel.Images[p.Labels["app.kubernetes.io/component"]]
+				if len(p.Status.ContainerStatuses) == 0 || released.Digest == "" {
+					t.Errorf("pod %s: container statuses %+v, released image %+v", p.Name, p.Status.ContainerStatuses, released)
+					continue
+				}
+				pulled := p.Status.ContainerStatuses[0].ImageID
+				if p.Spec.Containers[0].Image != released.ByDigest() || pulled != released.ByDigest() {
+					t.Errorf("pod %s: image %q, pulled %q; want the release's %s", p.Name, p.Spec.Containers[0].Image, pulled, released.ByDigest())
+				}
+				if out, err := suite.Cosign(ctx, rel, "verify", "--key", filepath.Join(rel.Dir, "cosign.pub"), "--insecure-ignore-tlog", pulled); err != nil {
+					t.Errorf("cosign verify of what pod %s pulled: %v", p.Name, err)
+				} else {
+					t.Logf("pod %s pulled %s; cosign verify: %d signature(s)", p.Name, pulled, strings.Count(out, `"critical"`))
+				}
 				if p.Labels["platform.example.com/team"] != "platform" {
 					t.Errorf("pod %s lacks the overlay's label: %v", p.Name, p.Labels)
 				}
@@ -209,6 +226,9 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 				t.Errorf("runner pod not shaped by the chart's webhook: env %v, annotations %v", envOf(&p), p.Annotations)
 			}
 			// The overlay reached the runner pod through the PodTemplate.
+			if got := p.Status.ContainerStatuses; len(got) != 1 || got[0].ImageID != rel.Images["runner"].ByDigest() {
+				t.Errorf("runner pod container statuses %+v; want the released runner pulled by its tag, %s", got, rel.Images["runner"].ByDigest())
+			}
 			if p.Spec.Containers[0].Image != runnerImage || !slices.ContainsFunc(p.Spec.Tolerations, func(tl corev1.Toleration) bool { return tl.Key == "example.com/overlay" }) {
 				t.Errorf("runner pod image %q, tolerations %+v; want the overlay's %q and its toleration", p.Spec.Containers[0].Image, p.Spec.Tolerations, runnerImage)
 			}
@@ -422,4 +442,86 @@ func testCA(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// verifyRelease checks what `make release` pushed, as a user would before
+// installing it: the chart and every image verify against the release's
+// key, every image has both platforms, and each platform's image carries a
+// signed SBOM that lists what is in it.
+func verifyRelease(ctx context.Context, t *testing.T, rel *harness.Release) {
+	t.Helper()
+	pub := filepath.Join(rel.Dir, "cosign.pub")
+	verify := []string{"--key", pub, "--insecure-ignore-tlog"}
+	chart := strings.TrimPrefix(rel.Chart.Ref, "oci://")
+	if _, err := suite.Cosign(ctx, rel, append(append([]string{"verify"}, verify...), chart+":"+rel.Chart.Version)...); err != nil {
+		t.Errorf("cosign verify of the chart: %v", err)
+	}
+	// What each image's SBOM must name: runwarden's own module in its
+	// programs, busybox and OpenTofu in the runner.
+	contents := map[string][]string{
+		"dispatcher": {"github.com/runwarden/runwarden", "k8s.io/client-go"},
+		"webhook":    {"github.com/runwarden/runwarden", "github.com/open-policy-agent/opa"},
+		"postrender": {"github.com/runwarden/runwarden", "sigs.k8s.io/kustomize/api"},
+		"runner":     {"busybox", "github.com/opentofu/opentofu"},
+	}
+	for name, want := range contents {
+		im, ok := rel.Images[name]
+		if !ok {
+			t.Errorf("the release has no %s image: %+v", name, rel.Images)
+			continue
+		}
+		if len(im.Platforms) != 2 || im.Platforms["linux/amd64"] == "" || im.Platforms["linux/arm64"] == "" {
+			t.Errorf("image %s has platforms %v, want linux/amd64 and linux/arm64", name, im.Platforms)
+		}
+		if _, err := suite.Cosign(ctx, rel, append(append([]string{"verify"}, verify...), im.Ref)...); err != nil {
+			t.Errorf("cosign verify of %s: %v", im.Ref, err)
+		}
+		for plat, digest := range im.Platforms {
+			ref := im.Repository() + "@" + digest
+			out, err := suite.Cosign(ctx, rel, append(append([]string{"verify-attestation", "--type", "spdxjson"}, verify...), ref)...)
+			if err != nil {
+				t.Errorf("cosign verify-attestation of the %s SBOM of %s: %v", plat, name, err)
+				continue
+			}
+			sbom := decodeAttestation(t, out)
+			for _, w := range want {
+				if !strings.Contains(sbom, w) {
+					t.Errorf("the %s SBOM of %s does not name %s", plat, name, w)
+				}
+			}
+		}
+	}
+	// Any other key, or an image the release did not sign, does not verify.
+	if _, err := suite.Cosign(ctx, rel, "verify", "--key", otherCosignKey(ctx, t, rel), "--insecure-ignore-tlog", rel.Images["webhook"].Ref); err == nil {
+		t.Error("cosign verify with another key passed")
+	}
+}
+
+// decodeAttestation returns the SBOM in the first in-toto statement that
+// cosign verify-attestation printed (one DSSE envelope per line, its
+// payload base64).
+func decodeAttestation(t *testing.T, out string) string {
+	t.Helper()
+	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	var env struct {
+		Payload string `json:"payload"`
+	}
+	if err := json.Unmarshal([]byte(line), &env); err != nil {
+		t.Fatalf("cosign verify-attestation printed %q: %v", line, err)
+	}
+	b, err := base64.StdEncoding.DecodeString(env.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// otherCosignKey makes a key pair that signed nothing and returns its public key.
+func otherCosignKey(ctx context.Context, t *testing.T, rel *harness.Release) string {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := suite.Cosign(ctx, rel, "generate-key-pair", "--output-key-prefix", filepath.Join(dir, "other")); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "other.pub")
 }

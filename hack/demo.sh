@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# make demo: starts the local cluster with its real node, loads runwarden's
-# images, installs the chart with Helm through runwarden-postrender and a
+# make demo: starts the local cluster with its real node and registry,
+# releases runwarden into that registry (signed multi-platform images and the
+# chart, as make release does), verifies the release with cosign, installs
+# the chart from the registry with Helm through runwarden-postrender and a
 # Kustomize overlay, submits five RunnerTasks, and shows what happened.
 #
 # Environment: RUNWARDEN_DEMO_HELM=helm4 uses Helm v4 and the plugin
@@ -18,7 +20,7 @@ runners=runwarden-runners
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "Building the tools this demo needs (once; later runs reuse them)"
-hack/tools.sh kubernetes etcd kwok coredns opentofu vault "$helm_tool"
+hack/tools.sh kubernetes etcd kwok coredns opentofu vault registry cosign syft helm3 "$helm_tool"
 if [[ $(id -u) -eq 0 ]]; then hack/tools.sh node-packages; fi
 kubectl_bin=$(hack/tools.sh path kubernetes)/kubectl
 helm_bin=$(hack/tools.sh path "$helm_tool")/helm
@@ -30,14 +32,29 @@ KUBECONFIG=$(hack/cluster.sh kubeconfig)
 kubectl() { "$kubectl_bin" "$@"; }
 kubectl get nodes -o wide
 
-step "Building runwarden's images and loading them into the real node (no registry)"
-hack/images.sh load pause runner webhook dispatcher --address "$(hack/node.sh socket)"
-tag=$(hack/images.sh ref webhook)
-tag=${tag##*:}
-runner_tag=$(hack/images.sh ref runner)
-runner_tag=${runner_tag##*:}
+step "Releasing runwarden into the local registry, as make release does"
+echo "Images for linux/amd64 and linux/arm64, an SBOM of each, cosign signatures, and the chart with the"
+echo "images' digests, pushed to https://$(hack/registry.sh address) (hack/registry.sh: TLS from a local CA the node trusts)."
+RELEASE_OUT=bin/release hack/release.sh >/dev/null
+# shellcheck disable=SC1091 # written by hack/release.sh
+source bin/release/release.env
+ca=$(hack/registry.sh ca)
+cosign_bin=$(hack/tools.sh path cosign)/cosign
+cosign_verify() {
+	COSIGN_PASSWORD="" "$cosign_bin" "$1" --key bin/release/cosign.pub --insecure-ignore-tlog --registry-cacert "$ca" "${@:2}"
+}
+grep -E '^RELEASE_' bin/release/release.env | sed 's/^/  /'
 
-step "Installing the chart with $helm_tool through runwarden-postrender and $overlay"
+step "Verifying the release before installing it (cosign verify)"
+cosign_verify verify "${RELEASE_CHART#oci://}:$RELEASE_CHART_VERSION" >/dev/null
+echo "  the chart ${RELEASE_CHART#oci://}:$RELEASE_CHART_VERSION: signature verified"
+for image in "$RELEASE_IMAGE_DISPATCHER" "$RELEASE_IMAGE_WEBHOOK" "$RELEASE_IMAGE_RUNNER"; do
+	cosign_verify verify "$image" >/dev/null
+	echo "  $image: signature verified"
+done
+
+step "Installing the chart from the registry with $helm_tool, through runwarden-postrender and $overlay"
+echo "helm upgrade --install runwarden $RELEASE_CHART --version $RELEASE_CHART_VERSION --ca-file $ca ..."
 mkdir -p bin
 CGO_ENABLED=0 go build -o bin/runwarden-postrender ./postrender
 postrender=(--post-renderer "$root/bin/runwarden-postrender")
@@ -52,14 +69,25 @@ if [[ $helm_tool == helm4 ]]; then
 fi
 # A demo re-run starts from a clean slate of tasks.
 kubectl delete runnertasks --all -n "$runners" --ignore-not-found --wait=true >/dev/null 2>&1 || true
-env "${helm_env[@]}" "$helm_bin" upgrade --install runwarden charts/runwarden \
-	--namespace "$ns" --create-namespace \
-	-f hack/demo/values.yaml --set images.tag="$tag" --set images.runnerTag="$runner_tag" \
+env "${helm_env[@]}" "$helm_bin" upgrade --install runwarden "$RELEASE_CHART" --version "$RELEASE_CHART_VERSION" --ca-file "$ca" \
+	--namespace "$ns" --create-namespace -f hack/demo/values.yaml \
 	"${postrender[@]}" --post-renderer-args --kustomize --post-renderer-args "$root/$overlay" \
 	--wait --timeout 3m
 kubectl get deployments,pods -n "$ns" -o wide
 echo "Every object carries the overlay's labels, e.g. the dispatcher Deployment:"
 kubectl get deployment -n "$ns" runwarden-dispatcher -o jsonpath='{.metadata.labels}'; echo
+echo "The node pulled the released images from the registry; what it pulled verifies:"
+for pulled in $(kubectl get pods -n "$ns" -o jsonpath='{range .items[*]}{.status.containerStatuses[0].imageID}{"\n"}{end}' | sort -u); do
+	case $pulled in
+	"$RELEASE_IMAGE_DISPATCHER" | "$RELEASE_IMAGE_WEBHOOK") ;;
+	*)
+		echo "  a release pod runs $pulled, which is not a released image: this is a bug" >&2
+		exit 1
+		;;
+	esac
+	cosign_verify verify "$pulled" >/dev/null
+	echo "  $pulled: signature verified"
+done
 
 step "Starting the demo's secret store: a Vault dev server the runner pods reach"
 hack/demo/vault.sh up "$runners"

@@ -68,7 +68,7 @@ func TestGolden(t *testing.T) {
 	h := helm(t, "helm3")
 	sets := map[string][]string{
 		"default": nil,
-		"demo":    {"-f", "../../../hack/demo/values.yaml", "--set", "images.tag=v1", "--set", "images.runnerTag=v1"},
+		"demo":    {"-f", "../../../hack/demo/values.yaml", "--set", "images.registry=localhost:5000/runwarden", "--set", "images.tag=v1", "--set", "images.runnerTag=v1"},
 		"dev-mode": {"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods",
 			// The base64 of a PEM bundle, as the schema asks.
 			"--set", "webhook.devMode.caBundle=LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="},
