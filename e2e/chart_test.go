@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math/big"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,6 +66,7 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 				t.Fatal(err)
 			}
 			verifyRelease(ctx, t, rel)
+			sameDigestAgain(ctx, t, rel, "webhook", "arm64")
 			chart := rel.Chart.Ref
 			values := []string{
 				"--version", rel.Chart.Version, "--ca-file", rel.CAFile,
@@ -524,4 +527,30 @@ func otherCosignKey(ctx context.Context, t *testing.T, rel *harness.Release) str
 		t.Fatal(err)
 	}
 	return filepath.Join(dir, "other.pub")
+}
+
+// sameDigestAgain builds one of the release's platform images again, from
+// nothing (an empty image folder), and checks it has the digest the
+// release pushed: the same commit gives the same image.
+func sameDigestAgain(ctx context.Context, t *testing.T, rel *harness.Release, image, arch string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, filepath.Join(suite.RepoRoot, "hack", "images.sh"), "release-archive", image, arch, rel.Version)
+	cmd.Env = append(os.Environ(), "RUNWARDEN_IMAGES_DIR="+t.TempDir())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("building %s for %s again: %v\n%s", image, arch, err, stderr.String())
+	}
+	img, err := tarball.ImageFromPath(strings.TrimSpace(string(out)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := rel.Images[image].Platforms["linux/"+arch]; digest.String() != want {
+		t.Errorf("%s for linux/%s built again: digest %s, the release pushed %s", image, arch, digest, want)
+	}
 }
