@@ -149,7 +149,7 @@ cluster-up: ## Start the local cluster with its real node and the local registry
 
 .PHONY: release
 release: ## Build, sign and push multi-platform images, SBOMs and the chart (default: to the local registry; see docs/release.md).
-	hack/tools.sh registry cosign syft helm3 opentofu
+	hack/tools.sh registry cosign syft helm4 opentofu
 	hack/release.sh
 
 .PHONY: registry-up

@@ -65,10 +65,10 @@ if [[ $version == *-dirty ]]; then
 	log "the checkout has changes that are not committed: version $version (its images are not reproducible from a commit)"
 fi
 
-hack/tools.sh cosign syft helm3
+hack/tools.sh cosign syft helm4
 cosign_bin=$(hack/tools.sh path cosign)/cosign
 syft_bin=$(hack/tools.sh path syft)/syft
-helm_bin=$(hack/tools.sh path helm3)/helm
+helm_bin=$(hack/tools.sh path helm4)/helm
 
 ca_file=${RELEASE_CA_FILE:-}
 if [[ $registry == "$local_registry"/* ]]; then
@@ -151,6 +151,9 @@ cp -r charts/runwarden "$work/runwarden"
 go run ./hack/release chart-values --file "$work/runwarden/values.yaml" --registry "$registry" --tag "$version" \
 	--digest "dispatcher=${index_digest[dispatcher]}" --digest "webhook=${index_digest[webhook]}" \
 	--digest "runner=${index_digest[runner]}"
+# Helm v4 packages each file with its modification time: the commit's time
+# for all of them makes the package the same bytes from the same commit.
+find "$work/runwarden" -exec touch -h -d "@$(git log -1 --format=%ct)" {} +
 "$helm_bin" lint "$work/runwarden" >/dev/null || { "$helm_bin" lint "$work/runwarden" >&2; fail "the release chart does not pass helm lint"; }
 "$helm_bin" package "$work/runwarden" --version "$chart_version" --app-version "$version" -d "$out" >/dev/null
 package=$out/runwarden-$chart_version.tgz
