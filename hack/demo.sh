@@ -20,7 +20,7 @@ runners=runwarden-runners
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "Building the tools this demo needs (once; later runs reuse them)"
-hack/tools.sh kubernetes etcd kwok coredns opentofu vault registry cosign syft helm3 "$helm_tool"
+hack/tools.sh kubernetes etcd kwok coredns opentofu opentofu-linux-arm64 vault registry cosign syft helm4 "$helm_tool"
 if [[ $(id -u) -eq 0 ]]; then hack/tools.sh node-packages; fi
 kubectl_bin=$(hack/tools.sh path kubernetes)/kubectl
 helm_bin=$(hack/tools.sh path "$helm_tool")/helm
@@ -40,8 +40,15 @@ RELEASE_OUT=bin/release hack/release.sh >/dev/null
 source bin/release/release.env
 ca=$(hack/registry.sh ca)
 cosign_bin=$(hack/tools.sh path cosign)/cosign
+# cosign_verify runs cosign verify (or verify-attestation) with the release's
+# key, and shows what cosign said only when it fails.
 cosign_verify() {
-	COSIGN_PASSWORD="" "$cosign_bin" "$1" --key bin/release/cosign.pub --insecure-ignore-tlog --registry-cacert "$ca" "${@:2}"
+	local out
+	if ! out=$("$cosign_bin" "$1" --key bin/release/cosign.pub --insecure-ignore-tlog --registry-cacert "$ca" "${@:2}" 2>&1); then
+		echo "$out" >&2
+		echo "demo: cosign $1 ${*:2} failed: this is a bug" >&2
+		exit 1
+	fi
 }
 grep -E '^RELEASE_' bin/release/release.env | sed 's/^/  /'
 
