@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,14 +60,36 @@ type webhookProcess struct {
 	config     string
 }
 
+// handedOut holds every port freePort returned in this run: the kernel may
+// give a port that was free a moment ago again (it did: one webhook got the
+// same port for its webhook server and its health probe, and exited), and a
+// process started later has not bound it yet.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePort returns a loopback TCP port that is free now and that it has
+// returned to no one else in this run.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		handedOut.Lock()
+		taken := handedOut.ports[port]
+		handedOut.ports[port] = true
+		handedOut.Unlock()
+		if !taken {
+			return port
+		}
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("found no loopback port not handed out before in 100 tries")
+	return 0
 }
 
 // validateOnly labels a runner pod that only the ValidatingWebhookConfiguration
