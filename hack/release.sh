@@ -35,6 +35,18 @@
 set -euo pipefail
 shopt -s inherit_errexit
 
+case ${1:-} in
+"") ;;
+-h | --help | help)
+	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
+	exit 0
+	;;
+*)
+	echo "hack/release.sh: takes no arguments (settings are environment variables; --help lists them)" >&2
+	exit 2
+	;;
+esac
+
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 state_dir=${RUNWARDEN_STATE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/runwarden}
