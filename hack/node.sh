@@ -482,6 +482,9 @@ down() {
 	stop containerd
 	# The registry was started for this node (its storage stays).
 	"$root/hack/registry.sh" down
+	# The demo's Vault (hack/demo/vault.sh) listens on this node's bridge
+	# gateway: it goes with the node, whichever run takes the node over.
+	"$root/hack/demo/vault.sh" down
 	# Anything still mounted under the node's folders (volumes, network
 	# namespaces, snapshots), deepest first.
 	local mounts
