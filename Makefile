@@ -72,7 +72,7 @@ e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default l
 	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} hack/e2e.sh -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/
 
 .PHONY: bench
-bench: bench-postrender bench-webhook bench-dispatcher bench-failover bench-secrets bench-queueing ## Run every benchmark.
+bench: bench-postrender bench-webhook bench-dispatcher bench-failover bench-secrets bench-queueing bench-release ## Run every benchmark.
 
 .PHONY: bench-dispatcher
 bench-dispatcher: ## Benchmark tasks to Jobs (both sources) beside plain client-go loops, on the local cluster (RUNWARDEN_BENCH_TASKS, default 500; RUNWARDEN_BENCH_DRAIN=10000 adds the drain).
@@ -92,6 +92,11 @@ bench-queueing: ## Benchmark tasks to admitted Jobs with the dispatcher's own sl
 	@mkdir -p $(BIN_DIR)
 	RUNWARDEN_REAL_NODE=false hack/e2e.sh -run '^$$' -bench BenchmarkQueueing -benchtime 1x -count 3 -timeout 30m ./e2e/ | tee bin/bench-queueing.txt
 	$(call tool,benchstat)/benchstat -col /impl bin/bench-queueing.txt
+
+.PHONY: bench-release
+bench-release: ## Benchmark the release's image build and push (dispatcher, two platforms) beside ko build, on the local registry.
+	hack/tools.sh registry ko benchstat opentofu
+	hack/bench-release.sh
 
 .PHONY: bench-secrets
 bench-secrets: ## Benchmark a runner pod's start with 10 Vault references against none, on the local cluster's real node.

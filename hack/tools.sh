@@ -38,6 +38,8 @@ PROMETHEUS_VERSION=v0.316.0
 REGISTRY_VERSION=v3.1.2
 COSIGN_VERSION=v2.6.5
 SYFT_VERSION=v1.57.1
+# Only for make bench-release, beside the release's own image builder.
+KO_VERSION=v0.19.1
 
 all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns vault kueue promtool registry cosign syft)
 
@@ -62,6 +64,7 @@ folder() {
 	registry) echo "$tools_dir/registry-$REGISTRY_VERSION" ;;
 	cosign) echo "$tools_dir/cosign-$COSIGN_VERSION" ;;
 	syft) echo "$tools_dir/syft-$SYFT_VERSION" ;;
+	ko) echo "$tools_dir/ko-$KO_VERSION" ;;
 	# Another architecture's programs, for the release's multi-platform images.
 	opentofu-linux-*) echo "$tools_dir/opentofu-$OPENTOFU_VERSION-${1#opentofu-}" ;;
 	busybox-linux-*)
@@ -168,6 +171,9 @@ recipe() {
 		;;
 	syft)
 		install_mod "$out" "github.com/anchore/syft/cmd/syft@$SYFT_VERSION"
+		;;
+	ko)
+		install_mod "$out" "github.com/google/ko@$KO_VERSION"
 		;;
 	opentofu-linux-*)
 		GOOS=linux GOARCH=${1#opentofu-linux-} build_wrapper opentofu "$out" "-X github.com/opentofu/opentofu/version.dev=no" github.com/opentofu/opentofu/cmd/tofu
