@@ -64,25 +64,11 @@ conversion_crds=(localqueues clusterqueues cohorts workloads multikueueclusters)
 kubectl() { "$kube_bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 log() { echo "kueue ($name): $*" >&2; }
 
-# started prints when process $1 started (clock ticks after boot), which
-# tells it apart from a later process that reuses its PID.
-started() {
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	# Fields after the command name, which may hold spaces: state is 1st, start time 20th.
-	stat=${stat##*) }
-	awk '{print $20}' <<<"$stat"
-}
+# shellcheck source=hack/lib/pidfile.sh
+source "$root/hack/lib/pidfile.sh"
 
-# running reports whether the Kueue of the pid file still runs (a process
-# that reused its PID does not count).
-running() {
-	local pid since
-	[[ -f $pid_file ]] || return 1
-	read -r pid since <"$pid_file" || true
-	[[ -n $pid && -n $since ]] || return 1
-	[[ $(started "$pid") == "$since" ]]
-}
+# running reports whether the Kueue of the pid file still runs.
+running() { pidfile_alive "$pid_file"; }
 
 # healthy reports whether Kueue's health server at 127.0.0.1:$1 says it is
 # ready (its webhook server is up).
@@ -344,7 +330,7 @@ up() {
 		"$kueue_bin/kueue" --config "$kueue_dir/config.yaml" --kubeconfig "$kubeconfig" \
 		>"$log_file" 2>&1 </dev/null &
 	pid=$!
-	echo "$pid $(started "$pid")" >"$pid_file"
+	pidfile_record "$pid_file" "$pid"
 
 	local ready=false
 	for _ in $(seq 1 300); do
@@ -372,22 +358,7 @@ up() {
 }
 
 # stop_kueue signals Kueue and waits for it to exit (10 s, then SIGKILL).
-stop_kueue() {
-	local pid
-	if ! running; then
-		rm -f "$pid_file"
-		return 1
-	fi
-	read -r pid _ <"$pid_file"
-	if kill -TERM "$pid" 2>/dev/null; then
-		for _ in $(seq 1 100); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$pid_file"
-}
+stop_kueue() { pidfile_stop "$pid_file"; }
 
 # convert_by_webhook has the API server convert Kueue's objects between
 # versions by calling Kueue at https://127.0.0.1:$1/convert with the CA

@@ -75,58 +75,26 @@ require_root() {
 	fi
 }
 
-# started prints when process $1 started (clock ticks after boot), which
-# tells it apart from a later process that reuses its PID.
-started() {
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	# Fields after the command name, which may hold spaces: state is 1st, start time 20th.
-	stat=${stat##*) }
-	awk '{print $20}' <<<"$stat"
-}
+# shellcheck source=hack/lib/pidfile.sh
+source "$root/hack/lib/pidfile.sh"
 
 # pid_alive reports whether the process recorded in pid file $1 (of the
-# node folder $2, default this cluster's) still runs. A pid file holds the
-# PID and its start time; a process that reused the PID after a reboot or a
-# killed run does not count.
-pid_alive() {
-	local f=${2:-$node_dir}/run/$1.pid pid since
-	[[ -f $f ]] || return 1
-	read -r pid since <"$f" || true
-	[[ -n $pid && -n $since ]] || return 1
-	[[ $(started "$pid") == "$since" ]]
-}
+# node folder $2, default this cluster's) still runs.
+pid_alive() { pidfile_alive "${2:-$node_dir}/run/$1.pid"; }
 
 # start runs a component in the background with its log and pid file.
 start() {
-	local component=$1 pid
+	local component=$1
 	shift
 	if pid_alive "$component"; then
 		return 0
 	fi
 	setsid "$@" >"$node_dir/logs/$component.log" 2>&1 </dev/null &
-	pid=$!
-	echo "$pid $(started "$pid")" >"$node_dir/run/$component.pid"
+	pidfile_record "$node_dir/run/$component.pid" $!
 }
 
 # stop signals a component and waits for it to exit (10 s, then SIGKILL).
-stop() {
-	local component=$1 f=$node_dir/run/$1.pid pid
-	[[ -f $f ]] || return 0
-	if ! pid_alive "$component"; then
-		rm -f "$f"
-		return 0
-	fi
-	read -r pid _ <"$f"
-	if kill -TERM "$pid" 2>/dev/null; then
-		for _ in $(seq 1 100); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$f"
-}
+stop() { pidfile_stop "$node_dir/run/$1.pid" || true; }
 
 wait_for() {
 	local what=$1 tries=$2

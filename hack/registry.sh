@@ -39,22 +39,10 @@ log_file=$reg_dir/registry.log
 
 log() { echo "registry ($address): $*" >&2; }
 
-# started prints when process $1 started (clock ticks after boot), which
-# tells it apart from a later process that reuses its PID.
-started() {
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
-	stat=${stat##*) }
-	awk '{print $20}' <<<"$stat"
-}
+# shellcheck source=hack/lib/pidfile.sh
+source "$root/hack/lib/pidfile.sh"
 
-running() {
-	local pid since
-	[[ -f $pid_file ]] || return 1
-	read -r pid since <"$pid_file" || true
-	[[ -n $pid && -n $since ]] || return 1
-	[[ $(started "$pid") == "$since" ]]
-}
+running() { pidfile_alive "$pid_file"; }
 
 # answers reports whether the registry answers the distribution API's base
 # endpoint over TLS, checked against its CA.
@@ -142,7 +130,7 @@ up() {
 	write_config
 	setsid "$bin" serve "$reg_dir/config.yml" >>"$log_file" 2>&1 </dev/null &
 	pid=$!
-	echo "$pid $(started "$pid")" >"$pid_file"
+	pidfile_record "$pid_file" "$pid"
 	for _ in $(seq 1 100); do
 		if ! running; then
 			log "exited; the last lines of $log_file:"
@@ -164,23 +152,7 @@ up() {
 	exit 1
 }
 
-stop_registry() {
-	local pid
-	if ! running; then
-		rm -f "$pid_file"
-		return 0
-	fi
-	read -r pid _ <"$pid_file"
-	kill -TERM "$pid" 2>/dev/null || true
-	for _ in $(seq 1 50); do
-		running || break
-		sleep 0.1
-	done
-	if running; then
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	rm -f "$pid_file"
-}
+stop_registry() { pidfile_stop "$pid_file" || true; }
 
 case ${1:-} in
 up) up ;;
