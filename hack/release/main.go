@@ -21,7 +21,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -251,14 +250,4 @@ func chartValuesCmd(args []string, stderr io.Writer) error {
 		return fmt.Errorf("%s: %w", *file, err)
 	}
 	return os.WriteFile(*file, out, 0o644)
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

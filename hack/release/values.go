@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -57,7 +59,7 @@ func SetImages(values []byte, im Images) ([]byte, error) {
 	if len(im.Digests) == 0 {
 		m.Style = yaml.FlowStyle
 	}
-	for _, k := range sortedKeys(im.Digests) {
+	for _, k := range slices.Sorted(maps.Keys(im.Digests)) {
 		m.Content = append(m.Content,
 			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k},
 			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: im.Digests[k], Style: yaml.DoubleQuotedStyle})
