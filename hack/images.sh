@@ -147,26 +147,30 @@ recipe() {
 
 file_is_static() { ! ldd "$1" >/dev/null 2>&1; }
 
-build() {
-	local image=$1 out r
-	out=$(archive_path "$image")
+# build_archive OUT NAME IMAGE [ARCH VERSION] builds IMAGE (as recipe does)
+# into archive OUT unless it is there, one build of NAME at a time (two runs
+# would write one archive), and removes the older archives OUT replaces
+# (NAME-*.tar beside it).
+build_archive() {
+	local out=$1 name=$2 image=$3 arch=${4:-} version=${5:-} dir
 	[[ -f $out ]] && return 0
-	mkdir -p "$images_dir"
-	# One build of an image at a time (two runs would write one archive).
-	exec {lock}>"$images_dir/.$image.lock"
+	dir=$(dirname "$out")
+	mkdir -p "$dir"
+	exec {lock}>"$dir/.$name.lock"
 	flock "$lock"
-	if [[ -f $out ]]; then
-		exec {lock}>&-
-		return 0
+	if [[ ! -f $out ]]; then
+		local start=$SECONDS
+		echo "images: building $name${version:+ $version}" >&2
+		recipe "$image" "$out.tmp" "$arch" "$version" >/dev/null
+		mv "$out.tmp" "$out"
+		find "$dir" -maxdepth 1 -name "$name-*.tar" ! -name "$(basename "$out")" -delete
+		echo "images: built $name in $((SECONDS - start))s ($out)" >&2
 	fi
-	local start=$SECONDS
-	r=$(ref "$image")
-	echo "images: building $r" >&2
-	recipe "$image" "$out" >/dev/null
-	# Older archives of the same image are replaced by this one.
-	find "$images_dir" -maxdepth 1 -name "$image-*.tar" ! -name "$(basename "$out")" -delete
-	echo "images: built $image in $((SECONDS - start))s ($out)" >&2
 	exec {lock}>&-
+}
+
+build() {
+	build_archive "$(archive_path "$1")" "$1" "$1"
 }
 
 # release_archive builds image $1 for GOARCH $2 at version $3 (once for the
@@ -178,20 +182,7 @@ release_archive() {
 		echo "release $arch $version"
 	} | sha256sum)
 	out=$images_dir/release/$image-$arch-${h:0:12}.tar
-	if [[ ! -f $out ]]; then
-		mkdir -p "$images_dir/release"
-		exec {lock}>"$images_dir/release/.$image-$arch.lock"
-		flock "$lock"
-		if [[ ! -f $out ]]; then
-			local start=$SECONDS
-			echo "images: building $image $version for linux/$arch" >&2
-			recipe "$image" "$out.tmp" "$arch" "$version" >/dev/null
-			mv "$out.tmp" "$out"
-			find "$images_dir/release" -maxdepth 1 -name "$image-$arch-*.tar" ! -name "$(basename "$out")" -delete
-			echo "images: built $image for linux/$arch in $((SECONDS - start))s" >&2
-		fi
-		exec {lock}>&-
-	fi
+	build_archive "$out" "$image-$arch" "$image" "$arch" "$version"
 	echo "$out"
 }
 
