@@ -27,7 +27,8 @@ type Request struct {
 	// Namespace is the request's namespace, the pod's when it names none.
 	Namespace string
 	// Pod is the pod as the request holds it. Admit fills in its
-	// namespace and otherwise leaves it as it is. Required.
+	// namespace and, when it shapes the pod (OutcomeMutated), shapes it in
+	// place. Required.
 	Pod *corev1.Pod
 	// OldPod is the pod before an UPDATE; nil on CREATE.
 	OldPod *corev1.Pod
@@ -86,9 +87,9 @@ type Result struct {
 	Decision policy.Decision
 	// Runner tells whether the pod was admitted as an earned runner pod.
 	Runner bool
-	// Pod is the pod as admitted: a copy of Request.Pod with the
-	// mutations, the secret references' plan and the record when
-	// OutcomeMutated, else Request.Pod itself.
+	// Pod is the pod as admitted: Request.Pod, with the secret
+	// references' plan, the mutations and the record when OutcomeMutated;
+	// nil when OutcomeDenied.
 	Pod *corev1.Pod
 	// NotChecked names what Admit could not check because a lookup was
 	// not made (ErrNotChecked), and how it went on; never set with
@@ -113,11 +114,20 @@ func (h *Handler) skip(op admissionv1.Operation, sub string) string {
 // Admit decides on a pod as the webhook does, with the cluster read through
 // look: the runner label's earned check, the policies' decision and, for
 // the mutating handler, the secret references' plan, the mutations and the
-// record annotations. Handle answers with it (the patch from Request.Pod
-// to Result.Pod), and so does `runwarden-webhook policy eval`, with
-// lookups from files. An error is a failure to decide (a read or an
-// evaluation failed), never a denial.
+// record annotations. Handle answers with it (the JSON patch from the pod
+// as the request held it to Result.Pod), and so does `runwarden-webhook
+// policy eval`, with lookups from files. An error is a failure to decide
+// (a read or an evaluation failed), never a denial.
 func (h *Handler) Admit(ctx context.Context, req Request, look Lookups) (Result, error) {
+	var before corev1.Pod
+	return h.admit(ctx, req, look, &before)
+}
+
+// admit is Admit; when it shapes the pod, it first copies it into before,
+// which it does not keep: the handler's copy, for the patch, stays on its
+// stack. The decoded pod is shaped, not the copy: its lists keep the room
+// the decoder gave them, which Apply's appends use.
+func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *corev1.Pod) (Result, error) {
 	logger := log.FromContext(ctx).WithValues("namespace", req.Namespace, "operation", req.Operation)
 	if why := h.skip(req.Operation, req.SubResource); why != "" {
 		return Result{Outcome: OutcomeSkipped, Reason: why, Pod: req.Pod}, nil
@@ -134,12 +144,12 @@ func (h *Handler) Admit(ctx context.Context, req Request, look Lookups) (Result,
 		if !claimed {
 			return Result{Outcome: OutcomeSkipped, Reason: "not a runner pod, outside the runner namespace", Pod: pod}, nil
 		}
-		return denied(pod, fmt.Sprintf("runwarden: this webhook admits runner pods in namespace %s only (its --runner-namespace), and this pod is in %s: its webhook configuration sends it more than it serves", h.opts.Namespace, pod.Namespace)), nil
+		return denied(fmt.Sprintf("runwarden: this webhook admits runner pods in namespace %s only (its --runner-namespace), and this pod is in %s: its webhook configuration sends it more than it serves", h.opts.Namespace, pod.Namespace)), nil
 	}
 	res := Result{Runner: claimed, Pod: pod}
 	switch {
 	case old != nil && (old.Labels[RunnerLabel] == "true") != claimed:
-		return denied(pod, fmt.Sprintf("runwarden: the label %s cannot be added to or removed from a pod: a pod is a runner from its creation, or never", RunnerLabel)), nil
+		return denied(fmt.Sprintf("runwarden: the label %s cannot be added to or removed from a pod: a pod is a runner from its creation, or never", RunnerLabel)), nil
 	case old == nil && claimed:
 		why, err := h.earned(ctx, look, pod, req.User, &res)
 		if err != nil {
@@ -147,7 +157,7 @@ func (h *Handler) Admit(ctx context.Context, req Request, look Lookups) (Result,
 			return Result{}, err
 		}
 		if why != "" {
-			return denied(pod, fmt.Sprintf(`runwarden: this pod claims the label %s: "true", which only pods the Job controller makes for a Job of runwarden's dispatcher carry, but %s; remove the label, or submit the work as a task`, RunnerLabel, why)), nil
+			return denied(fmt.Sprintf(`runwarden: this pod claims the label %s: "true", which only pods the Job controller makes for a Job of runwarden's dispatcher carry, but %s; remove the label, or submit the work as a task`, RunnerLabel, why)), nil
 		}
 	}
 	set := h.opts.Policies.Current()
@@ -174,7 +184,7 @@ func (h *Handler) Admit(ctx context.Context, req Request, look Lookups) (Result,
 			msgs = append(msgs, v.Message)
 			res.Rules = append(res.Rules, v.Rule)
 		}
-		res.Outcome, res.Denial = OutcomeDenied, "runwarden policy: "+strings.Join(msgs, "; ")
+		res.Outcome, res.Denial, res.Pod = OutcomeDenied, "runwarden policy: "+strings.Join(msgs, "; "), nil
 		logger.Info("pod denied", "pod", pod.GenerateName+pod.Name, "job", jobOf(pod), "policies", set.Digest, "rules", res.Rules, "runner", res.Runner)
 		return res, nil
 	}
@@ -182,19 +192,19 @@ func (h *Handler) Admit(ctx context.Context, req Request, look Lookups) (Result,
 		res.Outcome = OutcomeAllowed
 		return res, nil
 	}
-	return h.shape(logger, req, res, set.Digest)
+	return h.shape(logger, req, res, set.Digest, before)
 }
 
 // shape applies an allowed decision to a copy of the pod (the mutating
 // handler): the secret references' plan, the mutations, the record.
-func (h *Handler) shape(logger logr.Logger, req Request, res Result, policyDigest string) (Result, error) {
-	before, d := req.Pod, res.Decision
-	pod := before.DeepCopy()
+func (h *Handler) shape(logger logr.Logger, req Request, res Result, policyDigest string, before *corev1.Pod) (Result, error) {
+	pod, d := req.Pod, res.Decision
+	pod.DeepCopyInto(before)
 	if h.opts.Resolver != nil && res.Runner && req.Operation == admissionv1.Create {
 		// Before Apply: the policies give the store credentials to the
 		// resolver's init container.
 		if _, err := PlanSecrets(pod, *h.opts.Resolver); errors.Is(err, ErrResolverInTheWay) {
-			return withDenial(res, before, "runwarden: "+err.Error()), nil
+			return withDenial(res, "runwarden: "+err.Error()), nil
 		} else if err != nil {
 			logger.Error(err, "planning the secret references")
 			return Result{}, err
@@ -202,7 +212,7 @@ func (h *Handler) shape(logger logr.Logger, req Request, res Result, policyDiges
 	}
 	if clashes := MountClashes(pod, d.Mutations); len(clashes) > 0 {
 		// The API server would refuse the pod for it, with less to go on.
-		return withDenial(res, before, "runwarden policy: "+strings.Join(clashes, "; ")), nil
+		return withDenial(res, "runwarden policy: "+strings.Join(clashes, "; ")), nil
 	}
 	Apply(pod, d.Mutations)
 	mutations := MutationNames(d.Mutations)
@@ -227,14 +237,14 @@ func (h *Handler) shape(logger logr.Logger, req Request, res Result, policyDiges
 }
 
 // denied is a denial before the policies.
-func denied(pod *corev1.Pod, msg string) Result {
-	return Result{Outcome: OutcomeDenied, Denial: msg, Pod: pod}
+func denied(msg string) Result {
+	return Result{Outcome: OutcomeDenied, Denial: msg}
 }
 
 // withDenial turns an allowed decision into a denial after the policies,
 // keeping their decision and warnings.
-func withDenial(res Result, pod *corev1.Pod, msg string) Result {
-	res.Outcome, res.Denial, res.Pod = OutcomeDenied, msg, pod
+func withDenial(res Result, msg string) Result {
+	res.Outcome, res.Denial, res.Pod = OutcomeDenied, msg, nil
 	return res
 }
 

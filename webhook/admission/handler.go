@@ -131,10 +131,11 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod before the update: %w", err)), "error"
 		}
 	}
-	res, err := h.Admit(ctx, Request{
+	var before corev1.Pod
+	res, err := h.admit(ctx, Request{
 		Operation: req.Operation, SubResource: req.SubResource, Namespace: req.Namespace,
 		Pod: pod, OldPod: old, User: req.UserInfo.Username, Groups: req.UserInfo.Groups,
-	}, h.lookups)
+	}, h.lookups, &before)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), "error"
 	}
@@ -150,7 +151,7 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		}
 		resp = admission.Denied(res.Denial)
 	case OutcomeMutated:
-		resp = admission.Patched("", Patch(pod, res.Pod)...)
+		resp = admission.Patched("", Patch(&before, res.Pod)...)
 		if len(resp.Patches) == 0 {
 			res.Outcome = OutcomeAllowed
 		}
