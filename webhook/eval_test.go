@@ -123,8 +123,8 @@ type admitCase struct {
 	notChecked bool
 }
 
-// admitCases are the cases of webhook/admission/handler_test.go and of
-// TestRun's policy eval cases. Left out, because the webhook cannot decide
+// admitCases are the cases of webhook/admission/handler_test.go, of the
+// workload identity golden files and of TestRun's policy eval cases. Left out, because the webhook cannot decide
 // on them and answers with an error, which eval has no file for: a pod that
 // does not decode (TestMalformedPodIsABadRequest), a namespace the cache
 // does not hold (TestUnknownNamespaceIsRefused) and Jobs that cannot be read
@@ -228,7 +228,52 @@ func admitCases(t *testing.T) []admitCase {
 		v.c.name = "TestValidatingChecksEveryChange/" + v.name
 		cases = append(cases, v.c)
 	}
+	cases = append(cases, identityCases(t)...)
 	return append(cases, runTestCases(t)...)
+}
+
+// identityCases are the workload identity cases of
+// webhook/admission/testdata/identity (TestWorkloadIdentityGolden, which
+// checks the policies' result against the EKS, Azure and GKE webhooks'),
+// each pod made a runner pod of taskJob, its service account in the
+// cluster.
+func identityCases(t *testing.T) []admitCase {
+	files, err := filepath.Glob("admission/testdata/identity/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []admitCase
+	for _, file := range files {
+		if strings.HasSuffix(file, ".golden.yaml") {
+			continue
+		}
+		var c struct {
+			Config         map[string]any    `json:"config"`
+			ServiceAccount map[string]string `json:"serviceAccount"`
+			Pod            corev1.Pod        `json:"pod"`
+		}
+		if err := readYAML(file, &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.Config == nil {
+			c.Config = map[string]any{}
+		}
+		pod := c.Pod.DeepCopy()
+		pod.Namespace = "team-a"
+		pod.Labels = map[string]string{rwadmission.RunnerLabel: "true"}
+		pod.OwnerReferences = runnerPod("").OwnerReferences
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
+			Name: cmpOrString(pod.Spec.ServiceAccountName, "default"), Namespace: "team-a", Annotations: c.ServiceAccount,
+		}}
+		cases = append(cases, admitCase{
+			name: "TestWorkloadIdentityGolden/" + strings.TrimSuffix(filepath.Base(file), ".yaml"), pod: pod,
+			cluster: []client.Object{teamA(nil), sa, taskJob()}, config: c.Config, resolver: resolverImage, again: true,
+		})
+	}
+	if len(cases) < 8 {
+		t.Fatalf("%d cases in admission/testdata/identity, want at least 8", len(cases))
+	}
+	return cases
 }
 
 // runTestCases are TestRun's policy eval cases, on the same files.

@@ -195,8 +195,9 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 	return h.shape(logger, req, res, set.Digest, before)
 }
 
-// shape applies an allowed decision to a copy of the pod (the mutating
-// handler): the secret references' plan, the mutations, the record.
+// shape applies an allowed decision to the pod in place (the mutating
+// handler), after copying it into before: the secret references' plan, the
+// mutations, the record.
 func (h *Handler) shape(logger logr.Logger, req Request, res Result, policyDigest string, before *corev1.Pod) (Result, error) {
 	pod, d := req.Pod, res.Decision
 	pod.DeepCopyInto(before)
