@@ -251,13 +251,12 @@ func readEvalFiles(c evalConfig) (rwadmission.Request, *fileLookups, error) {
 	}
 	// The request's namespace: the pod's, else the namespace given, else
 	// default (as kubectl would send it).
-	req.Namespace = cmp.Or(req.Pod.Namespace, func() string {
-		if look.ns != nil {
-			return look.ns.Name
-		}
-		return ""
-	}(), "default")
-	ns := cmp.Or(req.Pod.Namespace, req.Namespace)
+	req.Namespace = req.Pod.Namespace
+	if look.ns != nil {
+		req.Namespace = cmp.Or(req.Namespace, look.ns.Name)
+	}
+	req.Namespace = cmp.Or(req.Namespace, "default")
+	ns := req.Namespace
 	if look.ns != nil && look.ns.Name != ns {
 		return req, nil, fmt.Errorf("--namespace %s is namespace %q, and the pod is in %q: give the pod's namespace", c.nsFile, look.ns.Name, ns)
 	}
