@@ -40,6 +40,7 @@ const (
 var platformConfig = map[string]any{
 	"workloadIdentity": map[string]any{"aws": map[string]any{"enabled": true}},
 	"secretStores":     map[string]any{"vault": map[string]any{"enabled": true, "address": "https://vault:8200", "secretName": "vault-token"}},
+	"secretRefs":       map[string]any{"allowedPatterns": []any{"vault:team-a:secret/**"}},
 	"scheduling": map[string]any{
 		"nodeSelector":         map[string]any{"runwarden.dev/pool": "runner"},
 		"tolerations":          []any{map[string]any{"key": "runwarden.dev/pool", "operator": "Equal", "value": "runner", "effect": "NoSchedule"}},
