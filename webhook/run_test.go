@@ -38,7 +38,7 @@ func TestRun(t *testing.T) {
 		{
 			name:       "policy eval admits a pod as the webhook does",
 			args:       []string{"policy", "eval", "--pod", "testdata/valid-pod.yaml", "--service-account", "testdata/service-account.yaml", "--namespace", "testdata/namespace.yaml", "--config", "testdata/platform.yaml", "--job", "testdata/job.yaml", "--resolver-image", "registry.example.com/runwarden/webhook:1"},
-			wantStdout: []string{"mutating webhook: mutated; validating webhook: allowed", "fileKeyRef", "image: registry.example.com/runwarden/webhook:1", "name: runwarden-secrets", "runwarden.dev/spec-digest: sha256:", "runwarden.dev/policy-digest:", "secret references resolved in the pod"},
+			wantStdout: []string{"mutating webhook: mutated; validating webhook: allowed", "fileKeyRef", "image: registry.example.com/runwarden/webhook:1", "name: runwarden-secrets", "runwarden.dev/spec-digest: sha256:", "runwarden.dev/policy-digest:", "runwarden.dev/mutations:"},
 			notStdout:  []string{"NOT CHECKED", "${vault:"},
 		},
 		{
