@@ -563,6 +563,12 @@ func pushOverTheTag(ctx context.Context, t *testing.T, cfg *envconf.Config, rel 
 		t.Fatalf("helm push of the unsigned chart printed %q; want a digest other than the signed %s", out, rel.Chart.Digest)
 	}
 	t.Cleanup(func() { retag(t, rel) })
+	// It is what an install by tag or --version gets now, and it verifies
+	// against nothing.
+	if _, err := suite.Cosign(ctx, rel, "verify", "--key", filepath.Join(rel.Dir, "cosign.pub"), "--insecure-ignore-tlog",
+		strings.TrimPrefix(rel.Chart.Ref, "oci://")+"@"+m[1]); err == nil {
+		t.Errorf("the chart pushed over the tag, %s, verifies against the release's key", m[1])
+	}
 	t.Logf("the tag %s:%s now names an unsigned chart, %s", rel.Chart.Ref, rel.Chart.Version, m[1])
 	return m[1]
 }
