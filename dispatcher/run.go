@@ -507,7 +507,10 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			return err
 		}
 		kubeClient = func(mgr ctrl.Manager) client.Client {
-			return fencedClient{Client: mgr.GetClient(), open: func() bool { return lock.renewedWithin(c.leader.renew) }}
+			// The manager's client has no request timeout (one on restCfg
+			// would end the cache's watches too): each write gets its
+			// deadline from the fence instead.
+			return fencedClient{Client: mgr.GetClient(), left: func() time.Duration { return lock.left(c.leader.renew) }}
 		}
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{

@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
@@ -14,6 +15,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -67,9 +71,13 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			}
 			verifyRelease(ctx, t, rel)
 			sameDigestAgain(ctx, t, rel, "webhook", "arm64")
-			chart := rel.Chart.Ref
+			// The chart is installed by the digest that was verified, never
+			// by its tag: a chart pushed to the tag after the verify (as
+			// whoever may write to the registry could) is not installed.
+			unsigned := pushOverTheTag(ctx, t, cfg, rel)
+			chart := rel.ChartByDigest()
 			values := []string{
-				"--version", rel.Chart.Version, "--ca-file", rel.CAFile,
+				"--ca-file", rel.CAFile,
 				"-f", filepath.Join(suite.RepoRoot, "hack", "demo", "values.yaml"),
 				"--set", "runnerNamespace=" + runners,
 			}
@@ -118,9 +126,16 @@ patches:
 				_, _ = h4.run(context.Background(), "uninstall", release, "-n", ns, "--wait")
 				_ = cfg.Client().Resources().Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runners}})
 			})
-			if out, err := h4.run(ctx, args...); err != nil {
+			out, err := h4.run(ctx, args...)
+			if err != nil {
 				t.Fatalf("helm v4 install: %v\n%s", err, out)
 			}
+			// Helm pulled the signed chart, and what it installed is that
+			// chart, not the one now under its tag.
+			if !strings.Contains(out, "Digest: "+rel.Chart.Digest+"\n") {
+				t.Errorf("helm v4 install did not pull the signed chart %s (the tag names %s):\n%s", rel.Chart.Digest, unsigned, out)
+			}
+			installedSigned(ctx, t, h4, release, ns, rel)
 			var pods corev1.PodList
 			if err := cfg.Client().Resources(ns).List(ctx, &pods); err != nil {
 				t.Fatal(err)
@@ -165,22 +180,24 @@ patches:
 				if p.Spec.NodeName != "rw-real-0" || p.Status.Phase != corev1.PodRunning {
 					t.Errorf("pod %s: node %q phase %s, want running on the real node", p.Name, p.Spec.NodeName, p.Status.Phase)
 				}
-				// Each release pod runs the released image, by its digest,
-				// as the node pulled it from the registry; and what was
-				// pulled verifies against the release's key.
+				// Each release pod runs its component's released image, by
+				// its digest, as the node pulled it from the registry; every
+				// container of it (init and ephemeral ones too) runs a
+				// released image; and what each pulled verifies against the
+				// release's key.
 				released := rel.Images[p.Labels["app.kubernetes.io/component"]]
-				if len(p.Status.ContainerStatuses) == 0 || released.Digest == "" {
-					t.Errorf("pod %s: container statuses %+v, released image %+v", p.Name, p.Status.ContainerStatuses, released)
-					continue
+				if len(p.Spec.Containers) == 0 || released.Digest == "" || p.Spec.Containers[0].Image != released.ByDigest() {
+					t.Errorf("pod %s: containers %+v; want the first to be the release's %q", p.Name, p.Spec.Containers, released.ByDigest())
 				}
-				pulled := p.Status.ContainerStatuses[0].ImageID
-				if p.Spec.Containers[0].Image != released.ByDigest() || pulled != released.ByDigest() {
-					t.Errorf("pod %s: image %q, pulled %q; want the release's %s", p.Name, p.Spec.Containers[0].Image, pulled, released.ByDigest())
+				for _, bad := range harness.UnreleasedContainers(&p, rel.ImagesByDigest()) {
+					t.Error(bad)
 				}
-				if out, err := suite.Cosign(ctx, rel, "verify", "--key", filepath.Join(rel.Dir, "cosign.pub"), "--insecure-ignore-tlog", pulled); err != nil {
-					t.Errorf("cosign verify of what pod %s pulled: %v", p.Name, err)
-				} else {
-					t.Logf("pod %s pulled %s; cosign verify: %d signature(s)", p.Name, pulled, strings.Count(out, `"critical"`))
+				for _, pulled := range pulledImages(&p) {
+					if out, err := suite.Cosign(ctx, rel, "verify", "--key", filepath.Join(rel.Dir, "cosign.pub"), "--insecure-ignore-tlog", pulled); err != nil {
+						t.Errorf("cosign verify of what pod %s pulled: %v", p.Name, err)
+					} else {
+						t.Logf("pod %s pulled %s; cosign verify: %d signature(s)", p.Name, pulled, strings.Count(out, `"critical"`))
+					}
 				}
 				if p.Labels["platform.example.com/team"] != "platform" {
 					t.Errorf("pod %s lacks the overlay's label: %v", p.Name, p.Labels)
@@ -354,7 +371,8 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 			if out, err := h3.run(ctx, args3...); err != nil {
 				t.Fatalf("helm v3 install: %v\n%s", err, out)
 			}
-			out, err := suite.Kubectl(ctx, cfg, "get", "deployments", "-n", ns, "-l", "app.kubernetes.io/instance="+release3,
+			installedSigned(ctx, t, h3, release3, ns, rel)
+			out, err = suite.Kubectl(ctx, cfg, "get", "deployments", "-n", ns, "-l", "app.kubernetes.io/instance="+release3,
 				"-o", `jsonpath={range .items[*]}{.metadata.name}={.status.readyReplicas}/{.metadata.labels.platform\.example\.com/team} {end}`)
 			// Two replicas each (the defaults). Both dispatcher replicas are
 			// ready: the chart's readiness probe is /healthz, so a standby
@@ -455,8 +473,12 @@ func verifyRelease(ctx context.Context, t *testing.T, rel *harness.Release) {
 	t.Helper()
 	pub := filepath.Join(rel.Dir, "cosign.pub")
 	verify := []string{"--key", pub, "--insecure-ignore-tlog"}
-	chart := strings.TrimPrefix(rel.Chart.Ref, "oci://")
-	if _, err := suite.Cosign(ctx, rel, append(append([]string{"verify"}, verify...), chart+":"+rel.Chart.Version)...); err != nil {
+	// The chart by the digest it is installed by.
+	chart := strings.TrimPrefix(rel.ChartByDigest(), "oci://")
+	if !strings.HasPrefix(rel.Chart.Digest, "sha256:") {
+		t.Errorf("release.json's chart digest %q is not a sha256 digest", rel.Chart.Digest)
+	}
+	if _, err := suite.Cosign(ctx, rel, append(append([]string{"verify"}, verify...), chart)...); err != nil {
 		t.Errorf("cosign verify of the chart: %v", err)
 	}
 	// What each image's SBOM must name: runwarden's own module in its
@@ -498,6 +520,126 @@ func verifyRelease(ctx context.Context, t *testing.T, rel *harness.Release) {
 	if _, err := suite.Cosign(ctx, rel, "verify", "--key", otherCosignKey(ctx, t, rel), "--insecure-ignore-tlog", rel.Images["webhook"].Ref); err == nil {
 		t.Error("cosign verify with another key passed")
 	}
+}
+
+// unsignedAnnotation marks the chart pushOverTheTag pushes.
+const unsignedAnnotation = "runwarden.dev/unsigned"
+
+// pushOverTheTag pushes a chart that was never signed (the release's package
+// with an annotation added) under the signed chart's tag, as whoever may
+// write to the registry could between a user's verify and install, and
+// returns its digest. When the test ends the tag names the signed chart
+// again.
+func pushOverTheTag(ctx context.Context, t *testing.T, cfg *envconf.Config, rel *harness.Release) string {
+	t.Helper()
+	h := newHelm(t, cfg, "helm4")
+	dir := t.TempDir()
+	pkg := filepath.Join(rel.Dir, "runwarden-"+rel.Chart.Version+".tgz")
+	if out, err := exec.CommandContext(ctx, "tar", "-xzf", pkg, "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("unpacking %s: %v\n%s", pkg, err, out)
+	}
+	chartYAML := filepath.Join(dir, "runwarden", "Chart.yaml")
+	b, err := os.ReadFile(chartYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "\nannotations:") {
+		t.Fatalf("%s has annotations already; add the mark among them", chartYAML)
+	}
+	b = append(b, "\nannotations:\n  "+unsignedAnnotation+": pushed after signing\n"...)
+	if err := os.WriteFile(chartYAML, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := h.run(ctx, "package", filepath.Join(dir, "runwarden"), "--version", rel.Chart.Version, "-d", dir); err != nil {
+		t.Fatalf("packaging the unsigned chart: %v\n%s", err, out)
+	}
+	registry := strings.TrimSuffix(rel.Chart.Ref, "/runwarden")
+	out, err := h.run(ctx, "push", filepath.Join(dir, "runwarden-"+rel.Chart.Version+".tgz"), registry, "--ca-file", rel.CAFile)
+	if err != nil {
+		t.Fatalf("pushing the unsigned chart: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`(?m)^Digest: (sha256:[0-9a-f]{64})$`).FindStringSubmatch(out)
+	if m == nil || m[1] == rel.Chart.Digest {
+		t.Fatalf("helm push of the unsigned chart printed %q; want a digest other than the signed %s", out, rel.Chart.Digest)
+	}
+	t.Cleanup(func() { retag(t, rel) })
+	// It is what an install by tag or --version gets now, and it verifies
+	// against nothing.
+	if _, err := suite.Cosign(ctx, rel, "verify", "--key", filepath.Join(rel.Dir, "cosign.pub"), "--insecure-ignore-tlog",
+		strings.TrimPrefix(rel.Chart.Ref, "oci://")+"@"+m[1]); err == nil {
+		t.Errorf("the chart pushed over the tag, %s, verifies against the release's key", m[1])
+	}
+	t.Logf("the tag %s:%s now names an unsigned chart, %s", rel.Chart.Ref, rel.Chart.Version, m[1])
+	return m[1]
+}
+
+// retag points the chart's tag at the signed chart again.
+func retag(t *testing.T, rel *harness.Release) {
+	t.Helper()
+	ca, err := os.ReadFile(rel.CAFile)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	transport := remote.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	repo := strings.TrimPrefix(rel.Chart.Ref, "oci://")
+	digest, err := name.NewDigest(repo + "@" + rel.Chart.Digest)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	tag, err := name.NewTag(repo + ":" + rel.Chart.Version)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	signed, err := remote.Get(digest, remote.WithTransport(transport))
+	if err != nil {
+		t.Errorf("reading the signed chart to tag it again: %v", err)
+		return
+	}
+	if err := remote.Tag(tag, signed, remote.WithTransport(transport)); err != nil {
+		t.Errorf("tagging the signed chart again: %v", err)
+	}
+}
+
+// installedSigned checks that Helm's release holds the signed chart, not the
+// unsigned one pushed under its tag.
+func installedSigned(ctx context.Context, t *testing.T, h *helmRun, release, ns string, rel *harness.Release) {
+	t.Helper()
+	out, err := h.run(ctx, "get", "metadata", release, "-n", ns, "-o", "json")
+	if err != nil {
+		t.Errorf("helm get metadata %s: %v", release, err)
+		return
+	}
+	var md struct {
+		Version     string            `json:"version"`
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal([]byte(out), &md); err != nil {
+		t.Errorf("helm get metadata %s printed %q: %v", release, out, err)
+		return
+	}
+	if md.Version != rel.Chart.Version || md.Annotations[unsignedAnnotation] != "" {
+		t.Errorf("release %s installed chart version %s with annotations %v: the chart pushed over the tag, not the signed %s",
+			release, md.Version, md.Annotations, rel.ChartByDigest())
+	}
+}
+
+// pulledImages returns what the node pulled for each container of p.
+func pulledImages(p *corev1.Pod) []string {
+	var ids []string
+	for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
+		for _, s := range statuses {
+			if !slices.Contains(ids, s.ImageID) {
+				ids = append(ids, s.ImageID)
+			}
+		}
+	}
+	return ids
 }
 
 // decodeAttestation returns the SBOM in the first in-toto statement that

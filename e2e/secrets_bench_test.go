@@ -72,7 +72,7 @@ func BenchmarkSecretsPodStart(b *testing.B) {
 	if err := r.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vault-token", Namespace: ns}, StringData: map[string]string{"token": tok.Auth.ClientToken}}); err != nil {
 		b.Fatal(err)
 	}
-	startWebhookWith(ctx, b, cfg, fmt.Sprintf("secretStores:\n  vault: {enabled: true, address: %q, secretName: vault-token}\n", v.addr))
+	startWebhookWith(ctx, b, cfg, fmt.Sprintf("secretStores:\n  vault: {enabled: true, address: %q, secretName: vault-token}\nsecretRefs: {allowedPatterns: [\"vault:bench:secret/**\"]}\n", v.addr))
 
 	n := 0
 	for _, withRefs := range []bool{false, true} {

@@ -7,11 +7,14 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +30,7 @@ import (
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/e2e/harness"
 )
 
@@ -83,6 +87,11 @@ func startVault(ctx context.Context, t testing.TB) *vaultServer {
 	return v
 }
 
+// teamAPatterns lets the runner namespaces of these suites read what Vault
+// namespace team-a holds (a namespace names no patterns by default, and may
+// then read nothing).
+const teamAPatterns = "secretRefs: {allowedPatterns: [\"vault:team-a:**\"]}\n"
+
 func sha(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:])
@@ -135,7 +144,7 @@ path "kv1/app" { capabilities = ["read"] }
 			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
 				t.Fatal(err)
 			}
-			w := startWebhookWith(ctx, t, cfg, fmt.Sprintf("secretStores:\n  vault: {enabled: true, address: %q, secretName: vault-token}\n", v.addr))
+			w := startWebhookWith(ctx, t, cfg, fmt.Sprintf("secretStores:\n  vault: {enabled: true, address: %q, secretName: vault-token, kvMounts: [secret, kv1]}\n%s", v.addr, teamAPatterns))
 			d := startDispatcher(ctx, t, cfg, ns)
 
 			resolved := runnerTask(ns, "resolved", `printf %s "$TF_VAR_db_password" | sha256sum; printf %s "$TF_VAR_dsn" | sha256sum; printf %s "$TF_VAR_v1" | sha256sum; echo "vault token: ${VAULT_TOKEN:-none}"`)
@@ -267,7 +276,7 @@ func TestSecretsDeliveredAsFiles(t *testing.T) {
 			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
 				t.Fatal(err)
 			}
-			startWebhookWith(ctx, t, cfg, fmt.Sprintf("secretDelivery: files\nsecretStores:\n  vault: {enabled: true, address: %q, secretName: vault-token}\n", v.addr))
+			startWebhookWith(ctx, t, cfg, fmt.Sprintf("secretDelivery: files\nsecretStores:\n  vault: {enabled: true, address: %q, secretName: vault-token}\n%s", v.addr, teamAPatterns))
 			d := startDispatcher(ctx, t, cfg, ns)
 			rt := runnerTask(ns, "as-file", `sha256sum < "$TF_VAR_db_password_FILE"; echo "TF_VAR_db_password set: ${TF_VAR_db_password+yes}"`)
 			rt.Spec.Env = []corev1.EnvVar{{Name: "TF_VAR_db_password", Value: "${vault:secret/db.password@team-a}"}}
@@ -351,13 +360,144 @@ func TestSecretsVaultKubernetesAuth(t *testing.T) {
 			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
 				t.Fatal(err)
 			}
-			startWebhookWith(ctx, t, cfg, fmt.Sprintf("secretStores:\n  vault: {enabled: true, address: %q, auth: kubernetes, role: runner}\n", v.addr))
+			startWebhookWith(ctx, t, cfg, fmt.Sprintf("secretStores:\n  vault: {enabled: true, address: %q, auth: kubernetes, role: runner}\n%s", v.addr, teamAPatterns))
 			d := startDispatcher(ctx, t, cfg, ns)
 			rt := runnerTask(ns, "k8s-auth", `printf %s "$TF_VAR_db_password" | sha256sum`)
 			rt.Spec.Env = []corev1.EnvVar{{Name: "TF_VAR_db_password", Value: "${vault:secret/db.password@team-a}"}}
 			out := runnerLog(ctx, t, cfg, rt, d)
 			if !strings.Contains(out, sha(value)) {
 				t.Errorf("the runner's log %q lacks the value's SHA-256", out)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestSecurityVaultReferences: a task author's reference reads only a
+// key-value secret of a mount the platform names, in a Vault namespace its
+// namespace's patterns name, on a real Vault: Vault's own paths (the
+// resolver's token by auth/token/lookup-self, an identity token, the
+// cubbyhole, sys/), a mount the platform does not name and another Vault
+// namespace are refused at admission, naming the rule; a mount of another
+// engine the platform named as key-value is refused by the resolver, which
+// asks Vault what the mount is and never reads it. Vault's audit log shows
+// that none of them was ever read, while KV v2 and v1 still resolve.
+func TestSecurityVaultReferences(t *testing.T) {
+	f := features.New("vault references").
+		Setup(secretsSetup).
+		Assess("only named key-value mounts are read", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			v := startVault(ctx, t)
+			audit := filepath.Join(t.TempDir(), "audit.log")
+			if err := v.client.Sys().EnableAuditWithOptionsWithContext(ctx, "file", &vault.EnableAuditOptions{Type: "file", Options: map[string]string{"file_path": audit}}); err != nil {
+				t.Fatal(err)
+			}
+			value, v1 := "s3cr3t-"+rand.Text(), "kv1-"+rand.Text()
+			if _, err := v.client.KVv2("secret").Put(ctx, "db", map[string]any{"password": value}); err != nil {
+				t.Fatal(err)
+			}
+			for path, in := range map[string]*vault.MountInput{"kv1": {Type: "kv", Options: map[string]string{"version": "1"}}, "transit": {Type: "transit"}} {
+				if err := v.client.Sys().MountWithContext(ctx, path, in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := v.client.Logical().WriteWithContext(ctx, "kv1/app", map[string]any{"token": v1}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := v.client.Logical().WriteWithContext(ctx, "transit/keys/k", nil); err != nil {
+				t.Fatal(err)
+			}
+			// The runner's token may read every path below (Vault's default
+			// policy adds its own token's lookup and its cubbyhole): only
+			// runwarden stands between a task and them.
+			if err := v.client.Sys().PutPolicyWithContext(ctx, "runner", `
+path "secret/data/*" { capabilities = ["read"] }
+path "kv1/*" { capabilities = ["read"] }
+path "transit/keys/*" { capabilities = ["read"] }
+path "sys/mounts" { capabilities = ["read"] }
+`); err != nil {
+				t.Fatal(err)
+			}
+			tok, err := v.client.Auth().Token().CreateWithContext(ctx, &vault.TokenCreateRequest{Policies: []string{"runner"}, TTL: "1h"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := cfg.Client().Resources(ns)
+			if err := r.Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: "vault-token", Namespace: ns},
+				StringData: map[string]string{"token": tok.Auth.ClientToken},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
+				t.Fatal(err)
+			}
+			// transit is named as a key-value mount by mistake: the resolver
+			// checks the mount's type before it reads.
+			w := startWebhookWith(ctx, t, cfg, fmt.Sprintf("secretStores:\n  vault: {enabled: true, address: %q, secretName: vault-token, kvMounts: [secret, kv1, transit]}\n%s", v.addr, teamAPatterns))
+			d := startDispatcher(ctx, t, cfg, ns)
+			author, err := taskAuthor(ctx, t, cfg, ns).Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tests := []struct {
+				name, ref, reason, want string
+			}{
+				{"own-token", "${vault:auth/token/lookup-self.id@team-a}", job.ReasonAdmission, "env TF_VAR_x: ${vault:auth/token/lookup-self.id@team-a} reads Vault's own auth/ path, not a stored secret"},
+				{"identity-token", "${vault:identity/oidc/token/runner.token@team-a}", job.ReasonAdmission, "reads Vault's own identity/ path, not a stored secret"},
+				{"cubbyhole", "${vault:cubbyhole/x.y@team-a}", job.ReasonAdmission, "reads Vault's own cubbyhole/ path, not a stored secret"},
+				{"sys", "${vault:sys/mounts.secret@team-a}", job.ReasonAdmission, "reads Vault's own sys/ path, not a stored secret"},
+				{"unnamed-mount", "${vault:other/x.y@team-a}", job.ReasonAdmission, "is under no Vault mount the platform names (kv1/, secret/, transit/"},
+				{"other-namespace", "${vault:secret/db.password@team-b}", job.ReasonAdmission, "env TF_VAR_x: namespace " + ns + " may not read ${vault:secret/db.password@team-b} (vault:team-b:secret/db; allowed: vault:team-a:**)"},
+				{"engine-named-as-kv", "${vault:transit/keys/k.name@team-a}", "SecretResolutionFailed", "vault: mount transit/ is a \"transit\" mount, not key-value"},
+			}
+			for _, tc := range tests {
+				rt := runnerTask(ns, tc.name, "true")
+				rt.Spec.Env = []corev1.EnvVar{{Name: "TF_VAR_x", Value: tc.ref}}
+				if err := author.Create(ctx, rt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, tc := range tests {
+				got := waitPhase(ctx, t, cfg, runnerTask(ns, tc.name, ""), d)
+				if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != tc.reason || !strings.Contains(got.Status.Message, tc.want) {
+					t.Errorf("task %s: %s %s: %q; want Failed, %s, naming %q", tc.name, got.Status.Phase, got.Status.Reason, got.Status.Message, tc.reason, tc.want)
+				}
+			}
+			ok := runnerTask(ns, "kv", `printf %s "$TF_VAR_db" | sha256sum; printf %s "$TF_VAR_v1" | sha256sum`)
+			ok.Spec.Env = []corev1.EnvVar{{Name: "TF_VAR_db", Value: "${vault:secret/db.password@team-a}"}, {Name: "TF_VAR_v1", Value: "${vault:kv1/app.token@team-a}"}}
+			if out := runnerLog(ctx, t, cfg, ok, d); !strings.Contains(out, sha(value)) || !strings.Contains(out, sha(v1)) {
+				t.Errorf("KV v2 and v1 values did not reach the runner: %q\nwebhook log:\n%s", out, tail(w.log.String(), 3000))
+			}
+
+			// What Vault was asked, from its audit log: the KV reads, the
+			// mount lookup of transit/, and nothing else a task named.
+			b, err := os.ReadFile(audit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			paths := map[string]bool{}
+			for line := range strings.Lines(string(b)) {
+				var e struct {
+					Request struct {
+						Path string `json:"path"`
+					} `json:"request"`
+				}
+				if json.Unmarshal([]byte(line), &e) == nil && e.Request.Path != "" {
+					paths[e.Request.Path] = true
+				}
+			}
+			for _, want := range []string{"secret/data/db", "kv1/app", "sys/internal/ui/mounts/transit/keys/k"} {
+				if !paths[want] {
+					t.Errorf("Vault's audit log has no request for %s: %v", want, slices.Sorted(maps.Keys(paths)))
+				}
+			}
+			for p := range paths {
+				for _, never := range []string{"auth/token/lookup-self", "identity/", "cubbyhole/", "sys/mounts", "other/", "transit/keys/k"} {
+					if strings.HasPrefix(p, never) {
+						t.Errorf("Vault was asked for %s, which a task named", p)
+					}
+				}
 			}
 			return ctx
 		}).Feature()

@@ -113,7 +113,7 @@ func TestSecurityTaskSecretRefs(t *testing.T) {
 		}).
 		Assess("a reference with a .. segment is refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
-			annotateNamespace(ctx, t, cfg, ns, "runwarden.dev/secret-patterns", "team-a/**")
+			annotateNamespace(ctx, t, cfg, ns, "runwarden.dev/secret-patterns", "vault:"+ns+":team-a/**")
 			startWebhook(ctx, t, cfg)
 			d := startDispatcher(ctx, t, cfg, ns, "--simulated")
 			c, err := taskAuthor(ctx, t, cfg, ns).Client(cfg)

@@ -38,6 +38,8 @@ workloadIdentity:
   aws: {enabled: true}
 secretStores:
   vault: {enabled: true, address: "https://vault.example:8200", secretName: vault-token}
+secretRefs:
+  allowedPatterns: ["vault:team-a:secret/**"]
 scheduling:
   nodeSelector: {runwarden.dev/pool: runner}
   tolerations:

@@ -67,7 +67,8 @@ kubeconfig=$cluster_dir/kubeconfig
 export KWOK_WORKDIR=$state_dir/kwok
 
 kwokctl() { "$kwok_bin/kwokctl" "$@"; }
-kubectl() { "$kube_bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+# shellcheck source=hack/lib/kubectl.sh
+source "$root/hack/lib/kubectl.sh"
 
 require_binaries() {
 	local missing=()
@@ -84,10 +85,6 @@ require_binaries() {
 
 exists() {
 	kwokctl get clusters 2>/dev/null | grep -qx "$name"
-}
-
-api_ready() {
-	[[ -f $kubeconfig ]] && kubectl get --raw /readyz >/dev/null 2>&1
 }
 
 # wait_nodes_ready waits until every simulated node reports Ready.

@@ -2,8 +2,10 @@
 # make demo: starts the local cluster with its real node and registry,
 # releases runwarden into that registry (signed multi-platform images and the
 # chart, as make release does), verifies the release with cosign, installs
-# the chart from the registry with Helm through runwarden-postrender and a
-# Kustomize overlay, submits five RunnerTasks, and shows what happened.
+# the chart from the registry by the digest it verified, with Helm through
+# runwarden-postrender and a Kustomize overlay, checks that every container of
+# every release pod runs a released image, submits five RunnerTasks, and
+# shows what happened.
 #
 # Environment: RUNWARDEN_DEMO_HELM=helm4 uses Helm v4 and the plugin
 # (default helm3); RUNWARDEN_DEMO_OVERLAY picks the overlay (default
@@ -52,16 +54,24 @@ cosign_verify() {
 }
 grep -E '^RELEASE_' bin/release/release.env | sed 's/^/  /'
 
+# The chart is verified and installed by the digest make release signed,
+# never by its tag: a chart pushed to the tag in between is not installed.
+if [[ ! ${RELEASE_CHART_DIGEST:-} =~ ^sha256:[0-9a-f]{64}$ ]]; then
+	echo "demo: bin/release/release.env gives the chart digest \"${RELEASE_CHART_DIGEST:-}\", not a sha256 digest: this is a bug" >&2
+	exit 1
+fi
+chart_ref=$RELEASE_CHART@$RELEASE_CHART_DIGEST
+
 step "Verifying the release before installing it (cosign verify)"
-cosign_verify verify "${RELEASE_CHART#oci://}:$RELEASE_CHART_VERSION" >/dev/null
-echo "  the chart ${RELEASE_CHART#oci://}:$RELEASE_CHART_VERSION: signature verified"
+cosign_verify verify "${chart_ref#oci://}" >/dev/null
+echo "  the chart ${chart_ref#oci://} (version $RELEASE_CHART_VERSION): signature verified"
 for image in "$RELEASE_IMAGE_DISPATCHER" "$RELEASE_IMAGE_WEBHOOK" "$RELEASE_IMAGE_RUNNER"; do
 	cosign_verify verify "$image" >/dev/null
 	echo "  $image: signature verified"
 done
 
 step "Installing the chart from the registry with $helm_tool, through runwarden-postrender and $overlay"
-echo "helm upgrade --install runwarden $RELEASE_CHART --version $RELEASE_CHART_VERSION --ca-file $ca ..."
+echo "helm upgrade --install runwarden $chart_ref --ca-file $ca ... (the digest just verified)"
 mkdir -p bin
 CGO_ENABLED=0 go build -o bin/runwarden-postrender ./postrender
 postrender=(--post-renderer "$root/bin/runwarden-postrender")
@@ -76,25 +86,35 @@ if [[ $helm_tool == helm4 ]]; then
 fi
 # A demo re-run starts from a clean slate of tasks.
 kubectl delete runnertasks --all -n "$runners" --ignore-not-found --wait=true >/dev/null 2>&1 || true
-env "${helm_env[@]}" "$helm_bin" upgrade --install runwarden "$RELEASE_CHART" --version "$RELEASE_CHART_VERSION" --ca-file "$ca" \
+env "${helm_env[@]}" "$helm_bin" upgrade --install runwarden "$chart_ref" --ca-file "$ca" \
 	--namespace "$ns" --create-namespace -f hack/demo/values.yaml \
 	"${postrender[@]}" --post-renderer-args --kustomize --post-renderer-args "$root/$overlay" \
 	--wait --timeout 3m
 kubectl get deployments,pods -n "$ns" -o wide
 echo "Every object carries the overlay's labels, e.g. the dispatcher Deployment:"
 kubectl get deployment -n "$ns" runwarden-dispatcher -o jsonpath='{.metadata.labels}'; echo
-echo "The node pulled the released images from the registry; what it pulled verifies:"
-for pulled in $(kubectl get pods -n "$ns" -o jsonpath='{range .items[*]}{.status.containerStatuses[0].imageID}{"\n"}{end}' | sort -u); do
-	case $pulled in
-	"$RELEASE_IMAGE_DISPATCHER" | "$RELEASE_IMAGE_WEBHOOK") ;;
-	*)
-		echo "  a release pod runs $pulled, which is not a released image: this is a bug" >&2
+echo "The node pulled the released images from the registry; every container of every release pod (init"
+echo "containers included) runs one, named by its digest, and what it pulled verifies:"
+# One line per container: pod, kind, name, the image it names, what the
+# node pulled (empty until it has a status).
+containers=$(kubectl get pods -n "$ns" -o go-template='{{range $p := .items}}{{range .spec.initContainers}}{{$p.metadata.name}} init {{.name}} {{.image}} {{$name := .name}}{{range $p.status.initContainerStatuses}}{{if eq .name $name}}{{.imageID}}{{end}}{{end}}{{"\n"}}{{end}}{{range .spec.containers}}{{$p.metadata.name}} container {{.name}} {{.image}} {{$name := .name}}{{range $p.status.containerStatuses}}{{if eq .name $name}}{{.imageID}}{{end}}{{end}}{{"\n"}}{{end}}{{range .spec.ephemeralContainers}}{{$p.metadata.name}} ephemeral {{.name}} {{.image}} {{$name := .name}}{{range $p.status.ephemeralContainerStatuses}}{{if eq .name $name}}{{.imageID}}{{end}}{{end}}{{"\n"}}{{end}}{{end}}')
+if [[ -z $containers ]]; then
+	echo "  no release pod has a container: this is a bug" >&2
+	exit 1
+fi
+released() { [[ $1 == "$RELEASE_IMAGE_DISPATCHER" || $1 == "$RELEASE_IMAGE_WEBHOOK" ]]; }
+declare -A verified=()
+while read -r pod kind name image pulled; do
+	if ! released "$image" || ! released "${pulled:-}"; then
+		echo "  pod $pod, $kind $name: image $image, pulled ${pulled:-nothing yet}; not a released image by digest: this is a bug" >&2
 		exit 1
-		;;
-	esac
-	cosign_verify verify "$pulled" >/dev/null
-	echo "  $pulled: signature verified"
-done
+	fi
+	if [[ -z ${verified[$pulled]:-} ]]; then
+		cosign_verify verify "$pulled" >/dev/null
+		verified[$pulled]=1
+	fi
+	echo "  pod $pod, $kind $name: $pulled, signature verified"
+done <<<"$containers"
 
 step "Starting the demo's secret store: a Vault dev server the runner pods reach"
 hack/demo/vault.sh up "$runners"

@@ -61,11 +61,14 @@ webhook_config=kueue-local
 # Workload's spec.priorityClassRef, for one).
 conversion_crds=(localqueues clusterqueues cohorts workloads multikueueclusters)
 
-kubectl() { "$kube_bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 log() { echo "kueue ($name): $*" >&2; }
 
 # shellcheck source=hack/lib/pidfile.sh
 source "$root/hack/lib/pidfile.sh"
+# shellcheck source=hack/lib/kubectl.sh
+source "$root/hack/lib/kubectl.sh"
+# shellcheck source=hack/lib/certs.sh
+source "$root/hack/lib/certs.sh"
 
 # running reports whether the Kueue of the pid file still runs.
 running() { pidfile_alive "$pid_file"; }
@@ -80,10 +83,6 @@ healthy() {
 	exec {fd}>&-
 	[[ $line == "HTTP/1."?" 200 "* ]]
 } 2>/dev/null
-
-api_ready() {
-	[[ -f $kubeconfig ]] && kubectl get --raw /readyz --request-timeout=5s >/dev/null 2>&1
-}
 
 # free_port prints a TCP port no socket on the machine uses, below the
 # kernel's ephemeral range (so no outgoing connection takes it meanwhile) and
@@ -107,25 +106,7 @@ free_port() {
 # it: the API server calls the webhooks at https://127.0.0.1:PORT and checks
 # the certificate against the CA bundle of the webhook configurations.
 make_certs() {
-	local dir=$kueue_dir/certs out
-	mkdir -p "$dir"
-	if ! out=$({
-		openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=kueue-local-ca-$name" \
-			-keyout "$dir/ca.key" -out "$dir/ca.crt" \
-			-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" &&
-			openssl req -new -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
-				-keyout "$dir/tls.key" -out "$dir/tls.csr" &&
-			openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
-				-set_serial "0x$(openssl rand -hex 16)" -days 365 -out "$dir/tls.crt" -extfile <(printf '%s\n' \
-				"subjectAltName=IP:127.0.0.1" "basicConstraints=critical,CA:FALSE" \
-				"keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth")
-	} 2>&1); then
-		echo "hack/kueue.sh: making the certificates in $dir with openssl failed:" >&2
-		echo "$out" >&2
-		exit 1
-	fi
-	rm -f "$dir/tls.csr"
-	chmod 600 "$dir"/*.key
+	make_serving_certs "$kueue_dir/certs" "/CN=kueue-local-ca-$name" 127.0.0.1 IP:127.0.0.1 365 hack/kueue.sh
 }
 
 # write_config writes Kueue's Configuration: every server on loopback at the

@@ -63,7 +63,8 @@ if [[ $cmd == up && ${RUNWARDEN_NODE_UP_LOCKED:-} != "$name" ]]; then
 	exec env RUNWARDEN_NODE_UP_LOCKED="$name" flock -o "$state_dir/real-node.lock" "$0" up --name "$name"
 fi
 
-kubectl() { "$kube_bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+# shellcheck source=hack/lib/kubectl.sh
+source "$root/hack/lib/kubectl.sh"
 ctr() { command ctr --address "$sock" --namespace k8s.io --connect-timeout 2s --timeout 60s "$@"; }
 log() { echo "node $NODE_NAME ($name): $*" >&2; }
 

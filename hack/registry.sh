@@ -41,6 +41,8 @@ log() { echo "registry ($address): $*" >&2; }
 
 # shellcheck source=hack/lib/pidfile.sh
 source "$root/hack/lib/pidfile.sh"
+# shellcheck source=hack/lib/certs.sh
+source "$root/hack/lib/certs.sh"
 
 running() { pidfile_alive "$pid_file"; }
 
@@ -55,26 +57,7 @@ answers() {
 # 127.0.0.1, signed by it.
 make_certs() {
 	[[ -f $certs/ca.crt && -f $certs/tls.crt && -f $certs/tls.key ]] && return 0
-	local out
-	mkdir -p "$certs"
-	if ! out=$({
-		openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=runwarden local registry CA" \
-			-keyout "$certs/ca.key" -out "$certs/ca.crt.tmp" \
-			-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" &&
-			openssl req -new -newkey rsa:2048 -nodes -subj "/CN=localhost" \
-				-keyout "$certs/tls.key" -out "$certs/tls.csr" &&
-			openssl x509 -req -in "$certs/tls.csr" -CA "$certs/ca.crt.tmp" -CAkey "$certs/ca.key" \
-				-set_serial "0x$(openssl rand -hex 16)" -days 3650 -out "$certs/tls.crt" -extfile <(printf '%s\n' \
-				"subjectAltName=DNS:localhost,IP:127.0.0.1" "basicConstraints=critical,CA:FALSE" \
-				"keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth")
-	} 2>&1); then
-		echo "hack/registry.sh: making the certificates in $certs with openssl failed:" >&2
-		echo "$out" >&2
-		exit 1
-	fi
-	rm -f "$certs/tls.csr"
-	chmod 600 "$certs"/*.key
-	mv "$certs/ca.crt.tmp" "$certs/ca.crt"
+	make_serving_certs "$certs" "/CN=runwarden local registry CA" localhost DNS:localhost,IP:127.0.0.1 3650 hack/registry.sh
 }
 
 write_config() {

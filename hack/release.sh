@@ -196,9 +196,11 @@ if [[ $keyless == true ]]; then
 else
 	verify="cosign verify --key $out/cosign.pub --insecure-ignore-tlog"
 fi
+# Verify and install by the digest that was signed: a tag can be moved
+# between the two.
 cat <<-EOF
-Install it:
-  helm install runwarden oci://$registry/charts/runwarden --version $chart_version${ca_file:+ --ca-file $ca_file}
 Verify it:
-  $verify${ca_file:+ --registry-cacert $ca_file} $registry/charts/runwarden:$chart_version
+  $verify${ca_file:+ --registry-cacert $ca_file} $registry/charts/runwarden@$chart_digest
+Install what was verified, by the same digest (chart version $chart_version):
+  helm install runwarden oci://$registry/charts/runwarden@$chart_digest${ca_file:+ --ca-file $ca_file}
 EOF

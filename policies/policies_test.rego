@@ -41,10 +41,17 @@ test_irsa_injects_like_the_eks_webhook if {
 }
 
 # A pod's valid references to the stores given (ssm, gcp, azure, vault).
-with_refs(cfg, forms) := json.patch(input_with(cfg), [{"op": "replace", "path": "/secretRefs", "value": [
-{"container": "main", "env": upper(f), "store": f, "name": "x", "raw": sprintf("${%s:x}", [f]), "error": ""} |
-	some f in forms
-]}])
+# Each is allowed by the namespace's patterns, so that only the rules under
+# test deny.
+with_refs(cfg, forms) := json.patch(input_with(cfg), [
+	{"op": "replace", "path": "/secretRefs", "value": [
+	{"container": "main", "env": upper(f), "store": f, "name": ref_names[f], "vault": "scope", "raw": sprintf("${%s:x}", [f]), "error": ""} |
+		some f in forms
+	]},
+	{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/secret-patterns": "**"}},
+])
+
+ref_names := {"ssm": "x", "gcp": "projects/p/secrets/x", "azure": "x", "vault": "secret/x"}
 
 test_irsa_replaces_static_aws_keys if {
 	cfg := {"workloadIdentity": {"aws": {"enabled": true}}, "secretStores": {"aws": {"enabled": true, "secretName": "aws-creds"}}}
@@ -108,7 +115,7 @@ test_store_credentials_only_for_references if {
 	none := admission.decision with input as input_with(cfg)
 	none.mutations.env == []
 	vault := admission.decision with input as with_refs(cfg, ["vault"])
-	{e.env.name | some e in vault.mutations.env} == {"VAULT_ADDR", "VAULT_TOKEN"}
+	{e.env.name | some e in vault.mutations.env} == {"VAULT_ADDR", "VAULT_KV_MOUNTS", "VAULT_TOKEN"}
 	every e in vault.mutations.env {
 		e.containers == ["runwarden-secrets"]
 	}
@@ -185,7 +192,7 @@ test_workload_identity_reads_the_store_as_the_runner if {
 	shared := {"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_FEDERATED_TOKEN_FILE", "AZURE_AUTHORITY_HOST"}
 	{[e.env.name, e.containers] | some e in d.mutations.env} == {[n, ["main", "runwarden-secrets"]] | some n in shared} | {
 	[n, ["runwarden-secrets"]] |
-		some n in {"AWS_REGION", "AWS_DEFAULT_REGION", "VAULT_ADDR", "VAULT_AUTH_ROLE", "VAULT_AUTH_MOUNT", "VAULT_TOKEN_FILE"}
+		some n in {"AWS_REGION", "AWS_DEFAULT_REGION", "VAULT_ADDR", "VAULT_KV_MOUNTS", "VAULT_AUTH_ROLE", "VAULT_AUTH_MOUNT", "VAULT_TOKEN_FILE"}
 	}
 	{[m.volumeMount.name, m.containers] | some m in d.mutations.volumeMounts} == {
 		["aws-iam-token", ["main", "runwarden-secrets"]],
@@ -202,9 +209,9 @@ test_gcp_key_file if {
 
 test_vault_token_and_kubernetes_auth if {
 	t := admission.decision with input as with_refs({"secretStores": {"vault": {"enabled": true, "address": "https://vault:8200", "secretName": "vault-token", "namespace": "ns1"}}}, ["vault"])
-	{e.env.name | some e in t.mutations.env} == {"VAULT_ADDR", "VAULT_NAMESPACE", "VAULT_TOKEN"}
+	{e.env.name | some e in t.mutations.env} == {"VAULT_ADDR", "VAULT_KV_MOUNTS", "VAULT_NAMESPACE", "VAULT_TOKEN"}
 	k := admission.decision with input as with_refs({"secretStores": {"vault": {"enabled": true, "address": "https://vault:8200", "auth": "kubernetes", "role": "runner"}}}, ["vault"])
-	{e.env.name | some e in k.mutations.env} == {"VAULT_ADDR", "VAULT_AUTH_ROLE", "VAULT_AUTH_MOUNT", "VAULT_TOKEN_FILE"}
+	{e.env.name | some e in k.mutations.env} == {"VAULT_ADDR", "VAULT_KV_MOUNTS", "VAULT_AUTH_ROLE", "VAULT_AUTH_MOUNT", "VAULT_TOKEN_FILE"}
 	k.mutations.volumes[0].projected.sources[0].serviceAccountToken.audience == "vault"
 }
 
@@ -225,7 +232,7 @@ test_no_literal_secret_values if {
 		"vault": {"enabled": true, "address": "x", "secretName": "c"},
 	}}
 	d := admission.decision with input as with_refs(cfg, ["ssm", "azure", "vault"])
-	count(d.mutations.env) == 9
+	count(d.mutations.env) == 10
 	every e in d.mutations.env {
 		secret_ref_or_public(e.env)
 	}
@@ -233,7 +240,7 @@ test_no_literal_secret_values if {
 
 secret_ref_or_public(env) if env.valueFrom.secretKeyRef
 
-secret_ref_or_public(env) if env.name in {"AWS_REGION", "AWS_DEFAULT_REGION", "VAULT_ADDR"}
+secret_ref_or_public(env) if env.name in {"AWS_REGION", "AWS_DEFAULT_REGION", "VAULT_ADDR", "VAULT_KV_MOUNTS"}
 
 test_scheduling_from_config_and_namespace if {
 	cfg := {"scheduling": {
@@ -363,36 +370,114 @@ all_stores := {"secretStores": {
 	"azure": {"enabled": true, "secretName": "z"}, "vault": {"enabled": true, "address": "x", "secretName": "v"},
 }}
 
-test_secret_refs_allowed_by_default if {
+# A reference with its scope: the Vault namespace or the Azure key vault.
+sref(store, name, scope) := {"container": "main", "env": "DB_PASSWORD", "store": store, "name": name, "vault": scope, "raw": sprintf("${%s:%s}", [store, name]), "error": ""}
+
+with_patterns(inp, patterns) := json.patch(inp, [{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/secret-patterns": patterns}}])
+
+test_secret_refs_denied_by_default if {
 	inp := json.patch(input_with(all_stores), [{"op": "replace", "path": "/secretRefs", "value": [ref("ssm", "prod/db", "")]}])
 	d := admission.decision with input as inp
-	d.deny == []
-}
-
-test_malformed_secret_ref_is_denied_with_the_variable if {
-	inp := json.patch(input_with({}), [{"op": "replace", "path": "/secretRefs", "value": [ref("azure", "", "malformed secret reference ${azure:x}: expected ${azure:<secret-name>@<vault-name>}")]}])
-	d := admission.decision with input as inp
-	count(d.deny) == 1
-	d.deny[0].rule == "secret-ref-malformed"
-	d.deny[0].field == "env DB_PASSWORD"
-	contains(d.deny[0].message, "expected ${azure:<secret-name>@<vault-name>}")
+	[v.rule | some v in d.deny] == ["secret-ref-name"]
+	contains(d.deny[0].message, "none: the namespace names no secret patterns")
 }
 
 test_secret_ref_store_and_name_per_namespace if {
 	inp := json.patch(input_with(all_stores), [
-		{"op": "replace", "path": "/secretRefs", "value": [ref("gcp", "x", ""), ref("vault", "team-b/db", ""), ref("vault", "team-a/db", "")]},
-		{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/secret-stores": "vault, ssm", "runwarden.dev/secret-patterns": "team-a/*"}},
+		{"op": "replace", "path": "/secretRefs", "value": [ref("gcp", "x", ""), sref("vault", "secret/team-b/db", "team-a"), sref("vault", "secret/team-a/db", "team-a")]},
+		{"op": "add", "path": "/namespace/annotations", "value": {"runwarden.dev/secret-stores": "vault, ssm", "runwarden.dev/secret-patterns": "vault:team-a:secret/team-a/*"}},
 	])
 	d := admission.decision with input as inp
-	{v.rule | some v in d.deny} == {"secret-ref-store", "secret-ref-name"}
-	count(d.deny) == 2
+	[[v.rule, v.message] | some v in d.deny] == [
+		["secret-ref-name", "secret-ref-name: container \"main\" env DB_PASSWORD: namespace team-a may not read ${vault:secret/team-b/db} (vault:team-a:secret/team-b/db; allowed: vault:team-a:secret/team-a/*)"],
+		["secret-ref-store", "secret-ref-store: container \"main\" env DB_PASSWORD: namespace team-a may not read from store \"gcp\" (allowed: ssm, vault)"],
+	]
 }
 
 test_secret_ref_config_defaults if {
-	cfg := object.union(all_stores, {"secretRefs": {"allowedStores": ["ssm"], "allowedPatterns": ["shared/**"]}})
-	inp := json.patch(input_with(cfg), [{"op": "replace", "path": "/secretRefs", "value": [ref("ssm", "shared/a/b", ""), ref("ssm", "other", ""), ref("vault", "shared/x", "")]}])
+	cfg := object.union(all_stores, {"secretRefs": {"allowedStores": ["ssm"], "allowedPatterns": ["ssm:shared/**"]}})
+	inp := json.patch(input_with(cfg), [{"op": "replace", "path": "/secretRefs", "value": [ref("ssm", "shared/a/b", ""), ref("ssm", "other", ""), sref("vault", "secret/shared/x", "ns")]}])
 	d := admission.decision with input as inp
+	[v.rule | some v in d.deny] == ["secret-ref-name", "secret-ref-store"]
+}
+
+# A pattern bounds the whole address of a secret: the store, its scope
+# (Vault namespace, key vault, GCP project, an ARN's account and region)
+# and the name; the same name in another scope is not allowed.
+test_secret_pattern_bounds_the_whole_address if {
+	cfg := object.union(all_stores, {"secretStores": {"gcp": {"project": "p-a"}}})
+	patterns := "vault:team-a:secret/team-a/**, azure:team-a-kv:team-a-*, gcp:p-a:team-a-*, ssm:/team-a/**, ssm:arn:aws:secretsmanager:us-east-1:111:secret:team-a-*"
+	allowed := [
+		sref("vault", "secret/team-a/db", "team-a"),
+		sref("azure", "team-a-db", "team-a-kv"),
+		ref("gcp", "team-a-db", ""),
+		ref("gcp", "projects/p-a/secrets/team-a-db/versions/2", ""),
+		ref("ssm", "/team-a/db", ""),
+		ref("ssm", "arn:aws:secretsmanager:us-east-1:111:secret:team-a-db", ""),
+	]
+	ok := admission.decision with input as with_patterns(json.patch(input_with(cfg), [{"op": "replace", "path": "/secretRefs", "value": allowed}]), patterns)
+	ok.deny == []
+	denied := [
+		sref("vault", "secret/team-a/db", "team-b"),
+		sref("azure", "team-a-db", "team-b-kv"),
+		ref("gcp", "projects/p-b/secrets/team-a-db", ""),
+		ref("ssm", "/team-b/db", ""),
+		ref("ssm", "arn:aws:secretsmanager:us-east-1:222:secret:team-a-db", ""),
+		ref("ssm", "arn:aws:secretsmanager:eu-west-1:111:secret:team-a-db", ""),
+	]
+	d := admission.decision with input as with_patterns(json.patch(input_with(cfg), [{"op": "replace", "path": "/secretRefs", "value": denied}]), patterns)
+	count(d.deny) == count(denied)
+	{v.rule | some v in d.deny} == {"secret-ref-name"}
+}
+
+test_unscoped_pattern_says_how_to_write_it if {
+	inp := with_patterns(json.patch(input_with(all_stores), [{"op": "replace", "path": "/secretRefs", "value": [sref("vault", "secret/team-a/db", "team-a")]}]), "team-a/*")
+	d := admission.decision with input as inp
+	{v.rule | some v in d.deny} == {"secret-ref-name", "secret-ref-pattern"}
+	some v in d.deny
+	v.rule == "secret-ref-pattern"
+	contains(v.message, "write it as vault:<namespace>:<path>")
+}
+
+test_gcp_reference_without_a_project_is_denied if {
+	inp := with_patterns(json.patch(input_with(all_stores), [{"op": "replace", "path": "/secretRefs", "value": [ref("gcp", "db", "")]}]), "**")
+	d := admission.decision with input as inp
+	[v.rule | some v in d.deny] == ["secret-ref-gcp-project"]
+}
+
+# Vault's own paths are never read, whatever the patterns allow: the
+# resolver's token (auth/token/lookup-self), an identity token minted for it,
+# its cubbyhole, sys/.
+test_vault_reference_to_vaults_own_paths_is_denied if {
+	cfg := object.union(all_stores, {"secretStores": {"vault": {"kvMounts": ["secret", "auth", "sys"]}}})
+	refs := [
+		sref("vault", "auth/token/lookup-self", "team-a"),
+		sref("vault", "identity/oidc/token/role", "team-a"),
+		sref("vault", "cubbyhole/x", "team-a"),
+		sref("vault", "sys/config/state/sanitized", "team-a"),
+	]
+	d := admission.decision with input as with_patterns(json.patch(input_with(cfg), [{"op": "replace", "path": "/secretRefs", "value": refs}]), "**")
+	count(d.deny) == 4
+	every v in d.deny {
+		v.rule == "secret-ref-vault-mount"
+		contains(v.message, "not a stored secret")
+		contains(v.message, "(secret/)")
+	}
+}
+
+test_vault_reference_outside_the_named_mounts_is_denied if {
+	cfg := object.union(all_stores, {"secretStores": {"vault": {"kvMounts": ["secret", "kv1/"], "engineMounts": ["database"]}}})
+	refs := [sref("vault", "secret/a", "n"), sref("vault", "kv1/a", "n"), sref("vault", "database/creds/ro", "n"), sref("vault", "transit/keys/k", "n"), sref("vault", "secretx/a", "n")]
+	d := admission.decision with input as with_patterns(json.patch(input_with(cfg), [{"op": "replace", "path": "/secretRefs", "value": refs}]), "**")
+	[v.message | some v in d.deny] == [
+		"secret-ref-vault-mount: container \"main\" env DB_PASSWORD: ${vault:secretx/a} is under no Vault mount the platform names (database/, kv1/, secret/; secretStores.vault.kvMounts or engineMounts)",
+		"secret-ref-vault-mount: container \"main\" env DB_PASSWORD: ${vault:transit/keys/k} is under no Vault mount the platform names (database/, kv1/, secret/; secretStores.vault.kvMounts or engineMounts)",
+	]
 	count(d.deny) == 2
+
+	# The resolver gets the same mounts, and checks them again before it reads.
+	{"containers": ["runwarden-secrets"], "env": {"name": "VAULT_KV_MOUNTS", "value": "kv1,secret"}} in d.mutations.env
+	{"containers": ["runwarden-secrets"], "env": {"name": "VAULT_ENGINE_MOUNTS", "value": "database"}} in d.mutations.env
 }
 
 test_shape_denials_name_rule_container_and_field if {

@@ -322,6 +322,7 @@ func post(c *http.Client, url string, body []byte) error {
 const loadPlatform = `
 workloadIdentity: {aws: {enabled: true}}
 secretStores: {vault: {enabled: true, address: "https://vault:8200", secretName: vault-token}}
+secretRefs: {allowedPatterns: ["vault:team-a:secret/**"]}
 scheduling:
   nodeSelector: {runwarden.dev/pool: runner}
   tolerations: [{key: runwarden.dev/pool, operator: Equal, value: runner, effect: NoSchedule}]

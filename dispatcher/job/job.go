@@ -23,17 +23,19 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // Labels and annotations runwarden puts on Jobs and their pods.
 const (
 	// LabelRunner marks runner pods; the webhook selects on it.
-	LabelRunner = "runwarden.dev/runner"
+	LabelRunner = contract.LabelRunner
 	// LabelTaskID carries the task ID, or its hash when the ID is not a
 	// valid label value; the full ID is in AnnotationTaskID.
-	LabelTaskID = "runwarden.dev/task-id"
+	LabelTaskID = contract.LabelTaskID
 	// LabelDispatcher names the dispatcher that owns the Job.
-	LabelDispatcher = "runwarden.dev/dispatcher"
+	LabelDispatcher = contract.LabelDispatcher
 	// AnnotationPreflight marks the preflight's throwaway Job: no source
 	// takes it for a task's.
 	AnnotationPreflight = "runwarden.dev/preflight"

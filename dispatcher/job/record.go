@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // AnnotationTemplateDigest on a Job is the SHA-256 of the platform's pod
@@ -22,10 +24,10 @@ const AnnotationTemplateDigest = "runwarden.dev/template-digest"
 // What runwarden's webhook records on a runner pod it admits (see
 // webhook/admission/record.go).
 const (
-	podAnnotationSpecDigest   = "runwarden.dev/spec-digest"
-	podAnnotationPolicyDigest = "runwarden.dev/policy-digest"
-	podAnnotationMutations    = "runwarden.dev/mutations"
-	podAnnotationWarnings     = "runwarden.dev/warnings"
+	podAnnotationSpecDigest   = contract.AnnotationSpecDigest
+	podAnnotationPolicyDigest = contract.AnnotationPolicyDigest
+	podAnnotationMutations    = contract.AnnotationMutations
+	podAnnotationWarnings     = contract.AnnotationWarnings
 )
 
 // Record is what a task ran, kept by its source after the Job is gone: the

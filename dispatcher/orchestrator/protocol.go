@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 )
@@ -172,8 +173,60 @@ type Event struct {
 	ExitCode *int32 `json:"exitCode,omitempty"`
 	// Record is what the task ran, on final events of tasks that had a
 	// Job (protocol 1.1).
-	Record *job.Record `json:"record,omitempty"`
-	Time   time.Time   `json:"time"`
+	Record *Record   `json:"record,omitempty"`
+	Time   time.Time `json:"time"`
+}
+
+// Record is what a task ran, names and digests only (protocol 1.1): the
+// protocol's own shape of the dispatcher's task record, so that a change
+// of the record inside the dispatcher cannot change the protocol.
+type Record struct {
+	// SpecDigest is "sha256:<hex>" of the runner pod's spec as admitted.
+	SpecDigest   string `json:"specDigest,omitempty"`
+	PolicyDigest string `json:"policyDigest,omitempty"`
+	// TemplateDigest is "sha256:<hex>" of the platform's pod template.
+	TemplateDigest string        `json:"templateDigest,omitempty"`
+	Mutations      []string      `json:"mutations,omitempty"`
+	Warnings       []string      `json:"warnings,omitempty"`
+	Images         []ImageRecord `json:"images,omitempty"`
+	Node           string        `json:"node,omitempty"`
+	Pod            string        `json:"pod,omitempty"`
+	// StartedAt and FinishedAt are in whole seconds.
+	StartedAt  *time.Time `json:"startedAt,omitempty"`
+	FinishedAt *time.Time `json:"finishedAt,omitempty"`
+}
+
+// ImageRecord is one container's image and the image ID the node ran.
+type ImageRecord struct {
+	Container string `json:"container"`
+	Image     string `json:"image,omitempty"`
+	ImageID   string `json:"imageID,omitempty"`
+}
+
+// wireRecord converts the dispatcher's task record to the protocol's.
+func wireRecord(r *job.Record) *Record {
+	if r == nil {
+		return nil
+	}
+	w := &Record{
+		SpecDigest: r.SpecDigest, PolicyDigest: r.PolicyDigest, TemplateDigest: r.TemplateDigest,
+		Mutations: r.Mutations, Warnings: r.Warnings, Node: r.Node, Pod: r.Pod,
+		StartedAt: wireTime(r.StartedAt), FinishedAt: wireTime(r.FinishedAt),
+	}
+	for _, i := range r.Images {
+		w.Images = append(w.Images, ImageRecord{Container: i.Container, Image: i.Image, ImageID: i.ImageID})
+	}
+	return w
+}
+
+// wireTime is a Kubernetes time as the protocol sends it: UTC, whole
+// seconds, as the API server keeps it.
+func wireTime(t *metav1.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC().Truncate(time.Second)
+	return &u
 }
 
 // LogChunk is a piece of the runner container's log. Offset is its byte

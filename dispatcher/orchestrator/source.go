@@ -1190,7 +1190,7 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		e.Record = rec
+		e.Record = wireRecord(rec)
 	}
 	err := s.report(ctx, t, e)
 	switch {

@@ -123,10 +123,10 @@ func TestSourceReportsSecretResolutionFailure(t *testing.T) {
 		}
 	}
 	// The final event carries the task's record, from the pod.
-	want := &job.Record{
+	want := &orchestrator.Record{
 		SpecDigest: "sha256:" + strings.Repeat("ab", 32), PolicyDigest: "0123456789ab", TemplateDigest: j.Annotations[job.AnnotationTemplateDigest],
 		Mutations: []string{"env AWS_ROLE_ARN", "secret references resolved in the pod"},
-		Images:    []job.ImageRecord{{Container: resolve.InitContainer, Image: "localhost/runwarden/webhook:1", ImageID: "localhost/runwarden/webhook@sha256:" + strings.Repeat("cd", 32)}},
+		Images:    []orchestrator.ImageRecord{{Container: resolve.InitContainer, Image: "localhost/runwarden/webhook:1", ImageID: "localhost/runwarden/webhook@sha256:" + strings.Repeat("cd", 32)}},
 		Node:      "node-1", Pod: pod.Name,
 	}
 	if diff := cmp.Diff(want, final.Record); diff != "" || want.TemplateDigest == "" {

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Release is what `make release` (hack/release.sh) pushed to a registry, as
@@ -46,6 +48,62 @@ func (i ReleasedImage) Repository() string { return i.Ref[:strings.LastIndex(i.R
 
 // ByDigest returns the image's reference by its index digest.
 func (i ReleasedImage) ByDigest() string { return i.Repository() + "@" + i.Digest }
+
+// ImagesByDigest returns every image of the release by its index digest.
+func (r *Release) ImagesByDigest() []string {
+	refs := make([]string, 0, len(r.Images))
+	for _, im := range r.Images {
+		refs = append(refs, im.ByDigest())
+	}
+	return refs
+}
+
+// ChartByDigest returns the chart's oci:// reference by the digest that was
+// signed: what to verify and to install, so that nothing pushed to its tag
+// in between is installed.
+func (r *Release) ChartByDigest() string { return r.Chart.Ref + "@" + r.Chart.Digest }
+
+// UnreleasedContainers names each container of p (init, regular and
+// ephemeral ones alike) whose image, or the image its node pulled (its
+// status's imageID), is not one of released, and each that has no status:
+// every container of a release pod is checked, not only the first. An
+// empty result means every container runs a released image.
+func UnreleasedContainers(p *corev1.Pod, released []string) []string {
+	ok := map[string]bool{}
+	for _, ref := range released {
+		ok[ref] = true
+	}
+	type container struct{ kind, name, image string }
+	var specs []container
+	for _, c := range p.Spec.InitContainers {
+		specs = append(specs, container{"init container", c.Name, c.Image})
+	}
+	for _, c := range p.Spec.Containers {
+		specs = append(specs, container{"container", c.Name, c.Image})
+	}
+	for _, c := range p.Spec.EphemeralContainers {
+		specs = append(specs, container{"ephemeral container", c.Name, c.Image})
+	}
+	pulled := map[string]string{}
+	for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
+		for _, s := range statuses {
+			pulled[s.Name] = s.ImageID
+		}
+	}
+	var bad []string
+	for _, c := range specs {
+		id, seen := pulled[c.name]
+		switch {
+		case !ok[c.image]:
+			bad = append(bad, fmt.Sprintf("pod %s: %s %s names image %q, not one of the release's by digest", p.Name, c.kind, c.name, c.image))
+		case !seen:
+			bad = append(bad, fmt.Sprintf("pod %s: %s %s has no status: what it runs is unknown", p.Name, c.kind, c.name))
+		case !ok[id]:
+			bad = append(bad, fmt.Sprintf("pod %s: %s %s runs %q, not one of the release's images", p.Name, c.kind, c.name, id))
+		}
+	}
+	return bad
+}
 
 // Release runs hack/release.sh into dir, pushing to the local registry
 // (hack/registry.sh), and reads what it pushed.

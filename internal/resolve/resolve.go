@@ -87,6 +87,10 @@ var (
 	ErrNotFound    = errors.New("not found")
 	ErrDenied      = errors.New("access denied")
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrRefused: the reference names something the platform does not
+	// let references read (a Vault mount it does not name, or of another
+	// type); nothing was read.
+	ErrRefused = errors.New("refused by the platform configuration")
 )
 
 // Options shape Resolve.

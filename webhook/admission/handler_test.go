@@ -37,6 +37,7 @@ func (p staticPolicies) Current() *policy.Set { return p.s }
 var platformConfig = map[string]any{
 	"workloadIdentity": map[string]any{"aws": map[string]any{"enabled": true}},
 	"secretStores":     map[string]any{"vault": map[string]any{"enabled": true, "address": "https://vault:8200", "secretName": "vault-token"}},
+	"secretRefs":       map[string]any{"allowedPatterns": []any{"vault:team-a:secret/**"}},
 	"scheduling": map[string]any{
 		"nodeSelector":         map[string]any{"runwarden.dev/pool": "runner"},
 		"tolerations":          []any{map[string]any{"key": "runwarden.dev/pool", "operator": "Equal", "value": "runner", "effect": "NoSchedule"}},
@@ -185,7 +186,7 @@ func TestHandlerMutatesRunnerPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(resolver, "RUNWARDEN_SECRET_REFS")
-	if diff := cmp.Diff(map[string]string{"VAULT_ADDR": "https://vault:8200", "VAULT_TOKEN": "secret:vault-token/token"}, resolver); diff != "" {
+	if diff := cmp.Diff(map[string]string{"VAULT_ADDR": "https://vault:8200", "VAULT_KV_MOUNTS": "secret", "VAULT_TOKEN": "secret:vault-token/token"}, resolver); diff != "" {
 		t.Errorf("resolver env (-want +got):\n%s", diff)
 	}
 	var vars []resolve.Var

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
@@ -21,14 +22,14 @@ const (
 	// AnnotationSpecDigest is the SHA-256 of the pod's spec as runwarden
 	// admitted it (after the template, the task, the overlays and the
 	// policies), "sha256:<hex>".
-	AnnotationSpecDigest = "runwarden.dev/spec-digest"
+	AnnotationSpecDigest = contract.AnnotationSpecDigest
 	// AnnotationPolicyDigest identifies the policy set that decided.
-	AnnotationPolicyDigest = "runwarden.dev/policy-digest"
+	AnnotationPolicyDigest = contract.AnnotationPolicyDigest
 	// AnnotationMutations names what the policies changed, e.g.
 	// "env AWS_ROLE_ARN, toleration runwarden.dev/pool, volume aws-iam-token".
-	AnnotationMutations = "runwarden.dev/mutations"
+	AnnotationMutations = contract.AnnotationMutations
 	// AnnotationWarnings are the policies' warnings, joined by "; ".
-	AnnotationWarnings = "runwarden.dev/warnings"
+	AnnotationWarnings = contract.AnnotationWarnings
 )
 
 // maxRecord bounds each recorded annotation's value.

@@ -21,6 +21,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/tester"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // Query is the rule every policy set must define.
@@ -333,7 +335,7 @@ func probeInput() *Input {
 		Operation: "CREATE",
 		Runner:    true,
 		Pod: &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "runners", Labels: map[string]string{"runwarden.dev/runner": "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "runners", Labels: map[string]string{contract.LabelRunner: "true"}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "runner"}}, RestartPolicy: corev1.RestartPolicyNever},
 		},
 		Namespace:      NamespaceInfo{Name: "runners", Labels: map[string]string{}, Annotations: map[string]string{}},

@@ -80,6 +80,16 @@ func (r *SecretRef) parseBody(body string) string {
 		if p := pathProblem(body); p != "" {
 			return "invalid secret id: " + p
 		}
+		// A name with a project is the whole resource name, whose project
+		// the policies check; anything else is a secret of the configured
+		// project, and has no "/".
+		if seg := strings.Split(body, "/"); seg[0] == "projects" {
+			if (len(seg) != 4 && len(seg) != 6) || seg[2] != "secrets" || (len(seg) == 6 && seg[4] != "versions") {
+				return "invalid secret id: a name with a project is projects/<project>/secrets/<secret>[/versions/<version>]"
+			}
+		} else if len(seg) != 1 {
+			return "invalid secret id: a secret of the configured project has no /"
+		}
 		r.Name = body
 	case "azure":
 		name, vault, ok := strings.Cut(body, "@")

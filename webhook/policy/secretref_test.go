@@ -44,6 +44,10 @@ func TestParseSecretRef(t *testing.T) {
 		{name: "ssm doubled slash", value: "${ssm://team-b/db}", errs: []string{"invalid secret id: empty path segment"}},
 		{name: "gcp dot-dot", value: "${gcp:team-a/../team-b}", errs: []string{`invalid secret id: path segment ".."`}},
 		{name: "gcp leading slash", value: "${gcp:/team-b}", errs: []string{"invalid secret id: empty path segment"}},
+		{name: "gcp with a project", value: "${gcp:projects/p1/secrets/db/versions/3}", want: []SecretRef{{Store: "gcp", Name: "projects/p1/secrets/db/versions/3", Raw: "${gcp:projects/p1/secrets/db/versions/3}"}}},
+		{name: "gcp project form cut short", value: "${gcp:projects/p1/db}", errs: []string{"projects/<project>/secrets/<secret>[/versions/<version>]"}},
+		{name: "gcp project form past the version", value: "${gcp:projects/p1/secrets/db/versions/3/x}", errs: []string{"projects/<project>/secrets/<secret>[/versions/<version>]"}},
+		{name: "gcp path without a project", value: "${gcp:team-a/db}", errs: []string{"a secret of the configured project has no /"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -114,6 +114,15 @@ env contains store_var("VAULT_NAMESPACE", stores.vault.namespace) if {
 	stores.vault.namespace != ""
 }
 
+# The mounts the resolver may read (secretrefs.rego): it checks each
+# reference's mount, and the mount's type, against these before it reads.
+env contains store_var("VAULT_KV_MOUNTS", concat(",", sort([m | some m in vault_kv_mounts; not m in vault_reserved_mounts]))) if store_used("vault")
+
+env contains store_var("VAULT_ENGINE_MOUNTS", concat(",", sort([m | some m in vault_engine_mounts; not m in vault_reserved_mounts]))) if {
+	store_used("vault")
+	count(vault_engine_mounts - vault_reserved_mounts) > 0
+}
+
 env contains store_secret("VAULT_TOKEN", stores.vault.secretName, object.get(stores, ["vault", "tokenKey"], "token")) if {
 	store_used("vault")
 	vault_auth == "token"

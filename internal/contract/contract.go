@@ -1,0 +1,40 @@
+// Package contract holds the names the dispatcher and the webhook agree on:
+// the labels that make a pod a runner's and tie it to its task and
+// dispatcher, and the annotations in which the webhook records on a runner
+// pod what it admitted, which the dispatcher copies into the task's record.
+// Each is defined here once; both programs import it.
+package contract
+
+// Labels on runner Jobs and their pods.
+const (
+	// LabelRunner marks runner pods: the webhook selects on it, and checks
+	// that a pod earned it (made by the Job controller for a Job of the
+	// dispatcher).
+	LabelRunner = "runwarden.dev/runner"
+	// LabelTaskID carries the task ID, or its hash when the ID is not a
+	// valid label value.
+	LabelTaskID = "runwarden.dev/task-id"
+	// LabelDispatcher names the dispatcher that made the Job.
+	LabelDispatcher = "runwarden.dev/dispatcher"
+)
+
+// What the webhook records on each runner pod it admits: names and
+// digests, never a value.
+const (
+	// AnnotationSpecDigest is the SHA-256 of the pod's spec as admitted
+	// (after the template, the task, the overlays and the policies),
+	// "sha256:<hex>".
+	AnnotationSpecDigest = "runwarden.dev/spec-digest"
+	// AnnotationPolicyDigest identifies the policy set that decided.
+	AnnotationPolicyDigest = "runwarden.dev/policy-digest"
+	// AnnotationMutations names what the policies changed, e.g.
+	// "env AWS_ROLE_ARN, toleration runwarden.dev/pool, volume aws-iam-token".
+	AnnotationMutations = "runwarden.dev/mutations"
+	// AnnotationWarnings are the policies' warnings, joined by "; ".
+	AnnotationWarnings = "runwarden.dev/warnings"
+)
+
+// RecordAnnotations returns the annotations of the webhook's record.
+func RecordAnnotations() []string {
+	return []string{AnnotationSpecDigest, AnnotationPolicyDigest, AnnotationMutations, AnnotationWarnings}
+}
