@@ -19,11 +19,14 @@ import (
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
-func loadSet(ctx context.Context, dir string) (*policy.Set, error) {
+// timeoutUsage is the help of the policy commands' --timeout flag.
+const timeoutUsage = "deadline of each policy evaluation (each test, each decision), as the webhook's --policy-timeout"
+
+func loadSet(ctx context.Context, dir string, opts policy.Options) (*policy.Set, error) {
 	if dir == "" {
-		return policy.Load(ctx, policies.FS, "embedded policies")
+		return policy.Load(ctx, policies.FS, "embedded policies", opts)
 	}
-	return policy.Load(ctx, os.DirFS(dir), dir)
+	return policy.Load(ctx, os.DirFS(dir), dir, opts)
 }
 
 func readYAML(path string, into any) error {
@@ -53,6 +56,7 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// Runner pods are created by the Job controller, not the dispatcher.
 	user := fs.String("user", rwadmission.DefaultJobControllerUsers[0], "requesting user policies see as input.user.username (runner pods are created by the Job controller; a pod labelled runwarden.dev/runner that another user creates is refused, as the webhook refuses it)")
 	jobUsers := fs.String("job-controller-users", strings.Join(rwadmission.DefaultJobControllerUsers, ","), "comma-separated users the Job controller creates pods as, as the webhook's flag")
+	timeout := fs.Duration("timeout", policy.DefaultTimeout, timeoutUsage)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -108,7 +112,7 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		in.ServiceAccount = policy.ObjectInfo{Name: sa.Name, Annotations: orEmpty(sa.Annotations)}
 	}
-	set, err := loadSet(ctx, *dir)
+	set, err := loadSet(ctx, *dir, policy.Options{Timeout: *timeout})
 	if err != nil {
 		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
 		return 3
@@ -145,21 +149,23 @@ func policyTest(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("runwarden-webhook policy test", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	minCov := fs.Float64("min-coverage", 0, "fail below this coverage, in percent")
+	timeout := fs.Duration("timeout", policy.DefaultTimeout, timeoutUsage)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
+	opts := policy.Options{Timeout: *timeout}
 	var rep policy.TestReport
 	var err error
 	origin := "embedded policies"
 	switch fs.NArg() {
 	case 0:
-		rep, err = policy.TestWithCoverage(ctx, policies.FS, origin)
+		rep, err = policy.TestWithCoverage(ctx, policies.FS, origin, opts)
 	case 1:
 		origin = fs.Arg(0)
-		rep, err = policy.TestWithCoverage(ctx, os.DirFS(origin), origin)
+		rep, err = policy.TestWithCoverage(ctx, os.DirFS(origin), origin, opts)
 	default:
 		fmt.Fprintln(stderr, "runwarden-webhook policy test: at most one folder")
 		return 2

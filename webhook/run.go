@@ -12,7 +12,7 @@ import (
 const usage = `Usage:
   runwarden-webhook [serve] [flags]     run the admission webhook (see serve --help)
   runwarden-webhook policy eval [flags] print the decision and the resulting pod for a pod file
-  runwarden-webhook policy test [--min-coverage N] [DIR]
+  runwarden-webhook policy test [--min-coverage N] [--timeout D] [DIR]
                                         run the policies' tests with coverage (default: the shipped policies)
   runwarden-webhook resolve [--out FILE]
                                         resolve a runner's secret references into an env file
