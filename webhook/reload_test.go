@@ -99,4 +99,3 @@ func counter(t *testing.T, reg *prometheus.Registry, name, result string) float6
 	t.Fatalf("no series %s{result=%q}", name, result)
 	return 0
 }
-
