@@ -30,6 +30,8 @@ func TestRun(t *testing.T) {
 		{name: "serve bad cert mode", args: []string{"serve", "--cert-mode", "x"}, wantCode: 2, wantStderr: []string{"--cert-mode"}},
 		{name: "serve bad runner namespace", args: []string{"--cert-mode", "provided", "--runner-namespace", "Team_A"}, wantCode: 2, wantStderr: []string{`--runner-namespace "Team_A"`}},
 		{name: "serve bad port", args: []string{"--cert-mode", "provided", "--port", "0"}, wantCode: 2, wantStderr: []string{"--port 0"}},
+		{name: "policy capabilities", args: []string{"policy", "capabilities"}, wantStdout: []string{`"name": "time.now_ns"`, `"allow_net": []`}},
+		{name: "policy capabilities with an argument", args: []string{"policy", "capabilities", "x"}, wantCode: 2, wantStderr: []string{"unexpected arguments"}},
 		{name: "policy test on the shipped policies", args: []string{"policy", "test", "--min-coverage", "90"}, wantStdout: []string{"tests passed, coverage"}},
 		{name: "policy test below a coverage floor", args: []string{"policy", "test", "--min-coverage", "100.1"}, wantCode: 1, wantStderr: []string{"below"}},
 		{
