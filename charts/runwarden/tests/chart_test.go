@@ -376,6 +376,46 @@ func TestDispatcherKnowsSecretDelivery(t *testing.T) {
 	}
 }
 
+// The webhook's policy deadline is half of timeoutSeconds, at most 2s, so
+// a slow policy fails the call before the API server gives up on it; and
+// the webhook knows its own pod, to report refused reloads on it.
+func TestWebhookPolicyTimeoutAndPod(t *testing.T) {
+	t.Parallel()
+	h := helm(t, "helm3")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--policy-timeout=2000ms"},
+		{[]string{"--set", "webhook.timeoutSeconds=1"}, "--policy-timeout=500ms"},
+		{[]string{"--set", "webhook.timeoutSeconds=3"}, "--policy-timeout=1500ms"},
+		{[]string{"--set", "webhook.timeoutSeconds=30"}, "--policy-timeout=2000ms"},
+	} {
+		var d appsv1.Deployment
+		decode(t, render(t, h, tt.args...), "Deployment/rw-runwarden-webhook", &d)
+		c := d.Spec.Template.Spec.Containers[0]
+		var got []string
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, "--policy-timeout") || strings.HasPrefix(a, "--pod-") {
+				got = append(got, a)
+			}
+		}
+		want := []string{tt.want, "--pod-name=$(POD_NAME)", "--pod-namespace=$(POD_NAMESPACE)", "--pod-uid=$(POD_UID)"}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("with %q, the webhook's flags (-want +got):\n%s", tt.args, diff)
+		}
+		fields := map[string]string{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+				fields[e.Name] = e.ValueFrom.FieldRef.FieldPath
+			}
+		}
+		if diff := cmp.Diff(map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"}, fields); diff != "" {
+			t.Errorf("the webhook's downward API env (-want +got):\n%s", diff)
+		}
+	}
+}
+
 // TestDispatcherQueueing checks the dispatcher's queueing flags and the
 // rights and objects that go with them: none by default; without Kueue,
 // one --priority-class per class, sorted by name, and the default class;
