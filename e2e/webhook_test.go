@@ -375,7 +375,7 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 			}
 			return ctx
 		}).
-		Assess("runner pods get credentials, identity and placement; others are untouched; rule breakers are refused; a broken policy changes nothing; after SIGTERM it serves on, not ready, for its shutdown delay; without the webhook runner pods are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+		Assess("runner pods get credentials, identity and placement; others are untouched; rule breakers are refused; a broken policy changes nothing, nor does a slow one (stopped at the deadline, an Event on the pod); after SIGTERM it serves on, not ready, for its shutdown delay; without the webhook runner pods are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			r := cfg.Client().Resources(ns)
 			const shutdownDelay = 10 * time.Second
