@@ -31,7 +31,19 @@ import (
 // RUNWARDEN_BENCH_CLI_MAX_DOCS documents (default 5000) and says so when it
 // skips.
 func BenchmarkPostrender(b *testing.B) {
-	overlay, err := filepath.Abs("testdata/bench-overlay")
+	benchPostrender(b, "testdata/bench-overlay", []int{200, 2000, 5000, 10000})
+}
+
+// BenchmarkPostrenderReplacements is BenchmarkPostrender with the benchmark
+// overlay and replacements that copy values of the overlay's own ConfigMap
+// and of two of Helm's documents into every Deployment and Service: the
+// result for one document depends on others.
+func BenchmarkPostrenderReplacements(b *testing.B) {
+	benchPostrender(b, "testdata/bench-replacements", []int{200, 2000})
+}
+
+func benchPostrender(b *testing.B, overlayDir string, sizes []int) {
+	overlay, err := filepath.Abs(overlayDir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -73,7 +85,7 @@ func BenchmarkPostrender(b *testing.B) {
 	warm := genManifests(200)
 	postrender(b, warm)
 	script(b, warm)
-	for _, n := range []int{200, 2000, 5000, 10000} {
+	for _, n := range sizes {
 		input := genManifests(n)
 		b.Run(fmt.Sprintf("docs=%d/impl=runwarden-postrender", n), func(b *testing.B) {
 			var peak int64
