@@ -187,7 +187,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		fmt.Fprintf(stdout, "runwarden-postrender %s\n", version.String())
 		return 0
 	}
-	render.WarmSchema()
+	render.WarmSchema(c.overlay)
 	input, err := readInput(stdin, maxInputBytes)
 	if err != nil {
 		return fail(c, stdout, stderr, err)
