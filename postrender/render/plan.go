@@ -126,10 +126,14 @@ func crossDocumentFields() map[string]string {
 // perDocumentFields and pass that field's check. What the split must honour
 // (the replacements' sources) is added to p.
 func shardable(fs filesys.FileSystem, dir string, k *types.Kustomization, depth int, p *splitPlan) (bool, string) {
+	return shardableBy(perDocumentFields(), crossDocumentFields(), fs, dir, k, depth, p)
+}
+
+// shardableBy is shardable with the lists of fields given.
+func shardableBy(per map[string]fieldCheck, cross map[string]string, fs filesys.FileSystem, dir string, k *types.Kustomization, depth int, p *splitPlan) (bool, string) {
 	if depth > 8 {
 		return false, "components nested too deep"
 	}
-	per, cross := perDocumentFields(), crossDocumentFields()
 	v := reflect.ValueOf(k).Elem()
 	for i := range v.NumField() {
 		name := v.Type().Field(i).Name

@@ -267,25 +267,37 @@ func TestKustomizationFieldsClassified(t *testing.T) {
 	}
 }
 
-// TestShardableRefusesAnUnclassifiedField: a field set in the
-// kustomization that neither list names makes the overlay build once.
-func TestShardableRefusesAnUnclassifiedField(t *testing.T) {
+// TestShardableByFields: the fields a kustomization sets decide, and a field
+// set that neither list names (as after a library upgrade) makes the
+// overlay build once.
+func TestShardableByFields(t *testing.T) {
 	t.Parallel()
+	withoutImages := perDocumentFields()
+	delete(withoutImages, "Images")
 	tests := []struct {
 		name string
 		k    types.Kustomization
+		per  map[string]fieldCheck // default perDocumentFields
 		want string
 	}{
-		{name: "labels and images", k: types.Kustomization{Resources: []string{"all.yaml"}, Images: []types.Image{{Name: "a"}}}},
+		{name: "resources and images", k: types.Kustomization{Resources: []string{"all.yaml"}, Images: []types.Image{{Name: "a"}}}},
 		{name: "empty vars set nothing", k: types.Kustomization{Vars: []types.Var{}}},
 		{name: "crds", k: types.Kustomization{Crds: []string{"crd.yaml"}}, want: "crds"},
 		{name: "non-legacy sort", k: types.Kustomization{SortOptions: &types.SortOptions{Order: types.FIFOSortOrder}}, want: "sortOptions other than legacy"},
+		{
+			name: "a field neither list names", k: types.Kustomization{Images: []types.Image{{Name: "a"}}}, per: withoutImages,
+			want: "the kustomization field Images, which this version does not know",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
+			per := tt.per
+			if per == nil {
+				per = perDocumentFields()
+			}
 			var p splitPlan
-			ok, why := shardable(filesys.MakeFsInMemory(), "/", &tt.k, 0, &p)
+			ok, why := shardableBy(per, crossDocumentFields(), filesys.MakeFsInMemory(), "/", &tt.k, 0, &p)
 			if ok != (tt.want == "") || why != tt.want {
 				t.Errorf("shardable = %v, %q; want %q", ok, why, tt.want)
 			}
