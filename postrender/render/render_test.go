@@ -281,7 +281,7 @@ func TestShardableByFields(t *testing.T) {
 		want string
 	}{
 		{name: "resources and images", k: types.Kustomization{Resources: []string{"all.yaml"}, Images: []types.Image{{Name: "a"}}}},
-		{name: "empty vars set nothing", k: types.Kustomization{Vars: []types.Var{}}},
+		{name: "empty vars set nothing", k: types.Kustomization{Vars: []types.Var{}}}, //nolint:staticcheck // deprecated, yet kustomize build still honours it
 		{name: "crds", k: types.Kustomization{Crds: []string{"crd.yaml"}}, want: "crds"},
 		{name: "non-legacy sort", k: types.Kustomization{SortOptions: &types.SortOptions{Order: types.FIFOSortOrder}}, want: "sortOptions other than legacy"},
 		{
