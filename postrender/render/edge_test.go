@@ -112,6 +112,10 @@ func TestRenderEdgeCasesMatchKustomizeBuild(t *testing.T) {
 			input: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team\n" + configMaps(4) + "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: other\n",
 		},
 		{
+			name: "replacements kept in a file", overlay: "replacements-file", split: true,
+			input: configMaps(4) + "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  k: from-settings\n",
+		},
+		{
 			name: "vars", overlay: "vars",
 			input: configMaps(5) + "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: x\n    args: [$(FIRST)]\n",
 		},

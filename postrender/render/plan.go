@@ -185,7 +185,7 @@ func checkPatches(fs filesys.FileSystem, dir string, k *types.Kustomization, _ i
 		}
 		text := p.Patch
 		if p.Path != "" {
-			b, err := fs.ReadFile(filepath.Join(dir, p.Path))
+			b, err := readWithin(fs, dir, p.Path)
 			if err != nil {
 				return "patch " + p.Path + " unreadable"
 			}
@@ -204,7 +204,7 @@ func checkReplacements(fs filesys.FileSystem, dir string, k *types.Kustomization
 	for _, r := range k.Replacements {
 		list := []types.Replacement{r.Replacement}
 		if r.Path != "" {
-			b, err := fs.ReadFile(filepath.Join(dir, r.Path))
+			b, err := readWithin(fs, dir, r.Path)
 			if err != nil {
 				return "replacements " + r.Path + " unreadable"
 			}
@@ -223,6 +223,16 @@ func checkReplacements(fs filesys.FileSystem, dir string, k *types.Kustomization
 		}
 	}
 	return ""
+}
+
+// readWithin reads the file at rel in dir, only if it is inside dir once
+// symbolic links are resolved: Kustomize refuses any other, before reading it.
+func readWithin(fs filesys.FileSystem, dir, rel string) ([]byte, error) {
+	f := filepath.Join(dir, rel)
+	if !within(dir, f) {
+		return nil, fmt.Errorf("%s is not inside %s", rel, dir)
+	}
+	return fs.ReadFile(f)
 }
 
 // checkResources: a base's own kustomization can carry settings

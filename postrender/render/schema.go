@@ -49,7 +49,7 @@ func needsSchema(fs filesys.FileSystem, dir string, depth int) bool {
 	for _, p := range k.Patches {
 		text := p.Patch
 		if p.Path != "" {
-			b, err := fs.ReadFile(filepath.Join(dir, p.Path))
+			b, err := readWithin(fs, dir, p.Path)
 			if err != nil {
 				return true
 			}
