@@ -39,6 +39,8 @@ import (
 	rwkube "github.com/runwarden/runwarden/dispatcher/kube"
 	"github.com/runwarden/runwarden/dispatcher/metrics"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
+	"github.com/runwarden/runwarden/dispatcher/preflight"
+	"github.com/runwarden/runwarden/dispatcher/runner"
 	"github.com/runwarden/runwarden/internal/kube"
 	"github.com/runwarden/runwarden/internal/logging"
 	"github.com/runwarden/runwarden/internal/version"
@@ -284,6 +286,14 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	return c, nil
 }
 
+// limits are the limits both task sources run under.
+func (c config) limits() runner.Options {
+	return runner.Options{
+		MaxConcurrent: c.maxConcurrent, MaxQueued: c.queue.maxQueued, UnschedulableTimeout: c.unschedulable,
+		SucceededHistory: c.keepSucceeded, FailedHistory: c.keepFailed,
+	}
+}
+
 // orchestratorOnly are the flags that only the orchestrator source reads.
 var orchestratorOnly = map[string]bool{
 	"orchestrator-url": true, "orchestrator-key": true, "orchestrator-key-id": true,
@@ -433,7 +443,7 @@ func testRunner(ctx context.Context, c config, tmpl corev1.PodTemplateSpec, stdo
 		return err
 	}
 	return rwkube.TestRunner(ctx, rwkube.TestRunnerOptions{
-		Client: cl, Logs: logs, Namespace: c.namespace, Script: c.testRunner, Out: stdout,
+		Client: cl, Logs: runner.PodLogs{Client: logs}, Namespace: c.namespace, Script: c.testRunner, Out: stdout,
 		Jobs: job.Options{DispatcherID: c.id, Template: tmpl, DefaultDeadline: int64(c.deadline.Seconds()), TTLSecondsAfterFinished: int32(c.ttl.Seconds())},
 	})
 }
@@ -494,11 +504,11 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			return err
 		}
 		start := time.Now()
-		if err := rwkube.Preflight(ctx, rwkube.PreflightOptions{Client: direct, Jobs: jobOpts, Namespace: c.namespace, Timeout: c.preflightWait}); err != nil {
+		if err := preflight.Run(ctx, preflight.Options{Client: direct, Jobs: jobOpts, Namespace: c.namespace, Timeout: c.preflightWait}); err != nil {
 			return err
 		}
 		logger.Info("preflight passed: a runner pod was admitted", "namespace", c.namespace, "took", time.Since(start).Round(time.Millisecond).String())
-		logEnvFiles(logger, rwkube.EnvFiles(ctx, rwkube.PreflightOptions{Client: direct, Jobs: jobOpts, Namespace: c.namespace}), c.secretDelivery)
+		logEnvFiles(logger, preflight.EnvFiles(ctx, preflight.Options{Client: direct, Jobs: jobOpts, Namespace: c.namespace}), c.secretDelivery)
 	}
 	var lock *fencedLock
 	kubeClient := func(mgr ctrl.Manager) client.Client { return mgr.GetClient() }
@@ -564,18 +574,13 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			return err
 		}
 		r := rwkube.New(rwkube.Options{
-			Logs:                 rwkube.APILogTail{Client: logs},
-			KeepLogBytes:         c.keepLogBytes,
-			Client:               kubeClient(mgr),
-			Jobs:                 jobOpts,
-			MaxConcurrent:        c.maxConcurrent,
-			MaxQueued:            c.queue.maxQueued,
-			UnschedulableTimeout: c.unschedulable,
-			Events:               mgr.GetAPIReader(),
-			Reader:               mgr.GetAPIReader(),
-			SucceededHistory:     c.keepSucceeded,
-			FailedHistory:        c.keepFailed,
-			Recorder:             recorder,
+			Options:      c.limits(),
+			Logs:         runner.PodLogs{Client: logs},
+			KeepLogBytes: c.keepLogBytes,
+			Client:       kubeClient(mgr),
+			Jobs:         jobOpts,
+			Reader:       mgr.GetAPIReader(),
+			Recorder:     recorder,
 		})
 		if err := r.SetupWithManager(mgr); err != nil {
 			return err
@@ -629,27 +634,20 @@ func setupOrchestrator(mgr ctrl.Manager, kc client.Client, restCfg *rest.Config,
 	if err != nil {
 		return err
 	}
-	var logs orchestrator.LogOpener
+	var logs runner.LogReader
 	if c.orch.streamLogs {
 		cs, err := corev1client.NewForConfig(restCfg)
 		if err != nil {
 			return err
 		}
-		logs = orchestrator.KubeLogs{Client: cs}
-	}
-	var workloads client.Reader
-	if c.queue.kueue {
-		workloads = mgr.GetAPIReader()
+		logs = runner.PodLogs{Client: cs}
 	}
 	src := orchestrator.New(orchestrator.Options{
-		Client: oc, Kube: kc, Reader: mgr.GetAPIReader(), Jobs: jobOpts, Namespace: c.namespace,
-		Observer: job.Observer{
-			Client: kc, Events: mgr.GetAPIReader(), UnschedulableTimeout: c.unschedulable, Workloads: workloads,
-		},
-		MaxConcurrent: c.maxConcurrent, MaxQueued: c.queue.maxQueued, PollWait: c.orch.pollWait,
-		Backoff:          orchestrator.Backoff{Base: time.Second, Max: c.orch.retryMax},
-		SucceededHistory: c.keepSucceeded, FailedHistory: c.keepFailed,
-		Logs: logs, Recorder: recorder,
+		Options: c.limits(),
+		Client:  oc, Kube: kc, Reader: mgr.GetAPIReader(), Jobs: jobOpts, Namespace: c.namespace,
+		PollWait: c.orch.pollWait,
+		Backoff:  orchestrator.Backoff{Base: time.Second, Max: c.orch.retryMax},
+		Logs:     logs, Recorder: recorder,
 	})
 	return src.SetupWithManager(mgr)
 }
@@ -667,9 +665,9 @@ func resourceLock(lock *fencedLock) resourcelock.Interface {
 // files; with secretDelivery: files it is what the platform chose for.
 func logEnvFiles(logger logr.Logger, err error, delivery string) {
 	switch {
-	case errors.Is(err, rwkube.ErrNoEnvFiles) && delivery == "files":
+	case errors.Is(err, preflight.ErrNoEnvFiles) && delivery == "files":
 		logger.Info("this cluster does not take env files; runner variables holding secret references are delivered as files, as the platform configuration's secretDelivery: files says", "reason", err.Error())
-	case errors.Is(err, rwkube.ErrNoEnvFiles):
+	case errors.Is(err, preflight.ErrNoEnvFiles):
 		logger.Error(err, "runner variables holding secret references cannot be resolved into env files on this cluster; set the platform configuration's secretDelivery: files (webhook.platform.secretDelivery) to deliver them as files (docs/secrets.md)")
 	case err != nil:
 		logger.Error(err, "could not check whether the cluster takes env files")

@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
-	rwkube "github.com/runwarden/runwarden/dispatcher/kube"
+	"github.com/runwarden/runwarden/dispatcher/preflight"
 	"github.com/runwarden/runwarden/internal/helpdoc"
 )
 
@@ -120,7 +120,7 @@ func TestDocsNameEveryFlag(t *testing.T) {
 // (funcr writes "level" on info lines and "error" on error lines.)
 func TestLogEnvFiles(t *testing.T) {
 	t.Parallel()
-	noEnvFiles := fmt.Errorf("%w: the API server dropped it", rwkube.ErrNoEnvFiles)
+	noEnvFiles := fmt.Errorf("%w: the API server dropped it", preflight.ErrNoEnvFiles)
 	tests := []struct {
 		name     string
 		err      error

@@ -20,6 +20,7 @@ import (
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/runner"
 )
 
 func runningJob(name string) *batchv1.Job {
@@ -43,7 +44,7 @@ func key(name string) types.NamespacedName {
 func TestCapacityCountsRunningJobsBeforeTheFirstStart(t *testing.T) {
 	t.Parallel()
 	c := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithObjects(runningJob("a"), runningJob("b"), finishedJob("c")).Build()
-	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, MaxConcurrent: 2})
+	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, Options: runner.Options{MaxConcurrent: 2}})
 	ok, msg, err := r.reserve(t.Context(), key("new"), runnerTask("task-new", "uid-new"))
 	if err != nil || ok || msg != "2 of 2 tasks running" {
 		t.Fatalf("reserve with 2 of 2 slots held by running Jobs: ok %v, %q, %v; want refused, 2 of 2", ok, msg, err)
@@ -55,7 +56,7 @@ func TestCapacityCountsRunningJobsBeforeTheFirstStart(t *testing.T) {
 func TestCapacityCountsReservations(t *testing.T) {
 	t.Parallel()
 	c := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithObjects(runningJob("a")).Build()
-	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, MaxConcurrent: 3})
+	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, Options: runner.Options{MaxConcurrent: 3}})
 	for i, name := range []string{"x", "y"} {
 		if ok, _, err := r.reserve(t.Context(), key(name), runnerTask("task-"+name, "uid-"+name)); err != nil || !ok {
 			t.Fatalf("reserve %d: ok %v, %v", i, ok, err)
@@ -71,7 +72,7 @@ func TestCapacityCountsReservations(t *testing.T) {
 func TestFinishedTaskGivesItsSlotBack(t *testing.T) {
 	t.Parallel()
 	c := fake.NewClientBuilder().WithScheme(taskScheme(t)).Build()
-	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, MaxConcurrent: 1})
+	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, Options: runner.Options{MaxConcurrent: 1}})
 	if ok, _, err := r.reserve(t.Context(), key("a"), runnerTask("task-a", "uid-a")); err != nil || !ok {
 		t.Fatalf("first reserve: ok %v, %v", ok, err)
 	}
@@ -106,7 +107,7 @@ func TestWaitingTasksStartInPriorityThenCreationOrder(t *testing.T) {
 		objs = append(objs, rt)
 	}
 	c := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithObjects(objs...).Build()
-	r := New(Options{Client: c, MaxConcurrent: 2, Jobs: job.Options{DispatcherID: "d1",
+	r := New(Options{Client: c, Options: runner.Options{MaxConcurrent: 2}, Jobs: job.Options{DispatcherID: "d1",
 		Queueing: job.Queueing{Priorities: map[string]int32{"high": 100, "low": -10}}}})
 	for i, name := range want {
 		// Every task not yet started tries, in reverse order: only the
@@ -169,7 +170,7 @@ func TestKueueCountsAdmittedAndQueuedApart(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			cl := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithObjects(runningJob("admitted"), queued("q1"), queued("q2"), finishedJob("done")).Build()
-			r := New(Options{Client: cl, MaxConcurrent: c.maxConcurrent, MaxQueued: c.maxQ,
+			r := New(Options{Client: cl, Options: runner.Options{MaxConcurrent: c.maxConcurrent, MaxQueued: c.maxQ},
 				Jobs: job.Options{DispatcherID: "d1", Queueing: job.Queueing{Kueue: true, DefaultQueue: "team-a"}}})
 			ok, msg, err := r.reserve(t.Context(), key("new"), runnerTask("task-new", "uid-new"))
 			if err != nil || ok != c.ok || msg != c.msg {
@@ -210,7 +211,7 @@ func TestDeletedTaskGivesItsSlotBack(t *testing.T) {
 		if again {
 			maxConcurrent = 2 // the new task a takes one
 		}
-		r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, MaxConcurrent: maxConcurrent})
+		r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, Options: runner.Options{MaxConcurrent: maxConcurrent}})
 		reconcileTask := func(name string) *v1alpha1.RunnerTask {
 			t.Helper()
 			if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key(name)}); err != nil {

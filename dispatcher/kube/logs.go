@@ -1,74 +1,20 @@
 package kube
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 )
-
-// LogReader reads the end of a container's log.
-type LogReader interface {
-	// Tail returns at most limit bytes, the last of the log's last lines.
-	Tail(ctx context.Context, namespace, pod, container string, limit int) ([]byte, error)
-}
-
-// maxTailLines bounds how much of a log the API server sends for a tail.
-const maxTailLines = 10000
-
-// APILogTail reads logs through the API server (pods/log).
-type APILogTail struct {
-	Client corev1client.PodsGetter
-}
-
-var _ LogReader = APILogTail{}
-
-// Tail implements LogReader: the log's last maxTailLines lines, of which
-// the last limit bytes are kept as they stream, so memory stays bounded.
-func (k APILogTail) Tail(ctx context.Context, namespace, pod, container string, limit int) ([]byte, error) {
-	rc, err := k.Client.Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: container, TailLines: ptr.To[int64](maxTailLines)}).Stream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rc.Close() }()
-	return lastBytes(bufio.NewReader(rc), limit)
-}
-
-// lastBytes reads r to its end and returns its last limit bytes.
-func lastBytes(r io.Reader, limit int) ([]byte, error) {
-	buf := make([]byte, 0, 2*limit)
-	chunk := make([]byte, 32*1024)
-	for {
-		n, err := r.Read(chunk)
-		buf = append(buf, chunk[:n]...)
-		if len(buf) > 2*limit {
-			buf = append(buf[:0], buf[len(buf)-limit:]...)
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	if len(buf) > limit {
-		buf = buf[len(buf)-limit:]
-	}
-	return buf, nil
-}
 
 // LogConfigMapPrefix is how the name of a ConfigMap that keeps the log of a
 // task's Job begins; the API server draws the rest (generateName).

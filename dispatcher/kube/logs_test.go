@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -21,24 +22,15 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/job"
 )
 
-func TestLastBytes(t *testing.T) {
-	t.Parallel()
-	log := strings.Repeat("0123456789", 50_000) + "the end\n"
-	got, err := lastBytes(strings.NewReader(log), 1000)
-	if err != nil || string(got) != log[len(log)-1000:] {
-		t.Fatalf("last bytes: %d bytes ending %q, %v", len(got), got[len(got)-8:], err)
-	}
-	got, err = lastBytes(strings.NewReader("short"), 1000)
-	if err != nil || string(got) != "short" {
-		t.Fatalf("a short log: %q, %v", got, err)
-	}
-}
-
 // fakeLogs serves one log for every container.
 type fakeLogs struct{ log []byte }
 
 func (f fakeLogs) Tail(_ context.Context, _, _, _ string, limit int) ([]byte, error) {
-	return lastBytes(bytes.NewReader(f.log), limit)
+	return f.log[max(len(f.log)-limit, 0):], nil
+}
+
+func (f fakeLogs) Follow(context.Context, string, string, string) (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(f.log)), nil
 }
 
 // A finished task keeps the end of its runner's log in a ConfigMap the

@@ -32,6 +32,7 @@ import (
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/runner"
 )
 
 // ReasonCapacity is the reason of a task waiting for a free slot.
@@ -39,99 +40,35 @@ const ReasonCapacity = "WaitingForCapacity"
 
 // Options configure a Reconciler.
 type Options struct {
+	// Options are the limits every source shares, with their defaults
+	// (package runner): capacity, workers, timeouts, history, the clock.
+	runner.Options
 	// Client reads and writes the cluster. Required.
 	Client client.Client
 	// Jobs says how Jobs are built (dispatcher ID, template, allow-lists). Required.
 	Jobs job.Options
-	// MaxConcurrent is how many of this dispatcher's Jobs may run at once
-	// (with Kueue: be admitted; the dispatcher makes no Job while that many
-	// are). Default: 10.
-	MaxConcurrent int
-	// MaxQueued is, with Kueue (Jobs.Queueing.Kueue), how many of this
-	// dispatcher's Jobs may wait in Kueue at once. Default: 100.
-	MaxQueued int
-	// Events reads the Warning events of Jobs and pods; they are not in the
-	// label-filtered cache. Default: Client.
-	Events client.Reader
-	// Reader reads from the API server itself, to tell a Job the cache does
-	// not show yet from one that is gone. Default: Client.
+	// Reader reads from the API server itself: to tell a Job the cache does
+	// not show yet from one that is gone, and what is not in the
+	// label-filtered cache (Warning events, Kueue Workloads). Default:
+	// Client.
 	Reader client.Reader
-	// RequeueAfter is how soon a task waiting for capacity, or running, is
-	// looked at again: the safety net beside the watches. Default: 5s.
-	RequeueAfter time.Duration
-	// UnschedulableTimeout fails a task whose pod stays unschedulable this
-	// long. Default: 5m.
-	UnschedulableTimeout time.Duration
-	// SucceededHistory and FailedHistory are how many finished Jobs of
-	// each kind are kept per namespace; older ones are deleted (their TTL
-	// removes them anyway). Default: 50 and 100.
-	SucceededHistory, FailedHistory int
 	// Recorder counts what the reconciler does. Default: none.
-	Recorder Recorder
-	// Workers is how many tasks are reconciled at once. Default: 32.
-	Workers int
+	Recorder runner.Recorder
 	// Logs reads runner logs, to keep the end of each finished task's in a
 	// ConfigMap (KeepLogBytes). Default: none, no log is kept.
-	Logs LogReader
+	Logs runner.LogReader
 	// KeepLogBytes is how much of the end of a finished task's log is kept.
 	// Default (0): none.
 	KeepLogBytes int
-	// Now is the clock. Default: time.Now.
-	Now func() time.Time
 }
-
-// Recorder counts Jobs and outcomes; see package metrics.
-type Recorder interface {
-	JobCreated()
-	Finished(phase, reason string)
-	Running(n int)
-	// Started: a task's runner runs, wait after the task was made.
-	Started(wait time.Duration)
-	// Ran: a task that ran ended in phase after d.
-	Ran(phase string, d time.Duration)
-}
-
-type noRecorder struct{}
-
-func (noRecorder) Started(time.Duration)     {}
-func (noRecorder) Ran(string, time.Duration) {}
-func (noRecorder) JobCreated()               {}
-func (noRecorder) Finished(string, string)   {}
-func (noRecorder) Running(int)               {}
 
 func (o *Options) setDefaults() {
-	if o.MaxConcurrent <= 0 {
-		o.MaxConcurrent = 10
-	}
-	if o.MaxQueued <= 0 {
-		o.MaxQueued = 100
-	}
-	if o.RequeueAfter <= 0 {
-		o.RequeueAfter = 5 * time.Second
-	}
-	if o.UnschedulableTimeout <= 0 {
-		o.UnschedulableTimeout = 5 * time.Minute
-	}
-	if o.Events == nil {
-		o.Events = o.Client
-	}
+	o.Options.SetDefaults()
 	if o.Reader == nil {
 		o.Reader = o.Client
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.SucceededHistory <= 0 {
-		o.SucceededHistory = 50
-	}
-	if o.FailedHistory <= 0 {
-		o.FailedHistory = 100
-	}
 	if o.Recorder == nil {
-		o.Recorder = noRecorder{}
-	}
-	if o.Workers <= 0 {
-		o.Workers = 32
+		o.Recorder = runner.NoRecorder{}
 	}
 }
 
@@ -139,23 +76,23 @@ func (o *Options) setDefaults() {
 type Reconciler struct {
 	opts     Options
 	observer job.Observer
+	capacity runner.Capacity
+	settler  runner.Settler
 	// starting serializes the capacity check, so parallel workers never
 	// start more than MaxConcurrent tasks. reserved holds the Jobs this
 	// process is creating or created that the cache has not shown yet,
 	// each with its RunnerTask; the creates themselves run in parallel.
 	starting sync.Mutex
 	reserved map[types.NamespacedName]types.NamespacedName
-	// taken is the number of unfinished Jobs the cache showed at the last
-	// count. Jobs only finish between counts, so taken plus the
-	// reservations made since is never below the real number: the cache is
-	// counted again only when that bound reaches MaxConcurrent, and before
-	// the first task this process starts (counted).
-	taken   int
+	// taken is the load of the unfinished Jobs the cache showed at the
+	// last count: running (with Kueue: admitted) and, with Kueue, waiting
+	// in Kueue (or for their Secret). Jobs only finish between counts, so
+	// taken plus the reservations made since is never below the real load:
+	// the cache is counted again only when that bound reaches
+	// MaxConcurrent, and before the first task this process starts
+	// (counted).
+	taken   runner.Load
 	counted bool
-	// queued is, with Kueue, the number of this dispatcher's Jobs waiting
-	// in Kueue (or for their Secret) at the last count; taken then counts
-	// the admitted ones.
-	queued int
 	// wake hands waiting RunnerTasks to the controller when a slot frees,
 	// so the next in line starts at once rather than at its requeue.
 	wake chan event.GenericEvent
@@ -179,14 +116,14 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // New returns a Reconciler.
 func New(opts Options) *Reconciler {
 	opts.setDefaults()
-	r := &Reconciler{opts: opts, reserved: map[types.NamespacedName]types.NamespacedName{}, marked: map[types.NamespacedName]string{},
-		kept: map[types.NamespacedName]logMade{}, wake: make(chan event.GenericEvent, 1024), observer: job.Observer{
-			Client: opts.Client, Events: opts.Events, UnschedulableTimeout: opts.UnschedulableTimeout, Now: opts.Now,
-		}}
-	if opts.Jobs.Queueing.Kueue {
-		r.observer.Workloads = opts.Reader
+	kueue := opts.Jobs.Queueing.Kueue
+	return &Reconciler{
+		opts: opts, reserved: map[types.NamespacedName]types.NamespacedName{}, marked: map[types.NamespacedName]string{},
+		kept: map[types.NamespacedName]logMade{}, wake: make(chan event.GenericEvent, 1024),
+		observer: runner.NewObserver(opts.Options, opts.Client, opts.Reader, kueue),
+		capacity: opts.Capacity(kueue),
+		settler:  runner.Settler{Client: opts.Client, Jobs: opts.Jobs, Options: opts.Options},
 	}
-	return r
 }
 
 // SetupWithManager watches RunnerTasks, their Jobs, and the Jobs' pods.
@@ -426,38 +363,37 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 func (r *Reconciler) reserve(ctx context.Context, key types.NamespacedName, rt *v1alpha1.RunnerTask) (bool, string, error) {
 	r.starting.Lock()
 	defer r.starting.Unlock()
-	kueue := r.opts.Jobs.Queueing.Kueue
 	// With Kueue, Jobs are admitted between counts: count each time.
-	if kueue || !r.counted || r.taken+len(r.reserved) >= r.opts.MaxConcurrent {
+	if r.capacity.Kueue || !r.counted || r.load().Running >= r.opts.MaxConcurrent {
 		if err := r.count(ctx); err != nil {
 			return false, "", err
 		}
 	}
-	if kueue {
-		if r.taken >= r.opts.MaxConcurrent {
-			return false, fmt.Sprintf("%d of %d tasks admitted", r.taken, r.opts.MaxConcurrent), nil
-		}
-		if n := r.queued + len(r.reserved); n >= r.opts.MaxQueued {
-			return false, fmt.Sprintf("%d of %d tasks queued in Kueue", n, r.opts.MaxQueued), nil
-		}
-		r.reserved[key] = client.ObjectKeyFromObject(rt)
-		r.opts.Recorder.Running(r.taken)
-		return true, "", nil
+	load := r.load()
+	if why := r.capacity.Full(load); why != "" {
+		return false, why, nil
 	}
-	n := r.taken + len(r.reserved)
-	if n >= r.opts.MaxConcurrent {
-		return false, fmt.Sprintf("%d of %d tasks running", n, r.opts.MaxConcurrent), nil
+	if r.capacity.Kueue {
+		r.reserved[key] = client.ObjectKeyFromObject(rt)
+		r.opts.Recorder.Running(load.Running)
+		return true, "", nil
 	}
 	ahead, err := r.ahead(ctx, rt)
 	if err != nil {
 		return false, "", err
 	}
-	if n+ahead >= r.opts.MaxConcurrent {
-		return false, fmt.Sprintf("%d of %d tasks running; %d waiting tasks go first", n, r.opts.MaxConcurrent, ahead), nil
+	if load.Running+ahead >= r.opts.MaxConcurrent {
+		return false, fmt.Sprintf("%d of %d tasks running; %d waiting tasks go first", load.Running, r.opts.MaxConcurrent, ahead), nil
 	}
 	r.reserved[key] = client.ObjectKeyFromObject(rt)
-	r.opts.Recorder.Running(n + 1)
+	r.opts.Recorder.Running(load.Running + 1)
 	return true, "", nil
+}
+
+// load is the load of the last count and the reservations made since.
+// r.starting is held.
+func (r *Reconciler) load() runner.Load {
+	return r.capacity.Add(r.taken, runner.Making, len(r.reserved))
 }
 
 // line is the RunnerTasks of a namespace that wait for a slot (no Job yet,
@@ -488,7 +424,7 @@ func (r *Reconciler) line(ctx context.Context, namespace string) ([]*v1alpha1.Ru
 		prio[t], _ = r.opts.Jobs.Queueing.Priority(t.Spec.PriorityClass)
 		line = append(line, t)
 	}
-	if r.taken+len(r.reserved)+len(line) <= r.opts.MaxConcurrent {
+	if r.load().Running+len(line) <= r.opts.MaxConcurrent {
 		// Room for every waiting task: the order does not matter.
 		return line, nil
 	}
@@ -511,7 +447,7 @@ func (r *Reconciler) ahead(ctx context.Context, rt *v1alpha1.RunnerTask) (int, e
 	if err != nil {
 		return 0, err
 	}
-	if r.taken+len(r.reserved)+len(line) <= r.opts.MaxConcurrent {
+	if r.load().Running+len(line) <= r.opts.MaxConcurrent {
 		return 0, nil
 	}
 	for i, t := range line {
@@ -526,10 +462,10 @@ func (r *Reconciler) ahead(ctx context.Context, rt *v1alpha1.RunnerTask) (int, e
 // wakeNext hands the tasks first in line for the free slots to the
 // controller. r.starting is held.
 func (r *Reconciler) wakeNext(ctx context.Context, namespace string) {
-	if r.opts.Jobs.Queueing.Kueue {
+	if r.capacity.Kueue {
 		return
 	}
-	free := r.opts.MaxConcurrent - r.taken - len(r.reserved)
+	free := r.capacity.Free(r.load())
 	if free <= 0 {
 		return
 	}
@@ -572,24 +508,14 @@ func (r *Reconciler) count(ctx context.Context) error {
 	if err := r.opts.Client.List(ctx, &jobs, client.MatchingLabels{job.LabelDispatcher: r.opts.Jobs.DispatcherID}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing jobs: %w", err)
 	}
-	n, queued := 0, 0
+	var taken runner.Load
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		delete(r.reserved, client.ObjectKeyFromObject(j))
-		switch {
-		case job.Finished(j) || j.DeletionTimestamp != nil:
-		case r.waiting(j):
-			queued++
-		default:
-			n++
-		}
+		taken = r.capacity.Add(taken, r.capacity.JobSlot(j), 1)
 	}
-	r.taken, r.queued, r.counted = n, queued, true
-	if r.opts.Jobs.Queueing.Kueue {
-		r.opts.Recorder.Running(n)
-	} else {
-		r.opts.Recorder.Running(n + len(r.reserved))
-	}
+	r.taken, r.counted = taken, true
+	r.opts.Recorder.Running(r.load().Running)
 	return nil
 }
 
@@ -631,7 +557,7 @@ func (r *Reconciler) setStarted(ctx context.Context, rt *v1alpha1.RunnerTask, jo
 		rt.Status.Phase, rt.Status.Reason = v1alpha1.PhaseQueued, job.ReasonQueued
 		rt.Status.Message = "queued in Kueue"
 	} else if rt.Status.StartTime == nil {
-		rt.Status.StartTime = ptr.To(metav1.Now())
+		rt.Status.StartTime = ptr.To(metav1.NewTime(r.opts.Clock.Now()))
 		started = true
 	}
 	if err := r.opts.Client.Status().Update(ctx, rt); err != nil {
@@ -651,7 +577,7 @@ func (r *Reconciler) setStarted(ctx context.Context, rt *v1alpha1.RunnerTask, jo
 // leave the outcome unknown.
 func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *batchv1.Job, out job.Outcome) error {
 	rt.Status.Phase, rt.Status.Reason, rt.Status.Message, rt.Status.ExitCode = v1alpha1.Phase(out.Phase), out.Reason, out.Message, out.ExitCode
-	rt.Status.CompletionTime = ptr.To(metav1.Now())
+	rt.Status.CompletionTime = ptr.To(metav1.NewTime(r.opts.Clock.Now()))
 	if j != nil {
 		rec, err := job.ReadRecord(ctx, r.opts.Client, j)
 		if err != nil {
@@ -696,24 +622,12 @@ func (r *Reconciler) settle(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 			return fmt.Errorf("stopping job %s: %w", j.Name, err)
 		}
 		return nil
-	case j.Annotations[job.AnnotationReported] == "":
-		if err := job.MarkReported(ctx, r.opts.Client, j, r.opts.Jobs, time.Time{}); err != nil {
-			return err
-		}
 	}
 	// Also when the mark reaches the cache: prunes that ran at nearly the
-	// same moment each saw only their own mark.
-	return r.pruneHistory(ctx, rt.Namespace, j.Name)
-}
-
-// pruneHistory deletes this dispatcher's oldest reported Jobs in a
-// namespace beyond the history limits. This source keeps no Job past them
-// (its record of a task's end is the RunnerTask's status).
-func (r *Reconciler) pruneHistory(ctx context.Context, namespace, marked string) error {
-	_, err := job.PruneHistory(ctx, r.opts.Client, job.History{
-		Namespace: namespace, DispatcherID: r.opts.Jobs.DispatcherID,
-		Succeeded: r.opts.SucceededHistory, Failed: r.opts.FailedHistory, Marked: marked,
-	})
+	// same moment each saw only their own mark. This source keeps no Job
+	// past the history limits (its record of a task's end is the
+	// RunnerTask's status), so there is nothing to prune again later.
+	_, err := r.settler.Settle(ctx, j, time.Time{})
 	return err
 }
 

@@ -12,10 +12,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/runner"
 )
 
 // ErrTestRunnerFailed is a test runner that did not succeed.
@@ -26,7 +26,7 @@ type TestRunnerOptions struct {
 	// Client creates and reads the Job. It must not be a cache. Required.
 	Client client.Client
 	// Logs reads the runner container's log. Required.
-	Logs corev1client.PodsGetter
+	Logs runner.LogReader
 	// Jobs is how the dispatcher builds Jobs. Required.
 	Jobs job.Options
 	// Namespace is where runner Jobs run. Required.
@@ -88,8 +88,12 @@ func TestRunner(ctx context.Context, o TestRunnerOptions) error {
 	var pods corev1.PodList
 	if err := o.Client.List(ctx, &pods, client.InNamespace(o.Namespace), client.MatchingLabels{"job-name": j.Name}); err == nil {
 		for _, p := range pods.Items {
-			if b, err := o.Logs.Pods(o.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: job.RunnerContainer}).DoRaw(ctx); err == nil && o.Out != nil {
-				_, _ = o.Out.Write(b)
+			// The container has ended: following its log reads it whole.
+			if rc, err := o.Logs.Follow(ctx, o.Namespace, p.Name, job.RunnerContainer); err == nil {
+				if o.Out != nil {
+					_, _ = io.Copy(o.Out, rc)
+				}
+				_ = rc.Close()
 			}
 		}
 	}

@@ -10,27 +10,10 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 )
-
-// LogOpener opens a container's log, following it until the container
-// ends.
-type LogOpener interface {
-	Open(ctx context.Context, namespace, pod, container string) (io.ReadCloser, error)
-}
-
-// KubeLogs opens logs through the API server (pods/log).
-type KubeLogs struct {
-	Client corev1client.PodsGetter
-}
-
-// Open implements LogOpener.
-func (k KubeLogs) Open(ctx context.Context, namespace, pod, container string) (io.ReadCloser, error) {
-	return k.Client.Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Container: container, Follow: true}).Stream(ctx)
-}
 
 // Log streaming bounds: a chunk is sent when it is full or has waited
 // flushEvery; the final report waits up to logGrace for the log's end.
@@ -116,7 +99,7 @@ func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, namespace, 
 			sleep(ctx, s.opts.Backoff.Delay(failures, nil))
 			continue
 		}
-		rc, err := s.opts.Logs.Open(ctx, namespace, pod, job.RunnerContainer)
+		rc, err := s.opts.Logs.Follow(ctx, namespace, pod, job.RunnerContainer)
 		if err != nil {
 			failures++
 			sleep(ctx, s.opts.Backoff.Delay(failures, nil))

@@ -15,6 +15,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/runwarden/runwarden/dispatcher/runner"
 )
 
 // clock is a clock a test moves by hand.
@@ -175,7 +177,7 @@ func TestRefusedRenewalStopsTheSource(t *testing.T) {
 			t.Parallel()
 			rs := newRenewServer(t, status, 0)
 			s := New(Options{
-				Client: rs.client(t), Kube: fake.NewClientBuilder().Build(), Namespace: "runners", MaxConcurrent: 1,
+				Client: rs.client(t), Kube: fake.NewClientBuilder().Build(), Namespace: "runners", Options: runner.Options{MaxConcurrent: 1},
 			})
 			s.log = logr.Discard()
 			holdLeases(s, 1, 60)

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/runner"
 )
 
 // Annotations the orchestrator source keeps on its Jobs: the Job is the
@@ -43,36 +44,31 @@ const (
 	AnnotationReported = job.AnnotationReported
 )
 
-// Recorder counts what the source does; see package metrics.
+// Recorder counts what the source does; see package metrics. Started's
+// wait runs from when the lease was taken.
 type Recorder interface {
-	JobCreated()
-	Finished(phase, reason string)
-	Running(n int)
+	runner.Recorder
 	Leased(n int)
 	RenewFailed()
 	SourceError(op string)
-	// Started: a task's runner runs, wait after its lease was taken.
-	Started(wait time.Duration)
-	// Ran: a task that ran ended in phase after d.
-	Ran(phase string, d time.Duration)
 	// Polled: the orchestrator answered a poll at t.
 	Polled(t time.Time)
 }
 
-type noRecorder struct{}
+// noRecorder counts nothing: the default Recorder.
+type noRecorder struct{ runner.NoRecorder }
 
-func (noRecorder) JobCreated()               {}
-func (noRecorder) Finished(string, string)   {}
-func (noRecorder) Running(int)               {}
-func (noRecorder) Leased(int)                {}
-func (noRecorder) RenewFailed()              {}
-func (noRecorder) SourceError(string)        {}
-func (noRecorder) Started(time.Duration)     {}
-func (noRecorder) Ran(string, time.Duration) {}
-func (noRecorder) Polled(time.Time)          {}
+func (noRecorder) Leased(int)         {}
+func (noRecorder) RenewFailed()       {}
+func (noRecorder) SourceError(string) {}
+func (noRecorder) Polled(time.Time)   {}
 
 // Options configure a Source.
 type Options struct {
+	// Options are the limits every source shares, with their defaults
+	// (package runner): capacity, workers, timeouts, history. Workers is
+	// also how many Jobs are created at once.
+	runner.Options
 	// Client talks to the orchestrator. Required.
 	Client *Client
 	// Kube reads (from the manager's label-filtered cache) and writes the
@@ -83,78 +79,54 @@ type Options struct {
 	Reader client.Reader
 	// Jobs says how Jobs are built. Required.
 	Jobs job.Options
-	// Observer reads Jobs' outcomes. Its Client defaults to Kube.
+	// Observer reads Jobs' outcomes. Default: runner.NewObserver, from Kube
+	// and Reader.
 	Observer job.Observer
 	// Namespace is where tasks run; a task naming another is refused.
 	// Required.
 	Namespace string
-	// MaxConcurrent is how many tasks run at once (with Kueue: are
-	// admitted; no lease is taken while that many are). Default: 10.
-	MaxConcurrent int
-	// MaxQueued is, with Kueue (Jobs.Queueing.Kueue), how many tasks may
-	// wait in Kueue at once. Default: 100.
-	MaxQueued int
 	// PollWait is how long the orchestrator may hold a poll. Default: 30s.
 	PollWait time.Duration
 	// Backoff paces retries of polls, lease renewals and reports (each
 	// Job's reconciles that failed, whatever failed in them). Default: 1s
 	// doubling to 1m.
 	Backoff Backoff
-	// RequeueAfter is how soon a running task is looked at again besides
-	// the watches. Default: 5s.
-	RequeueAfter time.Duration
-	// SucceededHistory and FailedHistory are the finished Jobs kept per
-	// namespace. Default: 50 and 100.
-	SucceededHistory, FailedHistory int
 	// Logs streams runner logs to the orchestrator. Default: none.
-	Logs LogOpener
+	Logs runner.LogReader
 	// Recorder counts. Default: none.
 	Recorder Recorder
-	// Workers is how many Jobs are created, and tasks reconciled, at once.
-	// Default: 16.
-	Workers int
-	// Now is the clock. Default: time.Now.
+	// Now is the clock. Default: Options.Clock's; a Now given alone is
+	// Options.Clock too.
 	Now func() time.Time
 }
 
 func (o *Options) setDefaults() {
-	if o.MaxConcurrent <= 0 {
-		o.MaxConcurrent = 10
+	if o.Clock == nil && o.Now != nil {
+		o.Clock = nowClock(o.Now)
 	}
-	if o.MaxQueued <= 0 {
-		o.MaxQueued = 100
+	o.Options.SetDefaults()
+	if o.Now == nil {
+		o.Now = o.Clock.Now
 	}
 	if o.PollWait <= 0 {
 		o.PollWait = 30 * time.Second
 	}
-	if o.RequeueAfter <= 0 {
-		o.RequeueAfter = 5 * time.Second
-	}
-	if o.SucceededHistory <= 0 {
-		o.SucceededHistory = 50
-	}
-	if o.FailedHistory <= 0 {
-		o.FailedHistory = 100
-	}
 	if o.Recorder == nil {
 		o.Recorder = noRecorder{}
-	}
-	if o.Workers <= 0 {
-		o.Workers = 16
-	}
-	if o.Now == nil {
-		o.Now = time.Now
 	}
 	if o.Reader == nil {
 		o.Reader = o.Kube
 	}
 	if o.Observer.Client == nil {
-		o.Observer.Client = o.Kube
-	}
-	if o.Observer.Now == nil {
-		o.Observer.Now = o.Now
+		o.Observer = runner.NewObserver(o.Options, o.Kube, o.Reader, o.Jobs.Queueing.Kueue)
 	}
 }
+
+// nowClock is a Now function as the shared options' clock.
+type nowClock func() time.Time
+
+func (f nowClock) Now() time.Time                  { return f() }
+func (f nowClock) Since(t time.Time) time.Duration { return f().Sub(t) }
 
 // task is what the source holds for one leased task.
 type task struct {
@@ -196,15 +168,17 @@ type task struct {
 
 // Source runs orchestrator tasks as Jobs.
 type Source struct {
-	opts    Options
-	log     logr.Logger
-	mu      sync.Mutex
-	tasks   map[string]*task // by task ID
-	byJob   map[types.NamespacedName]string
-	wake    chan struct{}
-	trigger chan event.GenericEvent
-	slots   chan struct{}
-	root    context.Context
+	opts     Options
+	capacity runner.Capacity
+	settler  runner.Settler
+	log      logr.Logger
+	mu       sync.Mutex
+	tasks    map[string]*task // by task ID
+	byJob    map[types.NamespacedName]string
+	wake     chan struct{}
+	trigger  chan event.GenericEvent
+	slots    chan struct{}
+	root     context.Context
 	// ended remembers the leases of the last maxEnded tasks this process
 	// let go (endedOrder, oldest first), so a late second delivery of one
 	// is not taken for a new task: its Job may be gone (a cancelled task's
@@ -222,14 +196,16 @@ const maxEnded = 4096
 func New(opts Options) *Source {
 	opts.setDefaults()
 	return &Source{
-		opts:    opts,
-		tasks:   map[string]*task{},
-		byJob:   map[types.NamespacedName]string{},
-		ended:   map[string]struct{}{},
-		wake:    make(chan struct{}, 1),
-		trigger: make(chan event.GenericEvent, 1024),
-		slots:   make(chan struct{}, opts.Workers),
-		retries: newRetryLimiter(opts.Backoff),
+		opts:     opts,
+		capacity: opts.Capacity(opts.Jobs.Queueing.Kueue),
+		settler:  runner.Settler{Client: opts.Kube, Jobs: opts.Jobs, Options: opts.Options},
+		tasks:    map[string]*task{},
+		byJob:    map[types.NamespacedName]string{},
+		ended:    map[string]struct{}{},
+		wake:     make(chan struct{}, 1),
+		trigger:  make(chan event.GenericEvent, 1024),
+		slots:    make(chan struct{}, opts.Workers),
+		retries:  newRetryLimiter(opts.Backoff),
 	}
 }
 
@@ -375,33 +351,35 @@ func (s *Source) adoptLocked(j *batchv1.Job) *task {
 	return t
 }
 
-// inFlightLocked counts tasks that hold a slot and, with Kueue, those that
-// wait in Kueue or are being made (queued). s.mu is held.
-func (s *Source) inFlightLocked() (n, queued int, lost bool) {
-	kueue := s.opts.Jobs.Queueing.Kueue
+// inFlightLocked is the load of the tasks held (see runner.Capacity).
+// s.mu is held.
+func (s *Source) inFlightLocked() (load runner.Load, lost bool) {
 	for _, t := range s.tasks {
-		switch {
-		case !t.creating && t.finished:
-		case kueue && (t.creating || t.queued):
-			queued++
-		default:
-			n++
-		}
+		load = s.capacity.Add(load, t.slot(), 1)
 		lost = lost || t.lost
 	}
-	return n, queued, lost
+	return load, lost
 }
 
-// freeLocked is how many leases a poll may ask for: the free slots, and
-// with Kueue no more than the room left in the dispatcher's share of the
-// queue. s.mu is held.
-func (s *Source) freeLocked() (free, inFlight int, lost bool) {
-	n, queued, lost := s.inFlightLocked()
-	free = max(s.opts.MaxConcurrent-n, 0)
-	if s.opts.Jobs.Queueing.Kueue {
-		free = min(free, max(s.opts.MaxQueued-queued, 0))
+// slot is what the task holds against the limits.
+func (t *task) slot() runner.Slot {
+	switch {
+	case t.creating:
+		return runner.Making
+	case t.finished:
+		return runner.None
+	case t.queued:
+		return runner.Queued
+	default:
+		return runner.Running
 	}
-	return free, n, lost
+}
+
+// freeLocked is how many leases a poll may ask for (runner.Capacity.Free).
+// s.mu is held.
+func (s *Source) freeLocked() (free, inFlight int, lost bool) {
+	load, lost := s.inFlightLocked()
+	return s.capacity.Free(load), load.Running, lost
 }
 
 func (s *Source) notify() {
@@ -1235,7 +1213,7 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		// delivery of its lease can come any more (see keepFor); a stopped
 		// one (suspended: it never finishes, so its TTL would not remove it)
 		// is deleted then by Reconcile.
-		if err := job.MarkReported(ctx, s.opts.Kube, j, s.opts.Jobs, s.opts.Now().Add(s.keepFor(t))); err != nil {
+		if err := s.settler.Mark(ctx, j, s.opts.Now().Add(s.keepFor(t))); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -1263,14 +1241,8 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 // (keep-until) stays: j is looked at again once the first of those may go,
 // and the prune then deletes it.
 func (s *Source) pruneHistory(ctx context.Context, j *batchv1.Job) (reconcile.Result, error) {
-	next, err := job.PruneHistory(ctx, s.opts.Kube, job.History{
-		Namespace: j.Namespace, DispatcherID: s.opts.Jobs.DispatcherID,
-		Succeeded: s.opts.SucceededHistory, Failed: s.opts.FailedHistory, Marked: j.Name, Now: s.opts.Now(),
-	})
-	if err != nil || next.IsZero() {
-		return reconcile.Result{}, err
-	}
-	return reconcile.Result{RequeueAfter: next.Sub(s.opts.Now())}, nil
+	requeue, err := s.settler.Prune(ctx, j)
+	return reconcile.Result{RequeueAfter: requeue}, err
 }
 
 // forgetLocked stops tracking a task. s.mu is held.

@@ -18,6 +18,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
+	"github.com/runwarden/runwarden/dispatcher/runner"
 	"github.com/runwarden/runwarden/internal/resolve"
 )
 
@@ -52,7 +53,7 @@ func TestSourceReportsSecretResolutionFailure(t *testing.T) {
 		return []string{o.(*corev1.Event).InvolvedObject.Name}
 	}).Build()
 	s := orchestrator.New(orchestrator.Options{
-		Client: c, Kube: kube, Namespace: "runners", MaxConcurrent: 1, PollWait: time.Second,
+		Client: c, Kube: kube, Namespace: "runners", Options: runner.Options{MaxConcurrent: 1}, PollWait: time.Second,
 		Jobs: job.Options{
 			DispatcherID: "d-1", EnvAllowList: []string{"TF_VAR_*"},
 			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: job.RunnerContainer, Image: "runner:1"}}}},

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/runner"
 )
 
 // A lease of a task this process let go, delivered again, is not taken for
@@ -328,7 +329,7 @@ func TestStartIgnoresALeaseItsJobRecordsAsEnded(t *testing.T) {
 func TestTakeIgnoresLeasesExpiredOnArrival(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	s := New(Options{PollWait: 30 * time.Second, Now: func() time.Time { return now }, Workers: 1})
+	s := New(Options{PollWait: 30 * time.Second, Now: func() time.Time { return now }, Options: runner.Options{Workers: 1}})
 	s.log = logr.Discard()
 	s.slots <- struct{}{} // no start runs: the test looks at what take holds
 	ctx, cancel := context.WithCancel(t.Context())

@@ -1,4 +1,10 @@
-package kube
+// Package preflight proves, before the dispatcher takes any task, that a
+// runner can run where its Jobs go: a throwaway Job shaped like a real
+// runner must get its pod admitted (RBAC, Pod Security, admission webhooks,
+// quota), Kueue must serve the queue tasks go to, and EnvFiles says whether
+// resolved secret references can reach runner variables as env files. It
+// is shared by every task source; it creates nothing that outlives it.
+package preflight
 
 import (
 	"context"
@@ -20,11 +26,11 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/job"
 )
 
-// ErrPreflight is wrapped by every preflight failure.
-var ErrPreflight = errors.New("preflight failed")
+// ErrFailed is wrapped by every preflight failure.
+var ErrFailed = errors.New("preflight failed")
 
-// PreflightOptions configure Preflight.
-type PreflightOptions struct {
+// Options configure Run and EnvFiles.
+type Options struct {
 	// Client creates and watches the throwaway Job. It must not be a cache.
 	Client client.Client
 	// Jobs is how the dispatcher builds Jobs. Required.
@@ -37,12 +43,12 @@ type PreflightOptions struct {
 	Poll time.Duration
 }
 
-// Preflight creates a throwaway Job shaped like a real runner (the
+// Run creates a throwaway Job shaped like a real runner (the
 // platform's template, a command that exits at once) and waits until its pod
 // exists: that proves the dispatcher may create Jobs (RBAC) and that Pod
 // Security, admission webhooks and quota admit a runner pod. It deletes the
 // Job and returns nil, or an error naming the cause.
-func Preflight(ctx context.Context, o PreflightOptions) error {
+func Run(ctx context.Context, o Options) error {
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Minute
 	}
@@ -64,7 +70,7 @@ func Preflight(ctx context.Context, o PreflightOptions) error {
 		// A webhook that cannot be called yet (it may be starting beside the
 		// dispatcher) is not a denial; the Job controller would retry it with
 		// a growing backoff, so a new Job is tried instead.
-		admitted, warning, err := preflightOnce(ctx, o)
+		admitted, warning, err := tryOnce(ctx, o)
 		if err != nil || admitted {
 			return err
 		}
@@ -77,16 +83,16 @@ func Preflight(ctx context.Context, o PreflightOptions) error {
 			if lastWarning != "" {
 				cause = "last warning: " + lastWarning
 			}
-			return fmt.Errorf("%w: no runner pod within %s in %s (%s)", ErrPreflight, o.Timeout, o.Namespace, strings.TrimSpace(cause))
+			return fmt.Errorf("%w: no runner pod within %s in %s (%s)", ErrFailed, o.Timeout, o.Namespace, strings.TrimSpace(cause))
 		case <-time.After(o.Poll):
 		}
 	}
 }
 
-// preflightOnce creates one throwaway Job and waits a few seconds for its
+// tryOnce creates one throwaway Job and waits a few seconds for its
 // pod. It returns whether the pod was admitted, the last transient warning,
 // or an error when the pod was refused.
-func preflightOnce(ctx context.Context, o PreflightOptions) (bool, string, error) {
+func tryOnce(ctx context.Context, o Options) (bool, string, error) {
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	t := job.Task{
@@ -98,7 +104,7 @@ func preflightOnce(ctx context.Context, o PreflightOptions) (bool, string, error
 	opts.EnvAllowList = nil
 	j, _, err := job.Build(t, opts)
 	if err != nil {
-		return false, "", fmt.Errorf("%w: the pod template cannot make a Job: %w", ErrPreflight, err)
+		return false, "", fmt.Errorf("%w: the pod template cannot make a Job: %w", ErrFailed, err)
 	}
 	j.Spec.TTLSecondsAfterFinished = ptr.To[int32](60)
 	j.Annotations[job.AnnotationPreflight] = "true"
@@ -122,7 +128,7 @@ func preflightOnce(ctx context.Context, o PreflightOptions) (bool, string, error
 					continue
 				}
 				if job.DeniedByAdmission(e.Message) {
-					return false, "", fmt.Errorf("%w: a runner pod is not admitted in %s (Pod Security, an admission webhook or quota): %s", ErrPreflight, o.Namespace, e.Message)
+					return false, "", fmt.Errorf("%w: a runner pod is not admitted in %s (Pod Security, an admission webhook or quota): %s", ErrFailed, o.Namespace, e.Message)
 				}
 				warning = e.Message
 			}
@@ -141,13 +147,13 @@ func preflightOnce(ctx context.Context, o PreflightOptions) (bool, string, error
 func createRefused(namespace string, err error) error {
 	switch {
 	case job.IsPermanent(err):
-		return fmt.Errorf("%w: the runner Job is not admitted in %s (an admission webhook or policy on Jobs): %w", ErrPreflight, namespace, err)
+		return fmt.Errorf("%w: the runner Job is not admitted in %s (an admission webhook or policy on Jobs): %w", ErrFailed, namespace, err)
 	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
-		return fmt.Errorf("%w: the runner Job is over a ResourceQuota in %s: %w", ErrPreflight, namespace, err)
+		return fmt.Errorf("%w: the runner Job is over a ResourceQuota in %s: %w", ErrFailed, namespace, err)
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf("%w: the dispatcher may not create Jobs in %s (RBAC): %w", ErrPreflight, namespace, err)
+		return fmt.Errorf("%w: the dispatcher may not create Jobs in %s (RBAC): %w", ErrFailed, namespace, err)
 	}
-	return fmt.Errorf("%w: creating a Job in %s: %w", ErrPreflight, namespace, err)
+	return fmt.Errorf("%w: creating a Job in %s: %w", ErrFailed, namespace, err)
 }
 
 // ErrNoEnvFiles says the API server drops or refuses fileKeyRef, the way
@@ -160,12 +166,12 @@ var ErrNoEnvFiles = errors.New("the cluster does not take env files (fileKeyRef)
 // resolved secret references cannot reach runner variables: the platform
 // configuration's secretDelivery: files delivers them as files instead.
 // Nothing is stored.
-func EnvFiles(ctx context.Context, o PreflightOptions) error {
+func EnvFiles(ctx context.Context, o Options) error {
 	opts := o.Jobs
 	opts.EnvAllowList = nil
 	j, _, err := job.Build(job.Task{ID: "preflight/" + o.Jobs.DispatcherID + "/envfiles", Namespace: o.Namespace, Command: []string{"true"}}, opts)
 	if err != nil {
-		return fmt.Errorf("%w: the pod template cannot make a Job: %w", ErrPreflight, err)
+		return fmt.Errorf("%w: the pod template cannot make a Job: %w", ErrFailed, err)
 	}
 	j.Annotations[job.AnnotationPreflight] = "true"
 	spec := &j.Spec.Template.Spec
@@ -183,7 +189,7 @@ func EnvFiles(ctx context.Context, o PreflightOptions) error {
 		if apierrors.IsInvalid(err) && strings.Contains(err.Error(), "valueFrom") {
 			return fmt.Errorf("%w: %w", ErrNoEnvFiles, err)
 		}
-		return fmt.Errorf("%w: checking env files with a dry run in %s: %w", ErrPreflight, o.Namespace, err)
+		return fmt.Errorf("%w: checking env files with a dry run in %s: %w", ErrFailed, o.Namespace, err)
 	}
 	for _, c := range j.Spec.Template.Spec.Containers {
 		for _, e := range c.Env {
@@ -203,7 +209,7 @@ func checkQueue(ctx context.Context, c client.Reader, namespace, queue string) e
 		var list unstructured.UnstructuredList
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind("LocalQueueList"))
 		if err := c.List(ctx, &list, client.InNamespace(namespace), client.Limit(1)); err != nil {
-			return fmt.Errorf("%w: --kueue, but LocalQueues cannot be read in %s (is Kueue installed, its CRDs at %s, and may the dispatcher list localqueues?): %w", ErrPreflight, namespace, gvk.GroupVersion(), err)
+			return fmt.Errorf("%w: --kueue, but LocalQueues cannot be read in %s (is Kueue installed, its CRDs at %s, and may the dispatcher list localqueues?): %w", ErrFailed, namespace, gvk.GroupVersion(), err)
 		}
 		return nil
 	}
@@ -214,8 +220,8 @@ func checkQueue(ctx context.Context, c client.Reader, namespace, queue string) e
 	case err == nil:
 		return nil
 	case apierrors.IsNotFound(err) && !meta.IsNoMatchError(err):
-		return fmt.Errorf("%w: --default-queue %s: no LocalQueue %s in %s; make it (a LocalQueue pointing at a ClusterQueue) or name another", ErrPreflight, queue, queue, namespace)
+		return fmt.Errorf("%w: --default-queue %s: no LocalQueue %s in %s; make it (a LocalQueue pointing at a ClusterQueue) or name another", ErrFailed, queue, queue, namespace)
 	default:
-		return fmt.Errorf("%w: --kueue, but LocalQueue %s cannot be read in %s (is Kueue installed, its CRDs at %s, and may the dispatcher get localqueues?): %w", ErrPreflight, queue, namespace, gvk.GroupVersion(), err)
+		return fmt.Errorf("%w: --kueue, but LocalQueue %s cannot be read in %s (is Kueue installed, its CRDs at %s, and may the dispatcher get localqueues?): %w", ErrFailed, queue, namespace, gvk.GroupVersion(), err)
 	}
 }

@@ -1,4 +1,4 @@
-package kube
+package preflight
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func TestPreflightNamesWhyTheJobWasRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			err := createRefused("runners", tt.err)
-			if !errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), tt.want) {
+			if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got %v, want it to say %q", err, tt.want)
 			}
 		})
@@ -85,7 +85,7 @@ func TestEnvFilesProbe(t *testing.T) {
 				b = b.WithInterceptorFuncs(interceptor.Funcs{Create: c.create})
 			}
 			cl := b.Build()
-			err := EnvFiles(t.Context(), PreflightOptions{Client: cl, Jobs: opts, Namespace: "runners"})
+			err := EnvFiles(t.Context(), Options{Client: cl, Jobs: opts, Namespace: "runners"})
 			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
 				t.Fatalf("EnvFiles: %v, want %v", err, c.want)
 			}
@@ -121,7 +121,7 @@ func TestPreflightChecksTheDefaultQueue(t *testing.T) {
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
-		case tc.want != "" && (!errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), tc.want)):
+		case tc.want != "" && (!errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
@@ -132,7 +132,7 @@ func TestPreflightChecksTheDefaultQueue(t *testing.T) {
 		},
 	}).Build()
 	err := checkQueue(t.Context(), noKueue, "runners", "team-a")
-	if !errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), "is Kueue installed") {
+	if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "is Kueue installed") {
 		t.Errorf("without Kueue: %v", err)
 	}
 }
