@@ -165,90 +165,30 @@ func terminal(p v1alpha1.Phase) bool {
 	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed || p == v1alpha1.PhaseCancelled
 }
 
-// Reconcile implements reconcile.Reconciler.
+// Reconcile implements reconcile.Reconciler: it brings a RunnerTask's Job
+// and status one step on.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	rt := &v1alpha1.RunnerTask{}
-	if err := r.opts.Client.Get(ctx, req.NamespacedName, rt); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forgetMarked(req.NamespacedName)
-			r.forgetKept(req.NamespacedName)
-			// Deleted: its Job goes with it (it is the owner), maybe
-			// before the cache ever showed it, and then no count would
-			// drop the slot it holds.
-			r.releaseTask(req.NamespacedName, "")
-		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if rt.Status.JobName != "" || terminal(rt.Status.Phase) {
-		r.forgetMarked(req.NamespacedName)
-	}
-	if terminal(rt.Status.Phase) {
-		r.forgetKept(req.NamespacedName)
+	rt, err := r.task(ctx, req.NamespacedName)
+	if rt == nil || err != nil {
+		return reconcile.Result{}, err
 	}
 	name := job.Name(TaskID(rt))
 	// A RunnerTask deleted and created again under the same name is a new
 	// task: the slot of the old one's Job goes.
 	r.releaseTask(req.NamespacedName, name)
-	j := &batchv1.Job{}
-	err := r.opts.Client.Get(ctx, client.ObjectKey{Namespace: rt.Namespace, Name: name}, j)
+	j, err := r.job(ctx, rt.Namespace, name)
 	switch {
-	case apierrors.IsNotFound(err):
-		j = nil
 	case err != nil:
-		return reconcile.Result{}, fmt.Errorf("reading job %s: %w", name, err)
-	}
-	if terminal(rt.Status.Phase) {
+		return reconcile.Result{}, err
+	case terminal(rt.Status.Phase):
 		return reconcile.Result{}, r.settle(ctx, rt, j)
-	}
-
-	if rt.Spec.Cancel {
-		if j != nil {
-			// A Job that ended before the cancellation was seen (say, while
-			// the dispatcher was down) keeps its real outcome.
-			out, err := r.observer.Outcome(ctx, j)
-			if err != nil {
-				return reconcile.Result{}, err
-			}
-			if out.Phase != "" {
-				return reconcile.Result{}, r.finish(ctx, rt, j, out)
-			}
-			if err := r.opts.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-				return reconcile.Result{}, fmt.Errorf("stopping job %s: %w", name, err)
-			}
-		}
-		return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{Phase: job.PhaseCancelled, Reason: job.ReasonCancelled, Message: "cancelled by spec.cancel"})
-	}
-
-	if j == nil && (rt.Status.JobName != "" || r.wasMarked(req.NamespacedName, name)) {
-		// The task's Job was created (the status says so, or this process
-		// wrote that and the cache lags): never create a second one. Ask
-		// the API server whether it is only missing from the cache so far.
-		live := &batchv1.Job{}
-		switch err := r.opts.Reader.Get(ctx, client.ObjectKey{Namespace: rt.Namespace, Name: name}, live); {
-		case err == nil && live.Labels[job.LabelDispatcher] != r.opts.Jobs.DispatcherID:
-			// Made under another dispatcher ID (this one's changed): the
-			// cache, which holds only Jobs of this ID, would never show it.
-			log.FromContext(ctx).Info("taking over a Job made under another dispatcher ID", "job", live.Name, "was", live.Labels[job.LabelDispatcher])
-			if err := job.TakeOver(ctx, r.opts.Client, live, TaskID(rt), r.opts.Jobs.DispatcherID); err != nil {
-				if errors.Is(err, job.ErrJobTaken) {
-					return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonRefused, Message: err.Error()})
-				}
-				return reconcile.Result{}, err
-			}
-			return reconcile.Result{RequeueAfter: time.Second}, nil
-		case err == nil:
-			return reconcile.Result{RequeueAfter: time.Second}, nil
-		case !apierrors.IsNotFound(err):
-			return reconcile.Result{}, fmt.Errorf("reading job %s: %w", name, err)
-		}
-		return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{
-			Phase: job.PhaseFailed, Reason: job.ReasonFailed, Message: "the Job was deleted before it finished",
-		})
-	}
-	if j == nil {
+	case rt.Spec.Cancel:
+		return reconcile.Result{}, r.cancel(ctx, rt, j)
+	case j == nil && (rt.Status.JobName != "" || r.wasMarked(req.NamespacedName, name)):
+		return r.missing(ctx, rt, name)
+	case j == nil:
 		return r.start(ctx, rt)
-	}
-	if j.Annotations[job.AnnotationTaskID] != TaskID(rt) {
+	case j.Annotations[job.AnnotationTaskID] != TaskID(rt):
 		// Labelled as this dispatcher's but made for no task of this name
 		// (the chart's admission policy lets only the dispatcher label
 		// Jobs so): never taken for the task's, nor stopped.
@@ -261,6 +201,97 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 	}
+	return r.follow(ctx, rt, j)
+}
+
+// task reads the RunnerTask and drops what this process remembers of it
+// that its status now holds; nil when it is gone.
+func (r *Reconciler) task(ctx context.Context, key types.NamespacedName) (*v1alpha1.RunnerTask, error) {
+	rt := &v1alpha1.RunnerTask{}
+	if err := r.opts.Client.Get(ctx, key, rt); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forgetMarked(key)
+			r.forgetKept(key)
+			// Deleted: its Job goes with it (it is the owner), maybe
+			// before the cache ever showed it, and then no count would
+			// drop the slot it holds.
+			r.releaseTask(key, "")
+		}
+		return nil, client.IgnoreNotFound(err)
+	}
+	if rt.Status.JobName != "" || terminal(rt.Status.Phase) {
+		r.forgetMarked(key)
+	}
+	if terminal(rt.Status.Phase) {
+		r.forgetKept(key)
+	}
+	return rt, nil
+}
+
+// job reads the task's Job from the cache; nil when the cache has none.
+func (r *Reconciler) job(ctx context.Context, namespace, name string) (*batchv1.Job, error) {
+	j := &batchv1.Job{}
+	err := r.opts.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, j)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading job %s: %w", name, err)
+	}
+	return j, nil
+}
+
+// cancel ends a task whose spec asks for it: its Job is stopped, unless it
+// ended before the cancellation was seen (say, while the dispatcher was
+// down), which keeps its real outcome.
+func (r *Reconciler) cancel(ctx context.Context, rt *v1alpha1.RunnerTask, j *batchv1.Job) error {
+	if j != nil {
+		out, err := r.observer.Outcome(ctx, j)
+		if err != nil {
+			return err
+		}
+		if out.Phase != "" {
+			return r.finish(ctx, rt, j, out)
+		}
+		if err := r.opts.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("stopping job %s: %w", j.Name, err)
+		}
+	}
+	return r.finish(ctx, rt, nil, job.Outcome{Phase: job.PhaseCancelled, Reason: job.ReasonCancelled, Message: "cancelled by spec.cancel"})
+}
+
+// missing handles a task whose Job was created (its status says so, or
+// this process wrote that and the cache lags) but is not in the cache:
+// never create a second one. The API server tells a Job only missing from
+// the cache so far, or made under another dispatcher ID, from one that is
+// gone.
+func (r *Reconciler) missing(ctx context.Context, rt *v1alpha1.RunnerTask, name string) (reconcile.Result, error) {
+	live := &batchv1.Job{}
+	switch err := r.opts.Reader.Get(ctx, client.ObjectKey{Namespace: rt.Namespace, Name: name}, live); {
+	case err == nil && live.Labels[job.LabelDispatcher] != r.opts.Jobs.DispatcherID:
+		// Made under another dispatcher ID (this one's changed): the
+		// cache, which holds only Jobs of this ID, would never show it.
+		log.FromContext(ctx).Info("taking over a Job made under another dispatcher ID", "job", live.Name, "was", live.Labels[job.LabelDispatcher])
+		if err := job.TakeOver(ctx, r.opts.Client, live, TaskID(rt), r.opts.Jobs.DispatcherID); err != nil {
+			if errors.Is(err, job.ErrJobTaken) {
+				return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonRefused, Message: err.Error()})
+			}
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	case err == nil:
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	case !apierrors.IsNotFound(err):
+		return reconcile.Result{}, fmt.Errorf("reading job %s: %w", name, err)
+	}
+	return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{
+		Phase: job.PhaseFailed, Reason: job.ReasonFailed, Message: "the Job was deleted before it finished",
+	})
+}
+
+// follow brings the status of a task whose Job exists in line with the
+// Job's outcome: queued, running, or finished.
+func (r *Reconciler) follow(ctx context.Context, rt *v1alpha1.RunnerTask, j *batchv1.Job) (reconcile.Result, error) {
 	out, err := r.observer.Outcome(ctx, j)
 	if err != nil {
 		return reconcile.Result{}, err
