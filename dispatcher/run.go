@@ -118,12 +118,48 @@ type orchestratorFlags struct {
 	streamLogs   bool
 }
 
+// parse reads the command line into a config, with its defaults filled in
+// and checked.
 func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	var c config
-	var envAllow, repoAllow string
-	priorities := priorityFlag{}
+	var l lists
 	fs := flag.NewFlagSet("runwarden-dispatcher", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	c.bind(fs, &l)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.version {
+		return c, nil
+	}
+	for _, step := range []func() error{
+		func() error { return c.defaultID(getenv) },
+		c.checkLimits,
+		func() error { return c.queue.check(l.priorities) },
+		c.checkDurations,
+		func() error { return c.leader.check(c.namespace) },
+		c.checkSource(fs),
+		func() error { return c.readLists(l) },
+	} {
+		if err := step(); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// lists are the flags parse reads as text and turns into their values.
+type lists struct {
+	envAllow, repoAllow string
+	priorities          priorityFlag
+}
+
+// bind defines the flags on fs, into c and l.
+func (c *config) bind(fs *flag.FlagSet, l *lists) {
+	l.priorities = priorityFlag{}
 	fs.StringVar(&c.id, "dispatcher-id", "", "this dispatcher's name on its Jobs (default $POD_NAME, then the host name); keep it stable: a dispatcher carries on only with Jobs of its own ID")
 	fs.StringVar(&c.template, "pod-template", "", "the platform's runner pod template (a PodTemplateSpec, YAML); it must have a container named main")
 	fs.StringVar(&c.templateObject, "pod-template-object", "", "instead of --pod-template: a PodTemplate object, NAMESPACE/NAME, read from the API server and watched: an edit takes effect for the next task, and one that is not a valid runner template is refused (logged, counted), the last good one staying in force")
@@ -139,8 +175,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.IntVar(&c.keepFailed, "failed-history", 100, "finished Jobs of failed tasks kept per namespace")
 	fs.IntVar(&c.keepLogBytes, "keep-log-bytes", 256*1024, "with --source=kube, how much of the end of a finished task's runner log is kept in a ConfigMap (status.logConfigMap) after its Job is gone; 0 keeps none")
 	fs.DurationVar(&c.unschedulable, "unschedulable-timeout", 5*time.Minute, "fail a task whose pod stays unschedulable this long")
-	fs.StringVar(&envAllow, "env-allow", "", "comma-separated glob patterns of the env variable names a task may set (default: none)")
-	fs.StringVar(&repoAllow, "repo-allow", "", "comma-separated regular expressions a task's repository URL must match one of (default: any)")
+	fs.StringVar(&l.envAllow, "env-allow", "", "comma-separated glob patterns of the env variable names a task may set (default: none)")
+	fs.StringVar(&l.repoAllow, "repo-allow", "", "comma-separated regular expressions a task's repository URL must match one of (default: any)")
 	fs.StringVar(&c.namespace, "namespace", "", "the namespace whose RunnerTasks are run (default: all), and where orchestrator tasks' Jobs run (required with --source=orchestrator)")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
@@ -156,7 +192,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.IntVar(&c.queue.maxQueued, "max-queued", 100, "with --kueue, Jobs of this dispatcher waiting in Kueue at once; more tasks wait at their source")
 	fs.StringVar(&c.queue.defaultQueue, "default-queue", "", "with --kueue, the LocalQueue of tasks that name none (a task with neither is refused)")
 	fs.StringVar(&c.queue.defaultPriorityClass, "default-priority-class", "", "the priority class of tasks that name none")
-	fs.Var(priorities, "priority-class", "without --kueue, a priority class tasks may name, as NAME=VALUE (repeat the flag): waiting tasks start higher value first, then oldest first; with --kueue, tasks name Kueue WorkloadPriorityClasses instead")
+	fs.Var(l.priorities, "priority-class", "without --kueue, a priority class tasks may name, as NAME=VALUE (repeat the flag): waiting tasks start higher value first, then oldest first; with --kueue, tasks name Kueue WorkloadPriorityClasses instead")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.StringVar(&c.source, "source", "kube", "where tasks come from: kube (RunnerTask objects) or orchestrator (a remote orchestrator over HTTPS)")
 	fs.StringVar(&c.orch.url, "orchestrator-url", "", "the orchestrator's base URL (https), for --source=orchestrator")
@@ -170,15 +206,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.DurationVar(&c.orch.retryMax, "retry-max-delay", time.Minute, "longest wait between retries when the orchestrator is unreachable (exponential from 1s, full jitter)")
 	fs.BoolVar(&c.orch.streamLogs, "stream-logs", true, "send the runner container's log to the orchestrator")
 	fs.StringVar(&c.testRunner, "test-runner", "", "instead of serving: run one runner Job from --pod-template in --namespace with this shell script, print its log, and exit 0 if it succeeded (what helm test runs: only the dispatcher may make runner Jobs)")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if c.version {
-		return c, nil
-	}
+}
+
+// defaultID fills in the dispatcher ID ($POD_NAME, then the host name) and
+// checks it.
+func (c *config) defaultID(getenv func(string) string) error {
 	if c.id == "" {
 		c.id = getenv("POD_NAME")
 	}
@@ -186,48 +218,70 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 		c.id, _ = os.Hostname()
 	}
 	if c.id == "" {
-		return c, errors.New("--dispatcher-id is empty and no host name is known")
+		return errors.New("--dispatcher-id is empty and no host name is known")
 	}
 	if errs := validLabel(c.id); errs != "" {
-		return c, fmt.Errorf("--dispatcher-id %q: %s", c.id, errs)
+		return fmt.Errorf("--dispatcher-id %q: %s", c.id, errs)
 	}
+	return nil
+}
+
+// checkLimits checks the limits, the pod template flags and the API
+// client's rate.
+func (c *config) checkLimits() error {
 	if c.keepSucceeded < 1 || c.keepFailed < 1 {
-		return c, fmt.Errorf("--succeeded-history and --failed-history must be at least 1")
+		return fmt.Errorf("--succeeded-history and --failed-history must be at least 1")
 	}
 	if c.maxConcurrent < 1 {
-		return c, fmt.Errorf("--max-concurrent %d: must be at least 1", c.maxConcurrent)
+		return fmt.Errorf("--max-concurrent %d: must be at least 1", c.maxConcurrent)
 	}
 	if c.templateObject != "" {
 		if c.template != "" {
-			return c, errors.New("--pod-template and --pod-template-object: give one")
+			return errors.New("--pod-template and --pod-template-object: give one")
 		}
 		if _, _, err := parseObjectRef(c.templateObject); err != nil {
-			return c, fmt.Errorf("--pod-template-object %w", err)
+			return fmt.Errorf("--pod-template-object %w", err)
 		}
 	}
 	if c.keepLogBytes < 0 || c.keepLogBytes > 900*1024 {
-		return c, fmt.Errorf("--keep-log-bytes %d: between 0 and %d (a ConfigMap holds at most 1 MiB)", c.keepLogBytes, 900*1024)
+		return fmt.Errorf("--keep-log-bytes %d: between 0 and %d (a ConfigMap holds at most 1 MiB)", c.keepLogBytes, 900*1024)
 	}
-	if c.queue.maxQueued < 1 {
-		return c, fmt.Errorf("--max-queued %d: must be at least 1", c.queue.maxQueued)
+	if c.qps <= 0 || c.burst < 1 {
+		return fmt.Errorf("--kube-api-qps %g, --kube-api-burst %d: must be more than 0", c.qps, c.burst)
 	}
-	c.queue.priorities = priorities
-	for flagName, v := range map[string]string{"--default-queue": c.queue.defaultQueue, "--default-priority-class": c.queue.defaultPriorityClass} {
+	if c.secretDelivery != "envFile" && c.secretDelivery != "files" {
+		return fmt.Errorf("--secret-delivery %q: use envFile or files, as the platform configuration's secretDelivery", c.secretDelivery)
+	}
+	return nil
+}
+
+// check checks how tasks wait, and keeps the priority classes.
+func (q *queueFlags) check(priorities priorityFlag) error {
+	if q.maxQueued < 1 {
+		return fmt.Errorf("--max-queued %d: must be at least 1", q.maxQueued)
+	}
+	q.priorities = priorities
+	for flagName, v := range map[string]string{"--default-queue": q.defaultQueue, "--default-priority-class": q.defaultPriorityClass} {
 		if v != "" && len(validation.IsDNS1123Subdomain(v)) > 0 {
-			return c, fmt.Errorf("%s %q: not a valid object name", flagName, v)
+			return fmt.Errorf("%s %q: not a valid object name", flagName, v)
 		}
 	}
-	if c.queue.kueue && len(priorities) > 0 {
-		return c, errors.New("--priority-class: with --kueue, tasks name Kueue WorkloadPriorityClasses, whose values Kueue holds; leave --priority-class out")
+	if q.kueue && len(priorities) > 0 {
+		return errors.New("--priority-class: with --kueue, tasks name Kueue WorkloadPriorityClasses, whose values Kueue holds; leave --priority-class out")
 	}
-	if !c.queue.kueue && c.queue.defaultQueue != "" {
-		return c, errors.New("--default-queue needs --kueue")
+	if !q.kueue && q.defaultQueue != "" {
+		return errors.New("--default-queue needs --kueue")
 	}
-	if !c.queue.kueue && c.queue.defaultPriorityClass != "" {
-		if _, ok := priorities[c.queue.defaultPriorityClass]; !ok {
-			return c, fmt.Errorf("--default-priority-class %q: not one of the --priority-class names", c.queue.defaultPriorityClass)
+	if !q.kueue && q.defaultPriorityClass != "" {
+		if _, ok := priorities[q.defaultPriorityClass]; !ok {
+			return fmt.Errorf("--default-priority-class %q: not one of the --priority-class names", q.defaultPriorityClass)
 		}
 	}
+	return nil
+}
+
+// checkDurations checks the durations that become a Job's whole seconds.
+func (c *config) checkDurations() error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
@@ -235,36 +289,46 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 		// Jobs take whole seconds: less than one would be none, which
 		// the Job builder replaces with its default.
 		if d.v < time.Second {
-			return c, fmt.Errorf("%s %s: must be at least 1s", d.flag, d.v)
+			return fmt.Errorf("%s %s: must be at least 1s", d.flag, d.v)
 		}
 	}
 	if c.ttl.Seconds() > math.MaxInt32 {
-		return c, fmt.Errorf("--job-ttl %s: must be at most %ds (a Job's ttlSecondsAfterFinished)", c.ttl, math.MaxInt32)
+		return fmt.Errorf("--job-ttl %s: must be at most %ds (a Job's ttlSecondsAfterFinished)", c.ttl, math.MaxInt32)
 	}
-	if c.qps <= 0 || c.burst < 1 {
-		return c, fmt.Errorf("--kube-api-qps %g, --kube-api-burst %d: must be more than 0", c.qps, c.burst)
+	return nil
+}
+
+// check checks leader election's flags; the Lease's namespace defaults to
+// namespace (--namespace).
+func (l *leaderFlags) check(namespace string) error {
+	if !l.elect {
+		return nil
 	}
-	if c.leader.elect {
-		if c.leader.namespace == "" {
-			c.leader.namespace = c.namespace
+	if l.namespace == "" {
+		l.namespace = namespace
+	}
+	if l.namespace == "" {
+		return errors.New("--leader-elect needs --leader-elect-namespace or --namespace, where the replicas' Lease is kept")
+	}
+	if l.retry <= 0 || l.retry >= l.renew || l.renew >= l.lease {
+		return fmt.Errorf("--leader-elect-retry-period %s, --leader-elect-renew-deadline %s, --leader-elect-lease-duration %s: each must be shorter than the next", l.retry, l.renew, l.lease)
+	}
+	return nil
+}
+
+// checkSource checks the task source's flags: the orchestrator's only
+// with --source=orchestrator, --namespace where it is needed.
+func (c *config) checkSource(fs *flag.FlagSet) func() error {
+	return func() error {
+		if c.testRunner != "" && c.namespace == "" {
+			return errors.New("--test-runner needs --namespace, where runner Jobs run")
 		}
-		if c.leader.namespace == "" {
-			return c, errors.New("--leader-elect needs --leader-elect-namespace or --namespace, where the replicas' Lease is kept")
+		if err := c.orch.check(c.source, c.namespace); err != nil {
+			return err
 		}
-		if c.leader.retry <= 0 || c.leader.retry >= c.leader.renew || c.leader.renew >= c.leader.lease {
-			return c, fmt.Errorf("--leader-elect-retry-period %s, --leader-elect-renew-deadline %s, --leader-elect-lease-duration %s: each must be shorter than the next", c.leader.retry, c.leader.renew, c.leader.lease)
+		if c.source == "orchestrator" {
+			return nil
 		}
-	}
-	if c.secretDelivery != "envFile" && c.secretDelivery != "files" {
-		return c, fmt.Errorf("--secret-delivery %q: use envFile or files, as the platform configuration's secretDelivery", c.secretDelivery)
-	}
-	if c.testRunner != "" && c.namespace == "" {
-		return c, errors.New("--test-runner needs --namespace, where runner Jobs run")
-	}
-	if err := c.orch.check(c.source, c.namespace); err != nil {
-		return c, err
-	}
-	if c.source != "orchestrator" {
 		var set []string
 		fs.Visit(func(f *flag.Flag) {
 			if orchestratorOnly[f.Name] {
@@ -272,18 +336,23 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 			}
 		})
 		if len(set) > 0 {
-			return c, fmt.Errorf("%s: need --source=orchestrator", strings.Join(set, ", "))
+			return fmt.Errorf("%s: need --source=orchestrator", strings.Join(set, ", "))
 		}
+		return nil
 	}
-	c.envAllow = splitList(envAllow)
-	for _, p := range splitList(repoAllow) {
+}
+
+// readLists reads the allow-lists.
+func (c *config) readLists(l lists) error {
+	c.envAllow = splitList(l.envAllow)
+	for _, p := range splitList(l.repoAllow) {
 		re, err := regexp.Compile(p)
 		if err != nil {
-			return c, fmt.Errorf("--repo-allow %q: %w", p, err)
+			return fmt.Errorf("--repo-allow %q: %w", p, err)
 		}
 		c.repoAllow = append(c.repoAllow, re)
 	}
-	return c, nil
+	return nil
 }
 
 // limits are the limits both task sources run under.
