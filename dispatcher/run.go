@@ -517,21 +517,77 @@ func testRunner(ctx context.Context, c config, tmpl corev1.PodTemplateSpec, stdo
 	})
 }
 
+// serve runs the dispatcher until ctx ends: the preflight, then a manager
+// running the task source.
 func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	restCfg, err := kube.RestConfig(c.kubeconfig)
 	if err != nil {
 		return err
 	}
 	restCfg.QPS, restCfg.Burst = float32(c.qps), c.burst
+	scheme, err := newScheme()
+	if err != nil {
+		return err
+	}
+	templates, err := loadTemplateObject(ctx, c, restCfg)
+	if err != nil {
+		return err
+	}
+	jobOpts := c.jobOptions(tmpl, templates)
+	if err := runPreflight(ctx, c, restCfg, scheme, jobOpts); err != nil {
+		return err
+	}
+	lock, kubeClient, err := c.fencing(restCfg)
+	if err != nil {
+		return err
+	}
+	mgr, err := newManager(ctx, c, restCfg, scheme, lock)
+	if err != nil {
+		return err
+	}
+	recorder := metrics.New(nil, c.maxConcurrent)
+	recorder.Leading(!c.leader.elect)
+	if templates != nil {
+		// Every replica follows the template, so a new leader starts with
+		// the one in force.
+		templates.rec = recorder
+		go templates.watch(ctx, templates.client)
+	}
+	if c.leader.elect {
+		logr.FromContextOrDiscard(ctx).Info("standing by until this replica leads", "lease", c.leader.namespace+"/runwarden-dispatcher-"+c.id)
+		go awaitLead(ctx, mgr, recorder)
+	}
+	if c.source == "orchestrator" {
+		err = setupOrchestrator(mgr, kubeClient(mgr), restCfg, c, jobOpts, recorder)
+	} else {
+		err = setupKube(mgr, kubeClient(mgr), restCfg, c, jobOpts, recorder)
+	}
+	if err != nil {
+		return err
+	}
+	if err := addProbes(mgr, c.leader.elect); err != nil {
+		return err
+	}
+	logr.FromContextOrDiscard(ctx).Info("dispatching tasks", "source", c.source, "dispatcher", c.id, "maxConcurrent", c.maxConcurrent)
+	return mgr.Start(ctx)
+}
+
+// newScheme holds the API types the dispatcher reads and writes.
+func newScheme() (*runtime.Scheme, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
+		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
+		return nil, err
 	}
+	return scheme, nil
+}
+
+// cacheOptions say what the manager's cache holds.
+func (c config) cacheOptions() cache.Options {
 	own := labels.SelectorFromSet(labels.Set{job.LabelDispatcher: c.id})
-	cacheOpts := cache.Options{
+	opts := cache.Options{
 		// The cache holds every Job and pod in flight: leave out what the
 		// dispatcher never reads.
 		DefaultTransform: cache.TransformStripManagedFields(),
@@ -542,13 +598,14 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 			&corev1.Pod{}:  {Label: own, Transform: job.CacheTransform()},
 		}}
 	if c.namespace != "" {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{c.namespace: {}}
+		opts.DefaultNamespaces = map[string]cache.Config{c.namespace: {}}
 	}
-	templates, err := loadTemplateObject(ctx, c, restCfg)
-	if err != nil {
-		return err
-	}
-	jobOpts := job.Options{
+	return opts
+}
+
+// jobOptions say how the dispatcher builds Jobs.
+func (c config) jobOptions(tmpl corev1.PodTemplateSpec, templates *templateStore) job.Options {
+	o := job.Options{
 		DispatcherID: c.id, Template: tmpl,
 		DefaultDeadline:         int64(c.deadline.Seconds()),
 		TTLSecondsAfterFinished: int32(c.ttl.Seconds()),
@@ -560,41 +617,61 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		},
 	}
 	if templates != nil {
-		jobOpts.Templates = templates.Current
+		o.Templates = templates.Current
 	}
+	return o
+}
+
+// runPreflight proves a runner pod is admitted in --namespace (see package
+// preflight), unless --preflight=false or there is no --namespace.
+func runPreflight(ctx context.Context, c config, restCfg *rest.Config, scheme *runtime.Scheme, jobOpts job.Options) error {
 	logger := logr.FromContextOrDiscard(ctx)
 	switch {
 	case !c.preflight:
+		return nil
 	case c.namespace == "":
 		logger.Info("preflight skipped: it needs --namespace, the namespace runner Jobs run in")
-	default:
-		direct, err := client.New(restCfg, client.Options{Scheme: scheme})
-		if err != nil {
-			return err
-		}
-		start := time.Now()
-		if err := preflight.Run(ctx, preflight.Options{Client: direct, Jobs: jobOpts, Namespace: c.namespace, Timeout: c.preflightWait}); err != nil {
-			return err
-		}
-		logger.Info("preflight passed: a runner pod was admitted", "namespace", c.namespace, "took", time.Since(start).Round(time.Millisecond).String())
-		logEnvFiles(logger, preflight.EnvFiles(ctx, preflight.Options{Client: direct, Jobs: jobOpts, Namespace: c.namespace}), c.secretDelivery)
+		return nil
 	}
-	var lock *fencedLock
-	kubeClient := func(mgr ctrl.Manager) client.Client { return mgr.GetClient() }
-	if c.leader.elect {
-		if lock, err = newFencedLock(restCfg, c.leader.namespace, "runwarden-dispatcher-"+c.id, c.leader.renew); err != nil {
-			return err
-		}
-		kubeClient = func(mgr ctrl.Manager) client.Client {
-			// The manager's client has no request timeout (one on restCfg
-			// would end the cache's watches too): each write gets its
-			// deadline from the fence instead.
-			return fencedClient{Client: mgr.GetClient(), left: func() time.Duration { return lock.left(c.leader.renew) }}
-		}
+	direct, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
 	}
+	start := time.Now()
+	if err := preflight.Run(ctx, preflight.Options{Client: direct, Jobs: jobOpts, Namespace: c.namespace, Timeout: c.preflightWait}); err != nil {
+		return err
+	}
+	logger.Info("preflight passed: a runner pod was admitted", "namespace", c.namespace, "took", time.Since(start).Round(time.Millisecond).String())
+	logEnvFiles(logger, preflight.EnvFiles(ctx, preflight.Options{Client: direct, Jobs: jobOpts, Namespace: c.namespace}), c.secretDelivery)
+	return nil
+}
+
+// fencing is, with --leader-elect, the fenced lock and a client whose
+// writes stop when the lease may be lost; without, no lock and the
+// manager's client.
+func (c config) fencing(restCfg *rest.Config) (*fencedLock, func(ctrl.Manager) client.Client, error) {
+	plain := func(mgr ctrl.Manager) client.Client { return mgr.GetClient() }
+	if !c.leader.elect {
+		return nil, plain, nil
+	}
+	lock, err := newFencedLock(restCfg, c.leader.namespace, "runwarden-dispatcher-"+c.id, c.leader.renew)
+	if err != nil {
+		return nil, nil, err
+	}
+	return lock, func(mgr ctrl.Manager) client.Client {
+		// The manager's client has no request timeout (one on restCfg
+		// would end the cache's watches too): each write gets its
+		// deadline from the fence instead.
+		return fencedClient{Client: mgr.GetClient(), left: func() time.Duration { return lock.left(c.leader.renew) }}
+	}, nil
+}
+
+// newManager makes the manager: its cache, metrics and probes, and leader
+// election among replicas.
+func newManager(ctx context.Context, c config, restCfg *rest.Config, scheme *runtime.Scheme, lock *fencedLock) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
-		Cache:                  cacheOpts,
+		Cache:                  c.cacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
 		HealthProbeBindAddress: c.healthAddr,
 		PprofBindAddress:       c.pprofAddr,
@@ -612,70 +689,59 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		RetryPeriod:                         &c.leader.retry,
 	})
 	if err != nil {
-		return fmt.Errorf("making the manager: %w", err)
+		return nil, fmt.Errorf("making the manager: %w", err)
 	}
-	recorder := metrics.New(nil, c.maxConcurrent)
-	recorder.Leading(!c.leader.elect)
-	if templates != nil {
-		// Every replica follows the template, so a new leader starts with
-		// the one in force.
-		templates.rec = recorder
-		go templates.watch(ctx, templates.client)
+	return mgr, nil
+}
+
+// awaitLead logs and counts this replica taking the lead.
+func awaitLead(ctx context.Context, mgr ctrl.Manager, recorder *metrics.Recorder) {
+	select {
+	case <-mgr.Elected():
+		recorder.Leading(true)
+		logr.FromContextOrDiscard(ctx).Info("leading: dispatching tasks")
+	case <-ctx.Done():
 	}
-	if c.leader.elect {
-		logger.Info("standing by until this replica leads", "lease", c.leader.namespace+"/runwarden-dispatcher-"+c.id)
-		go func() {
-			select {
-			case <-mgr.Elected():
-				recorder.Leading(true)
-				logger.Info("leading: dispatching tasks")
-			case <-ctx.Done():
-			}
-		}()
-	}
-	if c.source == "orchestrator" {
-		if err := setupOrchestrator(mgr, kubeClient(mgr), restCfg, c, jobOpts, recorder); err != nil {
-			return err
-		}
-	} else {
-		logs, err := corev1client.NewForConfig(restCfg)
-		if err != nil {
-			return err
-		}
-		r := rwkube.New(rwkube.Options{
-			Options:      c.limits(),
-			Logs:         runner.PodLogs{Client: logs},
-			KeepLogBytes: c.keepLogBytes,
-			Client:       kubeClient(mgr),
-			Jobs:         jobOpts,
-			Reader:       mgr.GetAPIReader(),
-			Recorder:     recorder,
-		})
-		if err := r.SetupWithManager(mgr); err != nil {
-			return err
-		}
-	}
+}
+
+// addProbes adds /healthz and /readyz; with leader election a standby is
+// healthy but not ready: only the leader dispatches.
+func addProbes(mgr ctrl.Manager, elect bool) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	if c.leader.elect {
-		// A standby is healthy but not ready: only the leader dispatches.
-		if err := mgr.AddReadyzCheck("leader", func(*http.Request) error {
-			select {
-			case <-mgr.Elected():
-				return nil
-			default:
-				return errors.New("standing by: another replica leads")
-			}
-		}); err != nil {
-			return err
-		}
+	if !elect {
+		return nil
 	}
-	logger.Info("dispatching tasks", "source", c.source, "dispatcher", c.id, "maxConcurrent", c.maxConcurrent)
-	return mgr.Start(ctx)
+	return mgr.AddReadyzCheck("leader", func(*http.Request) error {
+		select {
+		case <-mgr.Elected():
+			return nil
+		default:
+			return errors.New("standing by: another replica leads")
+		}
+	})
+}
+
+// setupKube adds the RunnerTask source to the manager.
+func setupKube(mgr ctrl.Manager, kc client.Client, restCfg *rest.Config, c config, jobOpts job.Options, recorder *metrics.Recorder) error {
+	logs, err := corev1client.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	r := rwkube.New(rwkube.Options{
+		Options:      c.limits(),
+		Logs:         runner.PodLogs{Client: logs},
+		KeepLogBytes: c.keepLogBytes,
+		Client:       kc,
+		Jobs:         jobOpts,
+		Reader:       mgr.GetAPIReader(),
+		Recorder:     recorder,
+	})
+	return r.SetupWithManager(mgr)
 }
 
 // setupOrchestrator adds the orchestrator task source to the manager.
