@@ -446,6 +446,95 @@ func TestSecurityPodCreator(t *testing.T) {
 	testenv.Test(t, f)
 }
 
+// TestSecurityExecIntoRunners: a user who may exec into, attach to and
+// port-forward to pods of a runner namespace (create on pods/exec,
+// pods/attach, pods/portforward) gets no shell in a runner pod, which would
+// read main's environment and its resolved secret values as a debug
+// container would: the webhook refuses the CONNECT, naming the rule. The API
+// server asks admission before it reaches the kubelet, so the runner's
+// simulated node does not change the answer. The same user's exec into a
+// pod that is not a runner, on the real node, runs.
+func TestSecurityExecIntoRunners(t *testing.T) {
+	var u harness.User
+	f := features.New("exec into runners").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
+				t.Fatal(err)
+			}
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: ns}}
+			if err := cfg.Client().Resources().Create(ctx, sa); err != nil {
+				t.Fatal(err)
+			}
+			u = harness.User{Name: "operator-" + ns[len(ns)-6:]}
+			if err := u.Grant(ctx, cfg, ns, "pod-exec", rbacv1.PolicyRule{
+				APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"},
+			}, rbacv1.PolicyRule{
+				APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			startWebhookWith(ctx, t, cfg, webhookPlatformConfig)
+			return ctx
+		}).
+		Assess("exec and attach into a runner pod are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			runner, failure := jobPod(ctx, t, cfg, runnerJobFor(ns, "exec-target", false))
+			if runner == nil {
+				t.Fatalf("the runner Job's pod: %s", failure)
+			}
+			for want, args := range map[string][]string{
+				"no-exec-into-runners: exec into runner pod " + runner.Name + " (container main)": {"exec", "-n", ns, runner.Name, "-c", "main", "--", "cat", "/proc/1/environ"},
+				"no-exec-into-runners: attach to runner pod " + runner.Name + " (container main)": {"attach", "-n", ns, runner.Name, "-c", "main"},
+			} {
+				out, err := suite.Kubectl(ctx, cfg, append([]string{"--as", u.Name, "--as-group", "system:authenticated"}, args...)...)
+				verb := args[0]
+				if err == nil || !strings.Contains(err.Error(), want) ||
+					!strings.Contains(err.Error(), "platform configuration exec.allow") {
+					t.Errorf("kubectl %s into runner pod %s: %v (output %q); want it refused by no-exec-into-runners", verb, runner.Name, err, out)
+				}
+			}
+			return ctx
+		}).
+		Assess("exec into a pod that is not a runner runs", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			ns := harness.Namespace(ctx)
+			image, err := suite.ImageRef(ctx, "runner")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tool := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "tool", Namespace: ns, Labels: map[string]string{"app": "tool"}},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					Containers:                    []corev1.Container{{Name: "main", Image: image, Command: []string{"/bin/sh", "-c", "sleep 120"}}},
+				},
+			}
+			harness.OnRealNode(&tool.Spec)
+			if err := cfg.Client().Resources().Create(ctx, tool); err != nil {
+				t.Fatalf("creating a pod that is not a runner: %v", err)
+			}
+			running := func(ctx context.Context) (bool, error) {
+				p := &corev1.Pod{}
+				if err := cfg.Client().Resources().Get(ctx, tool.Name, ns, p); err != nil {
+					return false, err
+				}
+				return p.Status.Phase == corev1.PodRunning, nil
+			}
+			if err := harness.WaitFor(ctx, "pod tool to run", time.Minute, running); err != nil {
+				t.Fatal(err)
+			}
+			out, err := suite.Kubectl(ctx, cfg, "--as", u.Name, "--as-group", "system:authenticated",
+				"exec", "-n", ns, tool.Name, "-c", "main", "--", "sh", "-c", "echo exec-$((40+2))")
+			if err != nil || out != "exec-42\n" {
+				t.Errorf("kubectl exec into a pod that is not a runner = %q, %v; want exec-42", out, err)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
 // TestSecurityDispatcherBounds: the chart's ValidatingAdmissionPolicies,
 // on the real API server. Only the dispatcher's service account makes Jobs
 // whose pods carry the runner label; its Jobs name no Secret but their own

@@ -72,6 +72,11 @@ type Options struct {
 	// API server (not a cache: the Job was made moments before its pod).
 	// Default: none, and every such claim is refused.
 	Jobs client.Reader
+	// Pods reads the pod of a CONNECT (kubectl exec, attach, port-forward),
+	// whose request carries the options and not the pod, from the API
+	// server. Default: none, and every such request in the namespace is an
+	// error (refused with failurePolicy Fail).
+	Pods client.Reader
 	// JobControllerUsers are the users the Job controller creates pods as;
 	// only their pods may claim the runner label. Default:
 	// DefaultJobControllerUsers.
@@ -119,8 +124,11 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 
 func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
 	logger := log.FromContext(ctx).WithValues("namespace", req.Namespace, "operation", req.Operation)
+	if connecting(req) {
+		return h.connect(log.IntoContext(ctx, logger), req)
+	}
 	if !checked(req) {
-		return admission.Allowed("runwarden checks the creation and update of pods, and ephemeral containers"), "skipped"
+		return admission.Allowed("runwarden checks the creation and update of pods, ephemeral containers, and exec, attach and port-forward"), "skipped"
 	}
 	if h.opts.Mutate && req.Operation != admissionv1.Create {
 		// Only a pod being created is shaped; changes are the validating

@@ -717,7 +717,16 @@ func TestServiceAccountRights(t *testing.T) {
 			t.Errorf("the dispatcher may %v podtemplates %v; want get, list and watch on rw-runwarden-runner alone", r.Verbs, r.ResourceNames)
 		}
 	}
+	readsPods := false
 	for _, r := range rules["rw-runwarden-webhook"] {
+		if slices.Contains(r.Resources, "pods") {
+			// The pod of an exec, attach or port-forward, read by name:
+			// never a cache of every pod of the namespace.
+			readsPods = slices.Equal(r.Verbs, []string{"get"}) && slices.Equal(r.APIGroups, []string{""})
+			if !readsPods {
+				t.Errorf("the webhook may %v %v %v; want get on pods alone", r.Verbs, r.APIGroups, r.Resources)
+			}
+		}
 		for _, v := range r.Verbs {
 			if v == "get" || v == "list" || v == "watch" {
 				continue
@@ -727,5 +736,8 @@ func TestServiceAccountRights(t *testing.T) {
 				t.Errorf("the webhook may %s %v %v; want writes to its own webhook configurations alone", v, r.Resources, r.ResourceNames)
 			}
 		}
+	}
+	if !readsPods {
+		t.Error("the webhook may not get pods: it cannot tell whether an exec, attach or port-forward reaches a runner pod")
 	}
 }
