@@ -224,7 +224,7 @@ func TestRenewalOfALeaseAnotherHoldsLetsItGo(t *testing.T) {
 	rs := newRenewServer(t, http.StatusForbidden, 0)
 	rs.code = CodeNotLeaseHolder
 	s := New(Options{
-		Client: rs.client(t), Kube: fake.NewClientBuilder().Build(), Namespace: "runners", MaxConcurrent: 1,
+		Client: rs.client(t), Kube: fake.NewClientBuilder().Build(), Namespace: "runners", Options: runner.Options{MaxConcurrent: 1},
 	})
 	s.log = logr.Discard()
 	held := holdLeases(s, 1, 60)
