@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -212,8 +213,8 @@ func serve(ctx context.Context, args []string, _, stderr io.Writer) int {
 	return 0
 }
 
+// serveWith serves the admission webhook until ctx ends, then drains.
 func serveWith(ctx context.Context, c serveConfig) error {
-	logger := logr.FromContextOrDiscard(ctx)
 	platform, err := readPlatformConfig(c.configFile)
 	if err != nil {
 		return err
@@ -226,7 +227,6 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
 	}
-
 	rec := metrics.New(nil)
 	if err := rec.WatchCertificate(filepath.Join(c.certDir, "tls.crt")); err != nil {
 		return err
@@ -240,25 +240,61 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
-
-	var certs *cert.Manager
-	if c.certMode == "self" {
-		direct, err := client.New(restCfg, client.Options{Scheme: scheme})
-		if err != nil {
-			return err
-		}
-		certs, err = cert.New(cert.Options{
-			Dir: c.certDir, Hosts: c.certHosts, Client: direct,
-			MutatingWebhooks: nonEmpty(c.mutatingName), ValidatingWebhooks: nonEmpty(c.validatingName),
-		})
-		if err != nil {
-			return err
-		}
-		if err := certs.Ensure(ctx); err != nil {
+	certs, err := selfSignedCerts(ctx, c, restCfg, scheme)
+	if err != nil {
+		return err
+	}
+	mgr, err := newManager(ctx, c, restCfg, scheme)
+	if err != nil {
+		return err
+	}
+	// mctx is the manager's: it ends when the shutdown delay is over (see
+	// drainOnShutdown).
+	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	// GetWebhookServer also adds the server to the manager's runnables.
+	server := mgr.GetWebhookServer()
+	registerHandlers(ctx, c, mgr, server, store, platform, rec, mctx.Done())
+	for _, step := range []func() error{
+		func() error { return addRunnables(mgr, store, certs) },
+		func() error { return addReadyChecks(ctx, mgr, server) },
+		func() error { return drainOnShutdown(ctx, mctx, stop, mgr, c.shutdownDelay) },
+	} {
+		if err := step(); err != nil {
 			return err
 		}
 	}
+	logr.FromContextOrDiscard(ctx).Info("serving", "address", net.JoinHostPort(c.bindAddress, fmt.Sprint(c.port)), "paths", []string{MutatePath, ValidatePath})
+	return mgr.Start(mctx)
+}
 
+// selfSignedCerts, with --cert-mode=self, makes the serving certificate
+// and the webhooks' CA bundle, and returns the manager that renews them;
+// nil otherwise.
+func selfSignedCerts(ctx context.Context, c serveConfig, restCfg *rest.Config, scheme *runtime.Scheme) (*cert.Manager, error) {
+	if c.certMode != "self" {
+		return nil, nil
+	}
+	direct, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	certs, err := cert.New(cert.Options{
+		Dir: c.certDir, Hosts: c.certHosts, Client: direct,
+		MutatingWebhooks: nonEmpty(c.mutatingName), ValidatingWebhooks: nonEmpty(c.validatingName),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := certs.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	return certs, nil
+}
+
+// newManager makes the manager: its webhook server, cache, metrics and
+// probes.
+func newManager(ctx context.Context, c serveConfig, restCfg *rest.Config, scheme *runtime.Scheme) (manager.Manager, error) {
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
@@ -272,35 +308,44 @@ func serveWith(ctx context.Context, c serveConfig) error {
 		BaseContext: func() context.Context { return context.WithoutCancel(ctx) },
 	})
 	if err != nil {
-		return fmt.Errorf("making the manager: %w", err)
+		return nil, fmt.Errorf("making the manager: %w", err)
 	}
-	// mctx is the manager's: it ends when the shutdown delay is over (below).
-	mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	// GetWebhookServer also adds the server to the manager's runnables.
-	server := mgr.GetWebhookServer()
+	return mgr, nil
+}
+
+// registerHandlers registers the mutating and validating handlers.
+// stopping closes once the manager stops the server: from then on a
+// cancelled request context is the server's doing, not the client's.
+func registerHandlers(ctx context.Context, c serveConfig, mgr manager.Manager, server webhook.Server, store *policy.Store, platform map[string]any, rec *metrics.Recorder, stopping <-chan struct{}) {
 	var resolver *rwadmission.Resolver
 	if c.resolverImage != "" {
 		resolver = &rwadmission.Resolver{Image: c.resolverImage, PullPolicy: corev1.PullPolicy(c.resolverPull)}
 	} else {
-		logger.Info("no --resolver-image: secret references reach runner pods as written, unresolved")
+		logr.FromContextOrDiscard(ctx).Info("no --resolver-image: secret references reach runner pods as written, unresolved")
 	}
 	for path, mutate := range map[string]bool{MutatePath: true, ValidatePath: false} {
 		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec, Namespace: c.namespace,
 			Jobs: mgr.GetAPIReader(), Pods: mgr.GetAPIReader(), JobControllerUsers: c.jobController, Resolver: resolver,
 		})
-		// The manager stops the server only after mctx ends: from then on
-		// a cancelled request context is the server's doing, not the client's.
-		server.Register(path, rwadmission.Detached(rwadmission.Pooled(rwadmission.Undecided(&webhook.Admission{Handler: h}), 0), mctx.Done()))
+		server.Register(path, rwadmission.Detached(rwadmission.Pooled(rwadmission.Undecided(&webhook.Admission{Handler: h}), 0), stopping))
 	}
+}
+
+// addRunnables adds the policy reloads and, with self-signed certificates,
+// their renewal to the manager.
+func addRunnables(mgr manager.Manager, store *policy.Store, certs *cert.Manager) error {
 	if err := mgr.Add(manager.RunnableFunc(store.Run)); err != nil {
 		return err
 	}
-	if certs != nil {
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return certs.Run(ctx, time.Hour) })); err != nil {
-			return err
-		}
+	if certs == nil {
+		return nil
 	}
+	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return certs.Run(ctx, time.Hour) }))
+}
+
+// addReadyChecks adds /healthz, and /readyz once the server serves and
+// the caches the handler reads hold their objects.
+func addReadyChecks(ctx context.Context, mgr manager.Manager, server webhook.Server) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -316,20 +361,22 @@ func serveWith(ctx context.Context, c serveConfig) error {
 			return fmt.Errorf("watching %T: %w", obj, err)
 		}
 	}
-	if err := mgr.AddReadyzCheck("caches", func(req *http.Request) error {
+	return mgr.AddReadyzCheck("caches", func(req *http.Request) error {
 		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
 		defer cancel()
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return errors.New("the namespace and service account caches are not synced yet")
 		}
 		return nil
-	}); err != nil {
-		return err
-	}
-	// On SIGTERM the pod leaves the Service's endpoints, but the API server
-	// keeps calling it until that reaches it: serve on (not ready) for the
-	// shutdown delay, then stop. Stopping at once refused runner pods
-	// (failurePolicy Fail) on every rolling update.
+	})
+}
+
+// drainOnShutdown serves on, not ready, for delay once ctx ends, then
+// stops the manager (stop ends mctx). On SIGTERM the pod leaves the
+// Service's endpoints, but the API server keeps calling it until that
+// reaches it: stopping at once refused runner pods (failurePolicy Fail) on
+// every rolling update.
+func drainOnShutdown(ctx, mctx context.Context, stop context.CancelFunc, mgr manager.Manager, delay time.Duration) error {
 	var draining atomic.Bool
 	if err := mgr.AddReadyzCheck("shutdown", func(*http.Request) error {
 		if draining.Load() {
@@ -346,8 +393,8 @@ func serveWith(ctx context.Context, c serveConfig) error {
 			return
 		}
 		draining.Store(true)
-		logger.Info("shutting down: serving on until the delay is over", "delay", c.shutdownDelay)
-		t := time.NewTimer(c.shutdownDelay)
+		logr.FromContextOrDiscard(ctx).Info("shutting down: serving on until the delay is over", "delay", delay)
+		t := time.NewTimer(delay)
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -355,8 +402,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 		}
 		stop()
 	}()
-	logger.Info("serving", "address", net.JoinHostPort(c.bindAddress, fmt.Sprint(c.port)), "paths", []string{MutatePath, ValidatePath})
-	return mgr.Start(mctx)
+	return nil
 }
 
 // loadPolicies loads the first policy set and returns the store that
