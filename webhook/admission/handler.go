@@ -316,9 +316,11 @@ func decodePod(raw []byte) (*corev1.Pod, error) {
 
 // BuildInput gathers the policy input for a pod: its namespace's labels and
 // annotations and its service account's annotations (read through r), the
-// user, the platform configuration and the secret references in its env.
-// A namespace r cannot find is an error; a service account it cannot find
-// has no annotations.
+// user, the platform configuration and the secret references in its env,
+// and the role mapping ConfigMap's entries for the service account when the
+// configuration names one (see roleMappings). A namespace r cannot find is
+// an error, and so is a service account of a pod being created; for an
+// update, a service account r cannot find has no annotations.
 func BuildInput(ctx context.Context, r client.Reader, pod *corev1.Pod, op, user string, groups []string, cfg map[string]any) (*policy.Input, error) {
 	in := &policy.Input{
 		Operation:  op,
@@ -356,9 +358,19 @@ func BuildInput(ctx context.Context, r client.Reader, pod *corev1.Pod, op, user 
 	switch {
 	case err == nil:
 		in.ServiceAccount.Annotations = orEmpty(sa.Annotations)
+	case apierrors.IsNotFound(err) && op == string(admissionv1.Create):
+		// The identity a pod gets comes from its service account: without
+		// it, the pod would start with none, or another. Refused with an
+		// error, as Azure's webhook refuses it; the Job controller retries.
+		return nil, fmt.Errorf("service account %s/%s could not be read, so the pod's workload identity is unknown; create it, or name an existing one in serviceAccountName: %w", pod.Namespace, saName, err)
 	case apierrors.IsNotFound(err):
+		// An update of a pod whose service account has gone since (the Job
+		// controller removing its finalizer) is checked without it.
 	default:
 		return nil, fmt.Errorf("reading service account %s/%s: %w", pod.Namespace, saName, err)
+	}
+	if in.AWSRoleMappings, err = roleMappings(ctx, r, cfg, pod.Namespace, saName); err != nil {
+		return nil, err
 	}
 	return in, nil
 }

@@ -1,0 +1,192 @@
+package admission
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/runwarden/runwarden/policies"
+	"github.com/runwarden/runwarden/webhook/policy"
+)
+
+// runnerSA is the service account of runnerPod, without annotations.
+func runnerSA() *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: "team-a"}}
+}
+
+// The role mapping ConfigMap as the EKS pod identity webhook's README shows
+// its pod-identity-webhook ConfigMap, with runwarden's namespace.
+const roleMappingConfig = `{"team-a/runner":{"RoleARN":"arn:aws:iam::123456789012:role/runner","Audience":"amazonaws.com","UseRegionalSTS":true,"TokenExpiration":0},` +
+	`"myapp/myotherserviceaccount":{"RoleARN":"arn:aws:iam::123456789012:role/other","Audience":"amazonaws.com","UseRegionalSTS":true,"TokenExpiration":0},` +
+	`"*/deployer":{"roleArn":"arn:aws:iam::123456789012:role/deployer","audience":"sts.amazonaws.com","tokenExpiration":3600}}`
+
+func roleMappingCfg() map[string]any {
+	return map[string]any{"workloadIdentity": map[string]any{"aws": map[string]any{
+		"enabled":              true,
+		"roleMappingConfigMap": map[string]any{"namespace": "kube-system", "name": "pod-identity-webhook"},
+	}}}
+}
+
+func roleMappingCM(config string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "pod-identity-webhook", Namespace: "kube-system"}, Data: map[string]string{"config": config}}
+}
+
+// TestRoleMappingConfigMapReachesThePolicies checks that the entries of the
+// ConfigMap the platform names for the pod's service account (its own key,
+// and the one for every namespace) are the policy input, field names read in
+// any case as the EKS webhook reads them, and none of the others.
+func TestRoleMappingConfigMapReachesThePolicies(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  map[string]any
+		objs []client.Object
+		sa   string
+		want map[string]policy.AWSRoleMapping
+	}{{
+		name: "its own entry",
+		cfg:  roleMappingCfg(), objs: []client.Object{roleMappingCM(roleMappingConfig)}, sa: "runner",
+		want: map[string]policy.AWSRoleMapping{"team-a/runner": {RoleARN: "arn:aws:iam::123456789012:role/runner", Audience: "amazonaws.com", UseRegionalSTS: true}},
+	}, {
+		name: "the entry for every namespace",
+		cfg:  roleMappingCfg(), objs: []client.Object{roleMappingCM(roleMappingConfig)}, sa: "deployer",
+		want: map[string]policy.AWSRoleMapping{"*/deployer": {RoleARN: "arn:aws:iam::123456789012:role/deployer", Audience: "sts.amazonaws.com", TokenExpiration: 3600}},
+	}, {
+		name: "no entry",
+		cfg:  roleMappingCfg(), objs: []client.Object{roleMappingCM(roleMappingConfig)}, sa: "myotherserviceaccount",
+		want: map[string]policy.AWSRoleMapping{},
+	}, {
+		name: "no ConfigMap: no mappings",
+		cfg:  roleMappingCfg(), sa: "runner",
+		want: map[string]policy.AWSRoleMapping{},
+	}, {
+		name: "an empty config",
+		cfg:  roleMappingCfg(), objs: []client.Object{roleMappingCM("")}, sa: "runner",
+		want: map[string]policy.AWSRoleMapping{},
+	}, {
+		name: "none named: not read",
+		cfg:  map[string]any{"workloadIdentity": map[string]any{"aws": map[string]any{"enabled": true}}}, objs: []client.Object{roleMappingCM(roleMappingConfig)}, sa: "runner",
+	}, {
+		name: "AWS off: not read",
+		cfg:  map[string]any{"workloadIdentity": map[string]any{"aws": map[string]any{"roleMappingConfigMap": map[string]any{"namespace": "kube-system", "name": "pod-identity-webhook"}}}},
+		objs: []client.Object{roleMappingCM(roleMappingConfig)}, sa: "runner",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			objs := append([]client.Object{
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
+				&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: tt.sa, Namespace: "team-a"}},
+			}, tt.objs...)
+			pod := runnerPod("registry.example.com/runner:1")
+			pod.Spec.ServiceAccountName = tt.sa
+			in, err := BuildInput(t.Context(), fake.NewClientBuilder().WithObjects(objs...).Build(), pod, "CREATE", jobController, nil, tt.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, in.AWSRoleMappings); diff != "" {
+				t.Errorf("role mappings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRoleMappingGivesTheRunnerItsRole checks the whole way: a service
+// account without annotations, mapped by the ConfigMap, gets its role in the
+// runner pod.
+func TestRoleMappingGivesTheRunnerItsRole(t *testing.T) {
+	t.Parallel()
+	set, err := policy.Load(t.Context(), policies.FS, "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithObjects(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, runnerSA(), taskJob(), roleMappingCM(roleMappingConfig),
+	).Build()
+	h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: roleMappingCfg(), Mutate: true})
+	pod := runnerPod("registry.example.com/runner:1")
+	pod.Spec.Containers[0].Env = nil
+	resp := h.Handle(t.Context(), request(t, pod))
+	if !resp.Allowed {
+		t.Fatalf("refused: %+v", resp.Result)
+	}
+	got := mutatedPod(t, pod, resp)
+	env := map[string]string{}
+	for _, e := range got.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	want := map[string]string{
+		"AWS_ROLE_ARN":                "arn:aws:iam::123456789012:role/runner",
+		"AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token",
+		"AWS_STS_REGIONAL_ENDPOINTS":  "regional",
+	}
+	if diff := cmp.Diff(want, env); diff != "" {
+		t.Errorf("runner env (-want +got):\n%s", diff)
+	}
+}
+
+// TestMalformedRoleMappingRefusesThePod checks that a ConfigMap whose
+// mappings cannot be read refuses the pod with an error naming it (the Job
+// controller retries), rather than admitting it without its role.
+func TestMalformedRoleMappingRefusesThePod(t *testing.T) {
+	t.Parallel()
+	for name, config := range map[string]string{
+		"not JSON":        `{"team-a/runner":`,
+		"not an object":   `["team-a/runner"]`,
+		"a key without /": `{"runner":{"RoleARN":"arn:aws:iam::1:role/r"}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			set, err := policy.Load(t.Context(), policies.FS, "embedded")
+			if err != nil {
+				t.Fatal(err)
+			}
+			reader := fake.NewClientBuilder().WithObjects(
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, runnerSA(), taskJob(), roleMappingCM(config),
+			).Build()
+			h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: roleMappingCfg(), Mutate: true})
+			resp := h.Handle(t.Context(), request(t, runnerPod("registry.example.com/runner:1")))
+			if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusInternalServerError ||
+				!strings.Contains(resp.Result.Message, "the role mapping ConfigMap kube-system/pod-identity-webhook, key config, cannot be read") {
+				t.Errorf("allowed %v, result %+v; want a 500 naming the ConfigMap", resp.Allowed, resp.Result)
+			}
+		})
+	}
+}
+
+// TestMissingServiceAccountRefusesThePod checks that a pod whose service
+// account cannot be read (neither the cache nor the API server holds it) is
+// refused with an error the Job controller retries, not admitted without
+// the identity its service account would give, as Azure's webhook refuses
+// it; an update of a pod whose service account has gone is still checked.
+func TestMissingServiceAccountRefusesThePod(t *testing.T) {
+	t.Parallel()
+	set, err := policy.Load(t.Context(), policies.FS, "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, taskJob()).Build()
+	for _, mutate := range []bool{true, false} {
+		h := New(Options{Policies: staticPolicies{set}, Reader: CacheThenLive(reader, reader), Jobs: reader, Config: platformConfig, Mutate: mutate})
+		resp := h.Handle(t.Context(), request(t, runnerPod("registry.example.com/runner:1")))
+		if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusInternalServerError ||
+			!strings.Contains(resp.Result.Message, "service account team-a/runner could not be read, so the pod's workload identity is unknown") {
+			t.Errorf("mutate %v: allowed %v, result %+v; want a 500 saying the service account could not be read", mutate, resp.Allowed, resp.Result)
+		}
+	}
+
+	pod := runnerPod("registry.example.com/runner:1")
+	in, err := BuildInput(t.Context(), reader, pod, "UPDATE", jobController, nil, platformConfig)
+	if err != nil {
+		t.Fatalf("an update without the service account: %v", err)
+	}
+	if diff := cmp.Diff(policy.ObjectInfo{Name: "runner", Annotations: map[string]string{}}, in.ServiceAccount); diff != "" {
+		t.Errorf("service account (-want +got):\n%s", diff)
+	}
+}
