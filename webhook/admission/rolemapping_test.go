@@ -190,3 +190,65 @@ func TestMissingServiceAccountRefusesThePod(t *testing.T) {
 		t.Errorf("service account (-want +got):\n%s", diff)
 	}
 }
+
+// TestPodIdentityMountPathTakenRefusesThePod checks that a runner container
+// that already mounts another volume where EKS Pod Identity's token goes
+// makes the pod refused, naming both volumes, as the API server would
+// refuse it for the duplicate mount path (the EKS webhook adds its mount
+// regardless); one that mounts a volume of the token's name keeps its own.
+func TestPodIdentityMountPathTakenRefusesThePod(t *testing.T) {
+	t.Parallel()
+	set, err := policy.Load(t.Context(), policies.FS, "embedded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, runnerSA(), taskJob()).Build()
+	cfg := map[string]any{"workloadIdentity": map[string]any{"aws": map[string]any{"enabled": true, "podIdentity": map[string]any{
+		"associations": []any{map[string]any{"namespace": "team-a", "serviceAccount": "runner"}},
+	}}}}
+	h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: cfg, Mutate: true})
+	const path = "/var/run/secrets/pods.eks.amazonaws.com/serviceaccount"
+	tests := []struct {
+		name, volume, refusal string
+	}{
+		{name: "another volume at the token's path", volume: "own", refusal: "container main already mounts volume own at " + path + ", where the platform mounts eks-pod-identity-token"},
+		{name: "the token's volume name", volume: "eks-pod-identity-token"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pod := runnerPod("registry.example.com/runner:1")
+			pod.Spec.Containers[0].Env = nil
+			pod.Spec.Volumes = []corev1.Volume{{Name: tt.volume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+			pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: tt.volume, MountPath: path}}
+			resp := h.Handle(t.Context(), request(t, pod))
+			if tt.refusal != "" {
+				if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, tt.refusal) {
+					t.Errorf("allowed %v, result %+v; want refused: %s", resp.Allowed, resp.Result, tt.refusal)
+				}
+				return
+			}
+			if !resp.Allowed {
+				t.Fatalf("refused: %+v", resp.Result)
+			}
+			got := mutatedPod(t, pod, resp)
+			if diff := cmp.Diff(pod.Spec.Containers[0].VolumeMounts, got.Spec.Containers[0].VolumeMounts); diff != "" {
+				t.Errorf("the container's mounts changed (-before +after):\n%s", diff)
+			}
+			if diff := cmp.Diff(pod.Spec.Volumes, got.Spec.Volumes); diff != "" {
+				t.Errorf("the pod's volumes changed (-before +after):\n%s", diff)
+			}
+			if env := containerEnvMap(got.Spec.Containers[0]); env["AWS_CONTAINER_CREDENTIALS_FULL_URI"] != "http://169.254.170.23/v1/credentials" {
+				t.Errorf("env %v, want Pod Identity's variables still set", env)
+			}
+		})
+	}
+}
+
+func containerEnvMap(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		m[e.Name] = e.Value
+	}
+	return m
+}
