@@ -770,8 +770,9 @@ func TestWorkloadIdentityChart(t *testing.T) {
 	if _, ok := plain["Role/rw-runwarden-webhook-role-mapping"]; ok {
 		t.Error("a role mapping Role without a role mapping ConfigMap named")
 	}
-	decode(t, plain, "PodTemplate/rw-runwarden-runner", &tpl)
-	if _, ok := tpl.Template.Labels["azure.workload.identity/use"]; ok {
+	var labelMode corev1.PodTemplate
+	decode(t, plain, "PodTemplate/rw-runwarden-runner", &labelMode)
+	if _, ok := labelMode.Template.Labels["azure.workload.identity/use"]; ok {
 		t.Error("the runner pod template carries azure.workload.identity/use in label mode")
 	}
 }
