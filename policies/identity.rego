@@ -2,9 +2,10 @@
 # account instead of static keys, set exactly as each cloud's own webhook
 # sets them, for clusters without that webhook. As those webhooks do, a
 # container's own variables win (nothing is overwritten), an existing volume
-# of the same name is kept, and the pod's skip-containers annotation is
-# honoured. Unlike them, only the runner containers (config "containers")
-# get the identity, not every container of the pod.
+# of the token's name is kept (AWS) or replaced (Azure), and the pod's
+# skip-containers annotation is honoured. Unlike them, only the runner
+# containers (config "containers") get the identity, not every container of
+# the pod. docs/policy.md compares each case with the two webhooks.
 package runwarden.admission
 
 pod_annotations_in := object.get(input, ["pod", "metadata", "annotations"], {})
@@ -231,7 +232,7 @@ volumes contains projected_token(aws_volume, aws_audience, aws_expiration, aws_t
 
 # A container that already mounts a volume of that name keeps its own mount,
 # wherever it is.
-volume_mounts contains {"containers": sort([n | some n in aws_containers - aws_complete; not mounts_volume(n, aws_volume)]), "volumeMount": {
+volume_mounts contains {"containers": sort([n | some n in (aws_containers - aws_complete); not mounts_volume(n, aws_volume)]), "volumeMount": {
 	"name": aws_volume,
 	"mountPath": aws_mount_path,
 	"readOnly": true,

@@ -43,10 +43,13 @@ outcome(c) := {
 	d.deny == []
 }
 
-pod_with(containers, extra) := object.union({"metadata": {"name": "balajilovesoreos", "labels": {}, "annotations": {}}, "spec": {
-	"serviceAccountName": "default",
-	"containers": containers,
-}}, extra)
+pod_with(containers, extra) := object.union(
+	{"metadata": {"name": "balajilovesoreos", "labels": {}, "annotations": {}}, "spec": {
+		"serviceAccountName": "default",
+		"containers": containers,
+	}},
+	extra,
+)
 
 ctr(name) := {"name": name, "image": "registry.example.com/amazonlinux:1"}
 
@@ -83,11 +86,14 @@ test_eks_containercredentials_rawPodNeedsAll if {
 	outcome({"pod": pod_with([ctr("balajilovesoreos")], {}), "sa": sa, "config": pod_identity({"region": "cn-north-1"})}) == {
 		"labels": pi_label,
 		"volumes": [pi_volume(10000)],
-		"containers": {"balajilovesoreos": {"env": object.union(pi_env, {
-			"AWS_STS_REGIONAL_ENDPOINTS": "regional",
-			"AWS_DEFAULT_REGION": "cn-north-1",
-			"AWS_REGION": "cn-north-1",
-		}), "mounts": [pi_mount]}},
+		"containers": {"balajilovesoreos": {
+			"env": object.union(pi_env, {
+				"AWS_STS_REGIONAL_ENDPOINTS": "regional",
+				"AWS_DEFAULT_REGION": "cn-north-1",
+				"AWS_REGION": "cn-north-1",
+			}),
+			"mounts": [pi_mount],
+		}},
 	}
 }
 
