@@ -263,7 +263,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := newManager(ctx, c, restCfg, scheme)
+	mgr, err := newManager(ctx, c, restCfg, scheme, platform)
 	if err != nil {
 		return err
 	}
@@ -276,7 +276,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	registerHandlers(ctx, c, mgr, server, store, platform, rec, mctx.Done())
 	for _, step := range []func() error{
 		func() error { return addRunnables(mgr, store, certs) },
-		func() error { return addReadyChecks(ctx, mgr, server) },
+		func() error { return addReadyChecks(ctx, mgr, server, platform) },
 		func() error { return drainOnShutdown(ctx, mctx, stop, mgr, c.shutdownDelay) },
 	} {
 		if err := step(); err != nil {
@@ -313,7 +313,7 @@ func selfSignedCerts(ctx context.Context, c serveConfig, restCfg *rest.Config, s
 
 // newManager makes the manager: its webhook server, cache, metrics and
 // probes.
-func newManager(ctx context.Context, c serveConfig, restCfg *rest.Config, scheme *runtime.Scheme) (manager.Manager, error) {
+func newManager(ctx context.Context, c serveConfig, restCfg *rest.Config, scheme *runtime.Scheme, platform map[string]any) (manager.Manager, error) {
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
@@ -364,7 +364,7 @@ func addRunnables(mgr manager.Manager, store *policy.Store, certs *cert.Manager)
 
 // addReadyChecks adds /healthz, and /readyz once the server serves and
 // the caches the handler reads hold their objects.
-func addReadyChecks(ctx context.Context, mgr manager.Manager, server webhook.Server) error {
+func addReadyChecks(ctx context.Context, mgr manager.Manager, server webhook.Server, platform map[string]any) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
