@@ -154,6 +154,8 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	switch {
 	case old != nil && (old.Labels[RunnerLabel] == "true") != claimed:
 		return admission.Denied(fmt.Sprintf("runwarden: the label %s cannot be added to or removed from a pod: a pod is a runner from its creation, or never", RunnerLabel)), "denied"
+	case old != nil && claimed && recordChanged(old, pod) != "":
+		return admission.Denied(fmt.Sprintf("runwarden: the annotation %s of a runner pod cannot be changed: it is the webhook's record of what it admitted, written at the pod's creation and read by the dispatcher into the task's record", recordChanged(old, pod))), "denied"
 	case old == nil && claimed:
 		why, err := h.earned(ctx, pod, req.UserInfo.Username)
 		if err != nil {
