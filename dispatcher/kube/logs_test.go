@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
@@ -56,7 +57,7 @@ func TestFinishedTaskKeepsItsLog(t *testing.T) {
 			rt := runnerTask("a", "uid-a")
 			j := runnerJobOf(rt)
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-x", Namespace: "runners", Labels: map[string]string{batchv1.JobNameLabel: j.Name}}}
+			pod := runnerPodOf(j, j.Name+"-x")
 			api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, j, pod).Build()
 			r := New(Options{Client: api, Jobs: job.Options{DispatcherID: "d1"}, Logs: fakeLogs{c.log}, KeepLogBytes: 16})
 			if err := r.finish(t.Context(), rt, j, job.Outcome{Phase: job.PhaseSucceeded, Reason: job.ReasonCompleted}); err != nil {
@@ -80,6 +81,71 @@ func TestFinishedTaskKeepsItsLog(t *testing.T) {
 			}
 			if owner := metav1.GetControllerOf(&cm); owner == nil || owner.UID != rt.UID {
 				t.Errorf("the log's owner %+v, want the RunnerTask", owner)
+			}
+		})
+	}
+}
+
+// podLogs serves each pod's log.
+type podLogs map[string][]byte
+
+func (f podLogs) Tail(_ context.Context, _, pod, _ string, limit int) ([]byte, error) {
+	log, ok := f[pod]
+	if !ok {
+		return nil, apierrors.NewNotFound(corev1.Resource("pods"), pod)
+	}
+	return lastBytes(bytes.NewReader(log), limit)
+}
+
+// A pod planted with the job-name label of a task's Job, newer than the
+// Job's own pod, is neither the task's record nor the pod whose log is
+// kept: whoever may create pods writes that label, any owner reference
+// and any record annotation (job.IsPodOf).
+func TestKeptLogAndRecordAreTheJobsOwnPods(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		plant func(p *corev1.Pod)
+	}{
+		{"the job-name label alone", func(p *corev1.Pod) {
+			p.Labels, p.OwnerReferences = map[string]string{batchv1.JobNameLabel: p.Labels[batchv1.JobNameLabel]}, nil
+		}},
+		{"a forged owner reference with another UID", func(p *corev1.Pod) { p.OwnerReferences[0].UID = "forged" }},
+		{"no runner label", func(p *corev1.Pod) { delete(p.Labels, job.LabelRunner) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rt := runnerTask("a", "uid-a")
+			j := runnerJobOf(rt)
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+			own := runnerPodOf(j, j.Name+"-own")
+			own.CreationTimestamp = metav1.NewTime(time.Unix(1_700_000_000, 0))
+			own.Annotations = map[string]string{"runwarden.dev/spec-digest": "sha256:own"}
+			own.Spec.NodeName = "node-own"
+			planted := runnerPodOf(j, j.Name+"-planted")
+			planted.CreationTimestamp = metav1.NewTime(own.CreationTimestamp.Add(time.Minute))
+			planted.Annotations = map[string]string{"runwarden.dev/spec-digest": "sha256:planted"}
+			planted.Spec.NodeName = "node-planted"
+			c.plant(planted)
+			api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, j, own, planted).Build()
+			logs := podLogs{own.Name: []byte("applied\n"), planted.Name: []byte("all went well\n")}
+			r := New(Options{Client: api, Jobs: job.Options{DispatcherID: "d1"}, Logs: logs, KeepLogBytes: 1024})
+			if err := r.finish(t.Context(), rt, j, job.Outcome{Phase: job.PhaseSucceeded, Reason: job.ReasonCompleted}); err != nil {
+				t.Fatal(err)
+			}
+			var got v1alpha1.RunnerTask
+			if err := api.Get(t.Context(), key("a"), &got); err != nil {
+				t.Fatal(err)
+			}
+			if rec := got.Status.Record; rec == nil || rec.Pod != own.Name || rec.SpecDigest != "sha256:own" || rec.Node != "node-own" {
+				t.Errorf("record %+v, want the Job's own pod %s", rec, own.Name)
+			}
+			var cm corev1.ConfigMap
+			if err := api.Get(t.Context(), key(got.Status.LogConfigMap), &cm); err != nil {
+				t.Fatalf("the kept log %q: %v", got.Status.LogConfigMap, err)
+			}
+			if cm.Data["log"] != "applied\n" {
+				t.Errorf("kept log %q, want the Job's own pod's", cm.Data["log"])
 			}
 		})
 	}
@@ -109,7 +175,7 @@ func TestPlantedLogConfigMapIsNeverTaken(t *testing.T) {
 			rt := runnerTask("a", "uid-a")
 			j := runnerJobOf(rt)
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-x", Namespace: "runners", Labels: map[string]string{batchv1.JobNameLabel: j.Name}}}
+			pod := runnerPodOf(j, j.Name+"-x")
 			planted := &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{
 					Name: c.plant(j.Name), Namespace: "runners",
@@ -183,7 +249,7 @@ func TestLogIsKeptOnceAcrossTries(t *testing.T) {
 	rt := runnerTask("a", "uid-a")
 	j := runnerJobOf(rt)
 	j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-x", Namespace: "runners", Labels: map[string]string{batchv1.JobNameLabel: j.Name}}}
+	pod := runnerPodOf(j, j.Name+"-x")
 	updates := 0
 	api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, j, pod).
 		WithInterceptorFuncs(interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, o client.Object, opts ...client.SubResourceUpdateOption) error {
