@@ -32,6 +32,10 @@ const RunnerLabel = "runwarden.dev/runner"
 // DispatcherLabel is on every Job runwarden's dispatcher makes.
 const DispatcherLabel = "runwarden.dev/dispatcher"
 
+// TaskIDLabel is on a runner pod from its Job's template: with the pod's
+// controller reference, it tells the dispatcher whose task the pod is.
+const TaskIDLabel = "runwarden.dev/task-id"
+
 // DefaultJobControllerUsers are the users the Job controller of
 // kube-controller-manager creates pods as: its own service account with
 // --use-service-account-credentials (the default of kubeadm and most
@@ -154,6 +158,8 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	switch {
 	case old != nil && (old.Labels[RunnerLabel] == "true") != claimed:
 		return admission.Denied(fmt.Sprintf("runwarden: the label %s cannot be added to or removed from a pod: a pod is a runner from its creation, or never", RunnerLabel)), "denied"
+	case old != nil && claimed && identityChanged(old, pod) != "":
+		return admission.Denied(fmt.Sprintf("runwarden: %s of a runner pod cannot be changed: with it the dispatcher tells whose task the pod is", identityChanged(old, pod))), "denied"
 	case old != nil && claimed && recordChanged(old, pod) != "":
 		return admission.Denied(fmt.Sprintf("runwarden: the annotation %s of a runner pod cannot be changed: it is the webhook's record of what it admitted, written at the pod's creation and read by the dispatcher into the task's record", recordChanged(old, pod))), "denied"
 	case old == nil && claimed:
@@ -299,6 +305,25 @@ func (h *Handler) earned(ctx context.Context, pod *corev1.Pod, user string) (str
 		return fmt.Sprintf("its Job %s was not made by runwarden's dispatcher (it lacks the label %s, or its pod template the label %s)", ref.Name, DispatcherLabel, RunnerLabel), nil
 	}
 	return "", nil
+}
+
+// identityChanged names what of a runner pod's identity an update changes,
+// or is "": its task label, or its controller reference (given another
+// owner, or one when it had none). The garbage collector and the Job
+// controller may still remove the reference (orphaning, releasing).
+func identityChanged(old, pod *corev1.Pod) string {
+	if old.Labels[TaskIDLabel] != pod.Labels[TaskIDLabel] {
+		return "the label " + TaskIDLabel
+	}
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil {
+		return ""
+	}
+	was := metav1.GetControllerOfNoCopy(old)
+	if was == nil || was.UID != ref.UID || was.Kind != ref.Kind || was.APIVersion != ref.APIVersion || was.Name != ref.Name {
+		return "the controller reference"
+	}
+	return ""
 }
 
 // decodePod decodes a pod of the request. The API server sends admission

@@ -510,7 +510,8 @@ func TestRunnerStatusIsEarned(t *testing.T) {
 // pod of the namespace and every way to change one: other pods get the shape
 // rules, an update is checked as the pod it makes, the runner label cannot
 // be added or removed, nor a runner pod's record annotations (the
-// webhook's, written at its creation) added, removed or changed, and an
+// webhook's, written at its creation) added, removed or changed, nor its
+// task label or controller reference (but for its removal), and an
 // ephemeral container on a runner pod is refused.
 func TestValidatingChecksEveryChange(t *testing.T) {
 	t.Parallel()
@@ -614,6 +615,31 @@ func TestValidatingChecksEveryChange(t *testing.T) {
 			pod := runnerPod("registry.example.com/runner:1")
 			pod.Annotations = map[string]string{AnnotationSpecDigest: "sha256:forged"}
 			return update(t, runnerPod("registry.example.com/runner:1"), pod, "")
+		}},
+		{name: "a runner's task label changed", want: "the label " + TaskIDLabel + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			old, pod := recorded(), recorded()
+			old.Labels[TaskIDLabel], pod.Labels[TaskIDLabel] = "t-1", "t-2"
+			return update(t, old, pod, "")
+		}},
+		{name: "a task label added to a runner", want: "the label " + TaskIDLabel + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			pod := recorded()
+			pod.Labels[TaskIDLabel] = "t-2"
+			return update(t, recorded(), pod, "")
+		}},
+		{name: "a runner given to another Job", want: "the controller reference of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			pod := recorded()
+			pod.OwnerReferences[0].UID, pod.OwnerReferences[0].Name = "job-uid-2", "task-2"
+			return update(t, recorded(), pod, "")
+		}},
+		{name: "a controller given to a runner that had none", want: "the controller reference of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			old := recorded()
+			old.OwnerReferences = nil
+			return update(t, old, recorded(), "")
+		}},
+		{name: "a runner's controller reference removed (orphaned)", allowed: true, req: func(t *testing.T) admission.Request {
+			pod := recorded()
+			pod.OwnerReferences = nil
+			return update(t, recorded(), pod, "")
 		}},
 		{name: "record annotations on a plain pod", allowed: true, req: func(t *testing.T) admission.Request {
 			pod := plain(false)
