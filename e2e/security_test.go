@@ -886,7 +886,7 @@ func TestSecurityPlantedLogConfigMap(t *testing.T) {
 // pods the Job controller made for the Job (job.IsPodOf): the task is not
 // ended by the planted pod's ErrImagePull, and its record and kept log are
 // the real runner pod's. The same user cannot rewrite the record the
-// webhook wrote on the runner pod.
+// webhook wrote on the runner pod, nor make that pod another task's.
 func TestSecurityPlantedPod(t *testing.T) {
 	f := features.New("planted pod").
 		Setup(secretsSetup).
@@ -1027,28 +1027,43 @@ func TestSecurityPlantedPod(t *testing.T) {
 
 			// The record the webhook wrote on the runner pod is not the
 			// planter's to change; other annotations are.
-			change := func(f func(a map[string]string)) error {
+			// Nor may it make the runner pod another task's (its task label,
+			// its controller reference): the dispatcher tells a Job's pods
+			// by them.
+			change := func(f func(p *corev1.Pod)) error {
 				p := &corev1.Pod{}
 				if err := pc.Get(ctx, client.ObjectKeyFromObject(&own), p); err != nil {
 					t.Fatal(err)
 				}
 				patched := p.DeepCopy()
-				f(patched.Annotations)
+				f(patched)
 				return pc.Patch(ctx, patched, client.MergeFrom(p))
 			}
 			for _, c := range []struct {
-				what, key string
-				f         func(a map[string]string)
+				what, want string
+				f          func(p *corev1.Pod)
 			}{
-				{"rewriting the runner pod's spec digest", admissionAnnotationSpecDigest, func(a map[string]string) { a[admissionAnnotationSpecDigest] = "sha256:planted" }},
-				{"removing the runner pod's mutations", "runwarden.dev/mutations", func(a map[string]string) { delete(a, "runwarden.dev/mutations") }},
-				{"adding warnings to the runner pod's record", "runwarden.dev/warnings", func(a map[string]string) { a["runwarden.dev/warnings"] = "all is well" }},
+				{"rewriting the runner pod's spec digest", "the annotation runwarden.dev/spec-digest of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.Annotations[admissionAnnotationSpecDigest] = "sha256:planted"
+				}},
+				{"removing the runner pod's mutations", "the annotation runwarden.dev/mutations of a runner pod cannot be changed", func(p *corev1.Pod) {
+					delete(p.Annotations, "runwarden.dev/mutations")
+				}},
+				{"adding warnings to the runner pod's record", "the annotation runwarden.dev/warnings of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.Annotations["runwarden.dev/warnings"] = "all is well"
+				}},
+				{"changing the runner pod's task label", "the label runwarden.dev/task-id of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.Labels[job.LabelTaskID] = "another-task"
+				}},
+				{"giving the runner pod another controller", "the controller reference of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "rw-another", UID: "another-uid", Controller: ptr.To(true)}}
+				}},
 			} {
-				if err := change(c.f); err == nil || !strings.Contains(err.Error(), "the annotation "+c.key+" of a runner pod cannot be changed") {
+				if err := change(c.f); err == nil || !strings.Contains(err.Error(), c.want) {
 					t.Errorf("%s: %v", c.what, err)
 				}
 			}
-			if err := change(func(a map[string]string) { a["note"] = "x" }); err != nil {
+			if err := change(func(p *corev1.Pod) { p.Annotations["note"] = "x" }); err != nil {
 				t.Errorf("a note on the runner pod: %v", err)
 			}
 
