@@ -5,10 +5,15 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -982,4 +987,266 @@ func TestSecurityPlantedLogConfigMap(t *testing.T) {
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// TestSecurityPlantedPod: another user of the namespace, who may create
+// and change pods (not Jobs), plants a pod with a running task's Job's
+// job-name label, a forged owner reference to that Job and the task's
+// annotation, whose image cannot be pulled. The dispatcher counts only the
+// pods the Job controller made for the Job (job.IsPodOf): the task is not
+// ended by the planted pod's ErrImagePull, and its record and kept log are
+// the real runner pod's. The same user cannot rewrite the record the
+// webhook wrote on the runner pod, nor make that pod another task's.
+func TestSecurityPlantedPod(t *testing.T) {
+	f := features.New("planted pod").
+		Setup(secretsSetup).
+		Assess("a planted pod neither ends nor describes the task", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			r := cfg.Client().Resources(ns)
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
+				t.Fatal(err)
+			}
+			w := startWebhookWith(ctx, t, cfg, "{}\n")
+			// The runner goes on once the test says so: it asks the host,
+			// on the real node's gateway, until it answers 200.
+			g := startGate(t)
+			rt := runnerTask(ns, "planted", fmt.Sprintf(`echo "$GREETING from the runner"; until wget -q -O /dev/null %s 2>/dev/null; do sleep 1; done; echo released`, g.url))
+			if err := r.Create(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			d := startDispatcher(ctx, t, cfg, ns)
+
+			// The task's Job and its own pod, the runner running.
+			var j batchv1.Job
+			var own corev1.Pod
+			running := func(ctx context.Context) (bool, error) {
+				cur := &v1alpha1.RunnerTask{}
+				if err := r.Get(ctx, rt.Name, ns, cur); err != nil || cur.Status.JobName == "" {
+					return false, nil
+				}
+				if terminalPhase(cur.Status.Phase) {
+					return false, fmt.Errorf("the task ended before it could be attacked: %s %s: %s", cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
+				}
+				if err := r.Get(ctx, cur.Status.JobName, ns, &j); err != nil {
+					return false, nil
+				}
+				var pods corev1.PodList
+				if err := r.List(ctx, &pods, resources.WithLabelSelector(batchv1.JobNameLabel+"="+j.Name)); err != nil {
+					return false, nil
+				}
+				for _, p := range pods.Items {
+					for _, s := range p.Status.ContainerStatuses {
+						if job.IsPodOf(&j, &p) && s.Name == job.RunnerContainer && s.State.Running != nil {
+							own = p
+							return true, nil
+						}
+					}
+				}
+				return false, nil
+			}
+			if err := harness.WaitFor(ctx, "the task's runner to run", 2*time.Minute, running); err != nil {
+				t.Fatalf("%v\ndispatcher log:\n%s\nwebhook log:\n%s", err, tail(d.log.String(), 3000), tail(w.log.String(), 3000))
+			}
+			if own.Annotations[admissionAnnotationSpecDigest] == "" {
+				t.Fatalf("the runner pod carries no record of the webhook: %v", own.Annotations)
+			}
+
+			planter := harness.User{Name: "pod-planter-" + ns[len(ns)-6:]}
+			if err := planter.Grant(ctx, cfg, ns, "pod-planter", rbacv1.PolicyRule{
+				APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "create", "update", "patch"},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			pc, err := planter.Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			planted := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: j.Name + "-planted", Namespace: ns,
+					// The Job's labels as anyone reading it sees them, the
+					// dispatcher's among them (its cache holds only pods
+					// with it). Not batch.kubernetes.io/controller-uid: the
+					// Job's selector, which would have the Job controller
+					// adopt the pod (see docs/security.md).
+					Labels: map[string]string{
+						batchv1.JobNameLabel: j.Name, "job-name": j.Name,
+						job.LabelDispatcher: j.Labels[job.LabelDispatcher], job.LabelTaskID: j.Labels[job.LabelTaskID],
+					},
+					Annotations: map[string]string{job.AnnotationTaskID: kube.TaskID(rt), admissionAnnotationSpecDigest: "sha256:planted"},
+					OwnerReferences: []metav1.OwnerReference{{
+						APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: types.UID("forged-" + string(j.UID)), Controller: ptr.To(true),
+					}},
+				},
+				Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers:    []corev1.Container{{Name: job.RunnerContainer, Image: "registry.example.com/planted:1", Command: []string{"true"}}},
+				},
+			}
+			harness.OnRealNode(&planted.Spec)
+			// The node has no registry: the pull fails, and the pod shows it.
+			planted.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
+			if err := pc.Create(ctx, planted); err != nil {
+				t.Fatalf("planting a pod with the Job's job-name label: %v", err)
+			}
+			pulling := func(ctx context.Context) (bool, error) {
+				p := &corev1.Pod{}
+				if err := r.Get(ctx, planted.Name, ns, p); err != nil {
+					return false, nil
+				}
+				for _, s := range p.Status.ContainerStatuses {
+					if w := s.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+						return true, nil
+					}
+				}
+				return false, nil
+			}
+			if err := harness.WaitFor(ctx, "the planted pod to show ErrImagePull", 2*time.Minute, pulling); err != nil {
+				t.Fatal(err)
+			}
+			// Have the dispatcher look at the task with the planted pod's
+			// status in its cache: a change to the planted pod after that
+			// status reaches it after it (the task's annotation maps the
+			// pod to the task), twice, each waited for by a reconcile.
+			for i := range 2 {
+				before := reconciles(d, "runnertask")
+				p := &corev1.Pod{}
+				if err := pc.Get(ctx, client.ObjectKeyFromObject(planted), p); err != nil {
+					t.Fatal(err)
+				}
+				patched := p.DeepCopy()
+				patched.Annotations["round"] = fmt.Sprint(i)
+				if err := pc.Patch(ctx, patched, client.MergeFrom(p)); err != nil {
+					t.Fatal(err)
+				}
+				looked := func(context.Context) (bool, error) { return reconciles(d, "runnertask") > before, nil }
+				if err := harness.WaitFor(ctx, "the dispatcher to look at the task again", time.Minute, looked); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cur := &v1alpha1.RunnerTask{}
+			if err := r.Get(ctx, rt.Name, ns, cur); err != nil {
+				t.Fatal(err)
+			}
+			if terminalPhase(cur.Status.Phase) {
+				t.Fatalf("the planted pod ended the task: %s %s: %s", cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
+			}
+			if err := r.Get(ctx, j.Name, ns, &batchv1.Job{}); err != nil {
+				t.Fatalf("the task's Job after the planted pod: %v", err)
+			}
+
+			// The record the webhook wrote on the runner pod is not the
+			// planter's to change; other annotations are.
+			// Nor may it make the runner pod another task's (its task label,
+			// its controller reference): the dispatcher tells a Job's pods
+			// by them.
+			change := func(f func(p *corev1.Pod)) error {
+				p := &corev1.Pod{}
+				if err := pc.Get(ctx, client.ObjectKeyFromObject(&own), p); err != nil {
+					t.Fatal(err)
+				}
+				patched := p.DeepCopy()
+				f(patched)
+				return pc.Patch(ctx, patched, client.MergeFrom(p))
+			}
+			for _, c := range []struct {
+				what, want string
+				f          func(p *corev1.Pod)
+			}{
+				{"rewriting the runner pod's spec digest", "the annotation runwarden.dev/spec-digest of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.Annotations[admissionAnnotationSpecDigest] = "sha256:planted"
+				}},
+				{"removing the runner pod's mutations", "the annotation runwarden.dev/mutations of a runner pod cannot be changed", func(p *corev1.Pod) {
+					delete(p.Annotations, "runwarden.dev/mutations")
+				}},
+				{"adding warnings to the runner pod's record", "the annotation runwarden.dev/warnings of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.Annotations["runwarden.dev/warnings"] = "all is well"
+				}},
+				{"changing the runner pod's task label", "the label runwarden.dev/task-id of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.Labels[job.LabelTaskID] = "another-task"
+				}},
+				{"giving the runner pod another controller", "the controller reference of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "rw-another", UID: "another-uid", Controller: ptr.To(true)}}
+				}},
+			} {
+				if err := change(c.f); err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%s: %v", c.what, err)
+				}
+			}
+			if err := change(func(p *corev1.Pod) { p.Annotations["note"] = "x" }); err != nil {
+				t.Errorf("a note on the runner pod: %v", err)
+			}
+
+			g.release()
+			got := waitPhase(ctx, t, cfg, rt, d)
+			if got.Status.Phase != v1alpha1.PhaseSucceeded {
+				t.Fatalf("task planted: %s %s: %s", got.Status.Phase, got.Status.Reason, got.Status.Message)
+			}
+			if rec := got.Status.Record; rec == nil || rec.Pod != own.Name || rec.SpecDigest != own.Annotations[admissionAnnotationSpecDigest] {
+				t.Errorf("the task's record %+v; want the runner pod %s's, spec digest %s", rec, own.Name, own.Annotations[admissionAnnotationSpecDigest])
+			}
+			var kept corev1.ConfigMap
+			if err := r.Get(ctx, got.Status.LogConfigMap, ns, &kept); err != nil {
+				t.Fatalf("the kept log %q: %v", got.Status.LogConfigMap, err)
+			}
+			if kept.Data["log"] != "hello from the runner\nreleased\n" {
+				t.Errorf("the kept log %q, want the runner's", kept.Data["log"])
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// admissionAnnotationSpecDigest is the webhook's record of a runner pod's
+// spec (webhook/admission.AnnotationSpecDigest).
+const admissionAnnotationSpecDigest = "runwarden.dev/spec-digest"
+
+// gate answers 503 until released, then 200: a runner on the real node
+// waits on it (its gateway is the host).
+type gate struct {
+	url      string
+	released chan struct{}
+	once     sync.Once
+}
+
+func startGate(t *testing.T) *gate {
+	t.Helper()
+	l, err := net.Listen("tcp", realNodeGateway+":0")
+	if err != nil {
+		t.Fatalf("listening on the real node's gateway: %v", err)
+	}
+	g := &gate{url: "http://" + l.Addr().String() + "/", released: make(chan struct{})}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-g.released:
+			w.WriteHeader(http.StatusOK)
+		default:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return g
+}
+
+func (g *gate) release() { g.once.Do(func() { close(g.released) }) }
+
+// reconciles is how many reconciles of the named controller the dispatcher
+// has ended, by its metrics.
+func reconciles(d *dispatcherProcess, controller string) int {
+	resp, err := http.Get("http://" + d.metrics + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	n := 0
+	for _, l := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(l, `controller_runtime_reconcile_total{controller="`+controller+`"`) {
+			continue
+		}
+		f, _ := strconv.ParseFloat(l[strings.LastIndex(l, " ")+1:], 64)
+		n += int(f)
+	}
+	return n
 }

@@ -85,9 +85,9 @@ func TestRunner(ctx context.Context, o TestRunnerOptions) error {
 			return fmt.Errorf("reading the test runner Job: %w", err)
 		}
 	}
-	var pods corev1.PodList
-	if err := o.Client.List(ctx, &pods, client.InNamespace(o.Namespace), client.MatchingLabels{"job-name": j.Name}); err == nil {
-		for _, p := range pods.Items {
+	// The log of the Job's own pod only (job.IsPodOf).
+	if pods, err := job.PodsOf(ctx, o.Client, j, false); err == nil {
+		for _, p := range pods {
 			if b, err := o.Logs.Pods(o.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: job.RunnerContainer}).DoRaw(ctx); err == nil && o.Out != nil {
 				_, _ = o.Out.Write(b)
 			}

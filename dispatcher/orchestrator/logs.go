@@ -10,6 +10,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -72,12 +73,13 @@ func (s *Source) streamLogs(t *task, j *batchv1.Job) {
 	t.logs = l
 	s.mu.Unlock()
 	// The caller goes on using j (a patch decodes into it): copy what the
-	// stream needs.
-	namespace, name := j.Namespace, j.Name
+	// stream needs, which is what tells the Job's own pods (job.IsPodOf).
+	own := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name, UID: j.UID,
+		Labels: map[string]string{job.LabelTaskID: j.Labels[job.LabelTaskID]}}}
 	go func() {
 		defer close(l.done)
 		defer cancel()
-		s.runLogs(sctx, t, l, namespace, name)
+		s.runLogs(sctx, t, l, own)
 	}()
 }
 
@@ -106,11 +108,12 @@ func (s *Source) logsPending(t *task) bool {
 	return s.opts.Now().Sub(l.finalAt) < logGrace
 }
 
-func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, namespace, jobName string) {
+func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, j *batchv1.Job) {
+	namespace := j.Namespace
 	var offset int64
 	failures := 0
 	for ctx.Err() == nil && failures < openAttempts {
-		pod := s.runnerPod(ctx, namespace, jobName)
+		pod := s.runnerPod(ctx, j)
 		if pod == "" {
 			failures++
 			sleep(ctx, s.opts.Backoff.Delay(failures, nil))
@@ -135,7 +138,7 @@ func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, namespace, 
 			s.log.Error(err, "streaming the runner log stopped", "task", t.id)
 			return
 		}
-		if s.containerDone(ctx, namespace, pod) {
+		if s.containerDone(ctx, j, pod) {
 			if err := s.sendChunk(ctx, t, LogChunk{Offset: offset, Final: true}); err != nil && ctx.Err() == nil {
 				s.log.Error(err, "sending the end of the runner log", "task", t.id)
 			}
@@ -154,12 +157,15 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (s *Source) runnerPod(ctx context.Context, namespace, jobName string) string {
-	var pods corev1.PodList
-	if err := s.opts.Kube.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": jobName}, client.UnsafeDisableDeepCopy); err != nil {
+// runnerPod names the scheduled pod of Job j's own (job.IsPodOf): the log
+// of a pod planted with the Job's job-name label is never sent as the
+// task's.
+func (s *Source) runnerPod(ctx context.Context, j *batchv1.Job) string {
+	pods, err := job.PodsOf(ctx, s.opts.Kube, j, true)
+	if err != nil {
 		return ""
 	}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.Spec.NodeName != "" {
 			return p.Name
 		}
@@ -167,9 +173,11 @@ func (s *Source) runnerPod(ctx context.Context, namespace, jobName string) strin
 	return ""
 }
 
-func (s *Source) containerDone(ctx context.Context, namespace, pod string) bool {
+// containerDone tells whether the runner container of pod, Job j's, has
+// ended; a pod gone, or of that name but no longer j's, has.
+func (s *Source) containerDone(ctx context.Context, j *batchv1.Job, pod string) bool {
 	p := &corev1.Pod{}
-	if err := s.opts.Kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: pod}, p); err != nil {
+	if err := s.opts.Kube.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: pod}, p); err != nil || !job.IsPodOf(j, p) {
 		return true // gone
 	}
 	for _, c := range p.Status.ContainerStatuses {

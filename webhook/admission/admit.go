@@ -153,6 +153,10 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 	switch {
 	case old != nil && (old.Labels[RunnerLabel] == "true") != claimed:
 		return denied(fmt.Sprintf("runwarden: the label %s cannot be added to or removed from a pod: a pod is a runner from its creation, or never", RunnerLabel)), nil
+	case old != nil && claimed && identityChanged(old, pod) != "":
+		return denied(fmt.Sprintf("runwarden: %s of a runner pod cannot be changed: with it the dispatcher tells whose task the pod is", identityChanged(old, pod))), nil
+	case old != nil && claimed && recordChanged(old, pod) != "":
+		return denied(fmt.Sprintf("runwarden: the annotation %s of a runner pod cannot be changed: it is the webhook's record of what it admitted, written at the pod's creation and read by the dispatcher into the task's record", recordChanged(old, pod))), nil
 	case old == nil && claimed:
 		why, err := h.earned(ctx, look, pod, req.User, &res)
 		if err != nil {

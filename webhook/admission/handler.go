@@ -16,6 +16,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -31,6 +32,10 @@ const RunnerLabel = contract.LabelRunner
 
 // DispatcherLabel is on every Job runwarden's dispatcher makes.
 const DispatcherLabel = contract.LabelDispatcher
+
+// TaskIDLabel is on a runner pod from its Job's template: with the pod's
+// controller reference, it tells the dispatcher whose task the pod is.
+const TaskIDLabel = contract.LabelTaskID
 
 // DefaultJobControllerUsers are the users the Job controller of
 // kube-controller-manager creates pods as: its own service account with
@@ -171,6 +176,25 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	}
 	resp.Warnings = res.Warnings
 	return resp, res.Outcome
+}
+
+// identityChanged names what of a runner pod's identity an update changes,
+// or is "": its task label, or its controller reference (given another
+// owner, or one when it had none). The garbage collector and the Job
+// controller may still remove the reference (orphaning, releasing).
+func identityChanged(old, pod *corev1.Pod) string {
+	if old.Labels[TaskIDLabel] != pod.Labels[TaskIDLabel] {
+		return "the label " + TaskIDLabel
+	}
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil {
+		return ""
+	}
+	was := metav1.GetControllerOfNoCopy(old)
+	if was == nil || was.UID != ref.UID || was.Kind != ref.Kind || was.APIVersion != ref.APIVersion || was.Name != ref.Name {
+		return "the controller reference"
+	}
+	return ""
 }
 
 // decodePod decodes a pod of the request. The API server sends admission

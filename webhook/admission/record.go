@@ -32,6 +32,23 @@ const (
 	AnnotationWarnings = contract.AnnotationWarnings
 )
 
+// recordAnnotations are the annotations of the webhook's record.
+var recordAnnotations = [...]string{AnnotationSpecDigest, AnnotationPolicyDigest, AnnotationMutations, AnnotationWarnings}
+
+// recordChanged names the first record annotation an update of a pod adds,
+// removes or changes, or is "": once the webhook wrote the record at the
+// pod's creation, no one may rewrite it.
+func recordChanged(old, pod *corev1.Pod) string {
+	for _, k := range recordAnnotations {
+		was, had := old.Annotations[k]
+		is, has := pod.Annotations[k]
+		if had != has || was != is {
+			return k
+		}
+	}
+	return ""
+}
+
 // maxRecord bounds each recorded annotation's value.
 const maxRecord = 4096
 
