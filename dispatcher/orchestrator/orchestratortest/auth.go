@@ -45,7 +45,7 @@ func (s *Server) authenticate(r *http.Request) error {
 		if !ok {
 			return errors.New("unknown access token")
 		}
-		if !time.Now().Before(exp) {
+		if !s.clock.Now().Before(exp) {
 			return errors.New("expired access token")
 		}
 		return nil
@@ -75,6 +75,7 @@ func (s *Server) verifyJWT(raw string) error {
 		jwt.WithRequiredClaim(jwt.ExpirationKey),
 		jwt.WithRequiredClaim(jwt.IssuedAtKey),
 		jwt.WithMaxDelta(maxJWTLifetime, jwt.ExpirationKey, jwt.IssuedAtKey),
+		jwt.WithClock(jwt.ClockFunc(s.clock.Now)),
 	)
 	if err != nil {
 		return fmt.Errorf("bad JWT: %w", err)
@@ -105,7 +106,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	ttl := s.opts.ExchangeTTL
 	access := rand.Text()
 	s.mu.Lock()
-	s.issued[access] = time.Now().Add(ttl)
+	s.issued[access] = s.clock.Now().Add(ttl)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, orchestrator.TokenResponse{
 		AccessToken: access,

@@ -37,10 +37,10 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, orchestrator.CodeBadRequest, "negative waitSeconds")
 		return
 	}
-	deadline := time.Now().Add(min(time.Duration(req.WaitSeconds)*time.Second, s.opts.MaxWait))
+	deadline := s.clock.Now().Add(min(time.Duration(req.WaitSeconds)*time.Second, s.opts.MaxWait))
 	for {
 		s.mu.Lock()
-		now := time.Now()
+		now := s.clock.Now()
 		s.expireLocked(now)
 		leases, rec := s.leasesLocked(&req, now)
 		next := s.nextExpiryLocked()
@@ -54,18 +54,18 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, orchestrator.PollResponse{Leases: leases})
 			return
 		}
-		wait := time.Until(deadline)
+		wait := deadline.Sub(s.clock.Now())
 		if wait <= 0 {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
 		if !next.IsZero() {
-			wait = min(wait, time.Until(next)+expiryMargin)
+			wait = min(wait, next.Sub(s.clock.Now())+expiryMargin)
 		}
-		timer := time.NewTimer(wait)
+		timer := s.clock.NewTimer(wait)
 		select {
 		case <-wake:
-		case <-timer.C:
+		case <-timer.C():
 		case <-s.closed:
 			timer.Stop()
 			w.WriteHeader(http.StatusNoContent)
@@ -146,7 +146,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, leaseID string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.clock.Now()
 	s.expireLocked(now)
 	t, ok := s.byLease[leaseID]
 	switch {
@@ -179,7 +179,7 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, leaseID st
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.expireLocked(time.Now())
+	s.expireLocked(s.clock.Now())
 	t, ok := s.byLease[leaseID]
 	switch {
 	case !ok || !t.rec.Leased || t.lease.LeaseID != leaseID:
@@ -220,7 +220,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, taskID string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.expireLocked(time.Now())
+	s.expireLocked(s.clock.Now())
 	t, ok := s.tasks[taskID]
 	if !ok {
 		writeError(w, http.StatusNotFound, codeNotFound, "no task "+taskID)
@@ -287,7 +287,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, taskID string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.expireLocked(time.Now())
+	s.expireLocked(s.clock.Now())
 	t, ok := s.tasks[taskID]
 	if !ok {
 		writeError(w, http.StatusNotFound, codeNotFound, "no task "+taskID)
