@@ -369,7 +369,7 @@ func loadRequest(b *testing.B) (review, opaInput []byte) {
 	cfg := map[string]any{}
 	_ = yaml.Unmarshal([]byte(loadPlatform), &cfg)
 	ns, sa := loadObjects()
-	in, err := rwadmission.BuildInput(b.Context(), fake.NewClientBuilder().WithObjects(ns, sa).Build(), pod, "CREATE", "u", nil, cfg)
+	in, _, err := rwadmission.BuildInput(b.Context(), rwadmission.ClusterLookups(fake.NewClientBuilder().WithObjects(ns, sa).Build(), nil), pod, "CREATE", "u", nil, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -422,10 +422,6 @@ func (r sharedReader) Get(_ context.Context, key client.ObjectKey, obj client.Ob
 	}
 	return nil
 }
-
-type staticSet struct{ s *policy.Set }
-
-func (p staticSet) Current() *policy.Set { return p.s }
 
 func startEmpty(b *testing.B) string {
 	b.Helper()

@@ -11,7 +11,11 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/yaml"
 
 	"github.com/runwarden/runwarden/policies"
@@ -37,108 +41,291 @@ func readYAML(path string, into any) error {
 	return nil
 }
 
-// policyEval prints the decision the policies make for a pod, and the pod
-// after the mutations. It exits 1 when the pod would be denied, 2 for bad
-// arguments or files, 3 when the policies cannot decide (they do not load,
-// or their evaluation fails): a check that expects a denial must not pass
-// on broken policies.
-func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// evalConfig is the parsed command line of `policy eval`.
+type evalConfig struct {
+	podFile, oldPodFile, subResource string
+	nsFile, saFile, jobFile          string
+	cfgFile, policyDir               string
+	user                             string
+	jobUsers                         []string
+	runnerNamespace                  string
+	resolverImage, resolverPull      string
+}
+
+// defaultResolverImage is the chart's webhook image, registry and name,
+// with no tag: eval shows the resolver's init container as the chart's
+// webhook adds it.
+const defaultResolverImage = "localhost/runwarden/webhook"
+
+func parseEval(args []string, stderr io.Writer) (evalConfig, error) {
+	var c evalConfig
+	jobUsers := strings.Join(rwadmission.DefaultJobControllerUsers, ",")
 	fs := flag.NewFlagSet("runwarden-webhook policy eval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	podFile := fs.String("pod", "", "pod manifest (YAML) to evaluate (required)")
-	nsFile := fs.String("namespace", "", "namespace manifest: its labels and annotations")
-	saFile := fs.String("service-account", "", "service account manifest: its annotations")
-	cfgFile := fs.String("config", "", "platform configuration (YAML)")
-	dir := fs.String("policies", "", "policy folder (default: the shipped policies)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: runwarden-webhook policy eval --pod FILE [flags]
+
+Admits a pod as the webhook does, with the same code: the mutating handler
+(the runner label's earned check, the policies, the secret references'
+resolver init container, the mutations, the record annotations), then the
+validating handler on its result, as the API server calls them. It prints
+the policies' decision and the pod as admitted. What only the cluster could
+tell and no file gives (the namespace, the service account, the pod's Job)
+is printed as "# NOT CHECKED: ...", with how eval went on without it.
+Exit status: 0 admitted, 1 denied, 2 bad arguments or files, 3 the
+webhook could not decide (the policies do not load, or fail to evaluate).
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.podFile, "pod", "", "pod manifest (YAML) to admit, as the API server sends it (required)")
+	fs.StringVar(&c.oldPodFile, "old-pod", "", "the pod before an update: the request is an UPDATE of it to --pod (default: a CREATE)")
+	fs.StringVar(&c.subResource, "subresource", "", `the request's subresource with --old-pod: "ephemeralcontainers" (kubectl debug), "status" (not checked by the webhook), or none`)
+	fs.StringVar(&c.nsFile, "namespace", "", "the pod's Namespace manifest: its labels and annotations (default: not checked, none)")
+	fs.StringVar(&c.saFile, "service-account", "", "the pod's ServiceAccount manifest: its annotations (default: not checked, none)")
+	fs.StringVar(&c.jobFile, "job", "", "the Job that owns the pod (its controller reference): the runner label is earned only for a Job of runwarden's dispatcher (default: not checked, taken as earned)")
+	fs.StringVar(&c.cfgFile, "config", "", "platform configuration (YAML), as the webhook's --config")
+	fs.StringVar(&c.policyDir, "policies", "", "policy folder (default: the shipped policies)")
 	// Runner pods are created by the Job controller, not the dispatcher.
-	user := fs.String("user", rwadmission.DefaultJobControllerUsers[0], "requesting user policies see as input.user.username (runner pods are created by the Job controller; a pod labelled runwarden.dev/runner that another user creates is refused, as the webhook refuses it)")
-	jobUsers := fs.String("job-controller-users", strings.Join(rwadmission.DefaultJobControllerUsers, ","), "comma-separated users the Job controller creates pods as, as the webhook's flag")
+	fs.StringVar(&c.user, "user", rwadmission.DefaultJobControllerUsers[0], "requesting user policies see as input.user.username (runner pods are created by the Job controller; a pod labelled runwarden.dev/runner that another user creates is refused, as the webhook refuses it)")
+	fs.StringVar(&jobUsers, "job-controller-users", jobUsers, "comma-separated users the Job controller creates pods as, as the webhook's flag")
+	fs.StringVar(&c.runnerNamespace, "runner-namespace", "", "the one namespace whose runner pods the webhook admits, as the webhook's flag (default: every namespace)")
+	fs.StringVar(&c.resolverImage, "resolver-image", defaultResolverImage, "image of the init container that resolves secret references, as the webhook's flag (the chart passes the webhook's own image); empty: references reach the runner as written")
+	fs.StringVar(&c.resolverPull, "resolver-image-pull-policy", "", "pull policy of --resolver-image, as the webhook's flag")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.podFile == "" {
+		return c, errors.New("--pod is required")
+	}
+	if c.subResource != "" && c.oldPodFile == "" {
+		return c, fmt.Errorf("--subresource %s: only an UPDATE has one; give --old-pod", c.subResource)
+	}
+	switch corev1.PullPolicy(c.resolverPull) {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return c, fmt.Errorf("--resolver-image-pull-policy %q: use Always, IfNotPresent or Never", c.resolverPull)
+	}
+	for _, u := range strings.Split(jobUsers, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			c.jobUsers = append(c.jobUsers, u)
 		}
-		return 2
 	}
-	if *podFile == "" {
-		fmt.Fprintln(stderr, "runwarden-webhook policy eval: --pod is required")
-		return 2
-	}
-	pod := &corev1.Pod{}
-	if err := readYAML(*podFile, pod); err != nil {
-		fmt.Fprintf(stderr, "runwarden-webhook policy eval: reading the pod: %v\n", err)
-		return 2
-	}
-	ns := &corev1.Namespace{}
-	if *nsFile != "" {
-		if err := readYAML(*nsFile, ns); err != nil {
-			fmt.Fprintf(stderr, "runwarden-webhook policy eval: reading the namespace: %v\n", err)
-			return 2
-		}
-	}
-	if pod.Namespace == "" {
-		pod.Namespace = cmp.Or(ns.Name, "default")
-	}
-	cfg, err := readPlatformConfig(*cfgFile)
-	if err != nil {
-		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
-		return 2
-	}
-	// The webhook also checks the pod's Job, which needs a cluster: here
-	// only who creates it is checked, and a pod labelled a runner is
-	// evaluated as an earned one, else as another pod of a runner namespace.
-	runner := pod.Labels[rwadmission.RunnerLabel] == "true"
-	if runner && !slices.Contains(strings.Split(*jobUsers, ","), *user) {
-		fmt.Fprintf(stdout, "# the pod would be DENIED: it claims the label %s: \"true\", and %s is not the Job controller (%s)\n", rwadmission.RunnerLabel, *user, *jobUsers)
-		return 1
-	}
-	in, err := rwadmission.BuildInput(ctx, nil, pod, "CREATE", *user, nil, cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
-		return 3
-	}
-	in.Runner = runner
-	in.Namespace = policy.NamespaceInfo{Name: pod.Namespace, Labels: orEmpty(ns.Labels), Annotations: orEmpty(ns.Annotations)}
-	// As the webhook reads it: the pod's service account, or default.
-	in.ServiceAccount = policy.ObjectInfo{Name: cmp.Or(pod.Spec.ServiceAccountName, "default"), Annotations: map[string]string{}}
-	if *saFile != "" {
-		sa := &corev1.ServiceAccount{}
-		if err := readYAML(*saFile, sa); err != nil {
-			fmt.Fprintf(stderr, "runwarden-webhook policy eval: reading the service account: %v\n", err)
-			return 2
-		}
-		in.ServiceAccount = policy.ObjectInfo{Name: sa.Name, Annotations: orEmpty(sa.Annotations)}
-	}
-	set, err := loadSet(ctx, *dir)
-	if err != nil {
-		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
-		return 3
-	}
-	d, err := set.Eval(ctx, in)
-	if err != nil {
-		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
-		return 3
-	}
-	out, _ := yaml.Marshal(map[string]any{"decision": d})
-	fmt.Fprintf(stdout, "%s", out)
-	if len(d.Deny) > 0 {
-		fmt.Fprintln(stdout, "# the pod would be DENIED")
-		return 1
-	}
-	// The webhook denies a pod whose own volumes clash with the mutations.
-	if clashes := rwadmission.MountClashes(pod, d.Mutations); len(clashes) > 0 {
-		fmt.Fprintf(stdout, "# the pod would be DENIED: %s\n", strings.Join(clashes, "; "))
-		return 1
-	}
-	if !runner {
-		// Another pod of a runner namespace: checked, never shaped.
-		fmt.Fprintln(stdout, "# not a runner pod: allowed, unchanged")
+	return c, nil
+}
+
+// policyEval admits a pod as the webhook does and prints the decision and
+// the pod as admitted. It exits 1 when the pod would be denied, 2 for bad
+// arguments or files, 3 when the webhook could not decide (the policies do
+// not load, or their evaluation fails): a check that expects a denial must
+// not pass on broken policies.
+func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, err := parseEval(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	rwadmission.Apply(pod, d.Mutations)
-	out, _ = yaml.Marshal(map[string]any{"pod": pod})
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
+		return 2
+	}
+	req, look, err := readEvalFiles(c)
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
+		return 2
+	}
+	cfg, err := readPlatformConfig(c.cfgFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
+		return 2
+	}
+	set, err := loadSet(ctx, c.policyDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
+		return 3
+	}
+	// The webhook's logs are the cluster's business; eval prints its own.
+	ctx = logr.NewContext(ctx, logr.Discard())
+	passes, err := admitAsTheAPIServer(ctx, c, cfg, set, req, look)
+	if err != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: the webhook could not decide: %v\n", err)
+		return 3
+	}
+	return printEval(stdout, passes)
+}
+
+// evalPass is one webhook's answer.
+type evalPass struct {
+	webhook string
+	res     rwadmission.Result
+}
+
+// admitAsTheAPIServer calls the mutating handler, then the validating one
+// on the pod it admitted, as the API server does; it stops at a denial.
+func admitAsTheAPIServer(ctx context.Context, c evalConfig, cfg map[string]any, set *policy.Set, req rwadmission.Request, look rwadmission.Lookups) ([]evalPass, error) {
+	var resolver *rwadmission.Resolver
+	if c.resolverImage != "" {
+		resolver = &rwadmission.Resolver{Image: c.resolverImage, PullPolicy: corev1.PullPolicy(c.resolverPull)}
+	}
+	var passes []evalPass
+	for _, mutate := range []bool{true, false} {
+		h := rwadmission.New(rwadmission.Options{
+			Policies: staticSet{set}, Config: cfg, Mutate: mutate, Namespace: c.runnerNamespace,
+			JobControllerUsers: c.jobUsers, Resolver: resolver,
+		})
+		res, err := h.Admit(ctx, req, look)
+		if err != nil {
+			return nil, err
+		}
+		passes = append(passes, evalPass{webhook: map[bool]string{true: "mutating", false: "validating"}[mutate], res: res})
+		if res.Outcome == rwadmission.OutcomeDenied {
+			break
+		}
+		req.Pod = res.Pod
+	}
+	return passes, nil
+}
+
+// printEval prints the policies' decision, what
+// was not checked, and the denial or the pod as admitted; it returns the
+// exit status.
+func printEval(stdout io.Writer, passes []evalPass) int {
+	last := passes[len(passes)-1].res
+	// The decision that shaped the pod (the mutating webhook's), or the
+	// one that denied it.
+	decided := slices.IndexFunc(passes, func(p evalPass) bool { return p.res.Evaluated })
+	if last.Evaluated && last.Outcome == rwadmission.OutcomeDenied {
+		decided = len(passes) - 1
+	}
+	if decided >= 0 {
+		out, _ := yaml.Marshal(map[string]any{"decision": passes[decided].res.Decision})
+		fmt.Fprintf(stdout, "%s", out)
+	}
+	var notChecked, outcomes []string
+	for _, p := range passes {
+		for _, n := range p.res.NotChecked {
+			if !slices.Contains(notChecked, n) {
+				notChecked = append(notChecked, n)
+			}
+		}
+		outcome := p.res.Outcome
+		if p.res.Reason != "" {
+			outcome += " (" + p.res.Reason + ")"
+		}
+		outcomes = append(outcomes, p.webhook+" webhook: "+outcome)
+	}
+	for _, n := range notChecked {
+		fmt.Fprintf(stdout, "# NOT CHECKED: %s\n", n)
+	}
+	if last.Outcome == rwadmission.OutcomeDenied {
+		fmt.Fprintf(stdout, "# the pod would be DENIED by the %s webhook: %s\n", passes[len(passes)-1].webhook, last.Denial)
+		return 1
+	}
+	fmt.Fprintf(stdout, "# the pod would be admitted: %s\n", strings.Join(outcomes, "; "))
+	out, _ := yaml.Marshal(map[string]any{"pod": last.Pod})
 	fmt.Fprintf(stdout, "---\n%s", out)
 	return 0
 }
+
+// readEvalFiles reads the request and the cluster objects eval was given.
+func readEvalFiles(c evalConfig) (rwadmission.Request, *fileLookups, error) {
+	req := rwadmission.Request{Operation: admissionv1.Create, SubResource: c.subResource, User: c.user, Pod: &corev1.Pod{}}
+	if err := readYAML(c.podFile, req.Pod); err != nil {
+		return req, nil, fmt.Errorf("reading the pod: %w", err)
+	}
+	if c.oldPodFile != "" {
+		req.Operation, req.OldPod = admissionv1.Update, &corev1.Pod{}
+		if err := readYAML(c.oldPodFile, req.OldPod); err != nil {
+			return req, nil, fmt.Errorf("reading the pod before the update: %w", err)
+		}
+	}
+	look := &fileLookups{}
+	if c.nsFile != "" {
+		look.ns = &corev1.Namespace{}
+		if err := readYAML(c.nsFile, look.ns); err != nil {
+			return req, nil, fmt.Errorf("reading the namespace: %w", err)
+		}
+	}
+	// The request's namespace: the pod's, else the namespace given, else
+	// default (as kubectl would send it).
+	req.Namespace = req.Pod.Namespace
+	if look.ns != nil {
+		req.Namespace = cmp.Or(req.Namespace, look.ns.Name)
+	}
+	req.Namespace = cmp.Or(req.Namespace, "default")
+	ns := req.Namespace
+	if look.ns != nil && look.ns.Name != ns {
+		return req, nil, fmt.Errorf("--namespace %s is namespace %q, and the pod is in %q: give the pod's namespace", c.nsFile, look.ns.Name, ns)
+	}
+	if c.saFile != "" {
+		look.sa = &corev1.ServiceAccount{}
+		if err := readYAML(c.saFile, look.sa); err != nil {
+			return req, nil, fmt.Errorf("reading the service account: %w", err)
+		}
+		// As the webhook reads it: the pod's service account, or default.
+		name := cmp.Or(req.Pod.Spec.ServiceAccountName, "default")
+		if look.sa.Name != name || cmp.Or(look.sa.Namespace, ns) != ns {
+			return req, nil, fmt.Errorf("--service-account %s is %s/%s, and the pod runs as %s/%s: give the pod's service account", c.saFile, look.sa.Namespace, look.sa.Name, ns, name)
+		}
+	}
+	if c.jobFile != "" {
+		look.job = &batchv1.Job{}
+		if err := readYAML(c.jobFile, look.job); err != nil {
+			return req, nil, fmt.Errorf("reading the Job: %w", err)
+		}
+	}
+	return req, look, nil
+}
+
+// fileLookups are the cluster objects eval was given; an object not given
+// is not checked (rwadmission.ErrNotChecked), never taken for missing.
+type fileLookups struct {
+	ns  *corev1.Namespace
+	sa  *corev1.ServiceAccount
+	job *batchv1.Job
+}
+
+var _ rwadmission.Lookups = (*fileLookups)(nil)
+
+func (l *fileLookups) Namespace(_ context.Context, name string) (*corev1.Namespace, error) {
+	switch {
+	case l.ns == nil:
+		return nil, fmt.Errorf("no --namespace given: %w", rwadmission.ErrNotChecked)
+	case l.ns.Name != name:
+		return nil, apierrors.NewNotFound(corev1.Resource("namespaces"), name)
+	}
+	return l.ns, nil
+}
+
+func (l *fileLookups) ServiceAccount(_ context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
+	switch {
+	case l.sa == nil:
+		return nil, fmt.Errorf("no --service-account given: %w", rwadmission.ErrNotChecked)
+	case l.sa.Name != name || cmp.Or(l.sa.Namespace, namespace) != namespace:
+		return nil, apierrors.NewNotFound(corev1.Resource("serviceaccounts"), name)
+	}
+	return l.sa, nil
+}
+
+// Job is the Job given, if the pod names it; a pod that names another Job
+// names one that does not exist, as the webhook would find.
+func (l *fileLookups) Job(_ context.Context, namespace, name string) (*batchv1.Job, error) {
+	switch {
+	case l.job == nil:
+		return nil, fmt.Errorf("no --job given: %w", rwadmission.ErrNotChecked)
+	case l.job.Name != name || cmp.Or(l.job.Namespace, namespace) != namespace:
+		return nil, apierrors.NewNotFound(batchv1.Resource("jobs"), name)
+	}
+	return l.job, nil
+}
+
+// staticSet is a policy set that does not change.
+type staticSet struct{ s *policy.Set }
+
+func (p staticSet) Current() *policy.Set { return p.s }
 
 // policyTest runs the policies' tests with coverage.
 func policyTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -177,11 +364,4 @@ func policyTest(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	return 0
-}
-
-func orEmpty(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
 }

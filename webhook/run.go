@@ -11,7 +11,8 @@ import (
 
 const usage = `Usage:
   runwarden-webhook [serve] [flags]     run the admission webhook (see serve --help)
-  runwarden-webhook policy eval [flags] print the decision and the resulting pod for a pod file
+  runwarden-webhook policy eval [flags] admit a pod file with the webhook's own code (see policy eval --help):
+                                        the decision and the pod as admitted, what no file gave NOT CHECKED
   runwarden-webhook policy test [--min-coverage N] [DIR]
                                         run the policies' tests with coverage (default: the shipped policies)
   runwarden-webhook resolve [--out FILE]

@@ -15,6 +15,7 @@ func TestRun(t *testing.T) {
 		args       []string
 		wantCode   int
 		wantStdout []string
+		notStdout  []string
 		wantStderr []string
 	}{
 		{name: "version", args: []string{"--version"}, wantStdout: []string{"runwarden-webhook "}},
@@ -32,7 +33,25 @@ func TestRun(t *testing.T) {
 		{
 			name:       "policy eval shapes a pod",
 			args:       []string{"policy", "eval", "--pod", "testdata/valid-pod.yaml", "--service-account", "testdata/service-account.yaml", "--namespace", "testdata/namespace.yaml", "--config", "testdata/platform.yaml"},
-			wantStdout: []string{"decision:", "AWS_ROLE_ARN", "arn:aws:iam::111122223333:role/runner", "runwarden.dev/pool: team-a", "pod:"},
+			wantStdout: []string{"decision:", "AWS_ROLE_ARN", "arn:aws:iam::111122223333:role/runner", "runwarden.dev/pool: team-a", "pod:", "# NOT CHECKED: whether the pod's Job task-42", "no --job given"},
+		},
+		{
+			name:       "policy eval admits a pod as the webhook does",
+			args:       []string{"policy", "eval", "--pod", "testdata/valid-pod.yaml", "--service-account", "testdata/service-account.yaml", "--namespace", "testdata/namespace.yaml", "--config", "testdata/platform.yaml", "--job", "testdata/job.yaml", "--resolver-image", "registry.example.com/runwarden/webhook:1"},
+			wantStdout: []string{"mutating webhook: mutated; validating webhook: allowed", "fileKeyRef", "image: registry.example.com/runwarden/webhook:1", "name: runwarden-secrets", "runwarden.dev/spec-digest: sha256:", "runwarden.dev/policy-digest:", "runwarden.dev/mutations:"},
+			notStdout:  []string{"NOT CHECKED", "${vault:"},
+		},
+		{
+			name:       "policy eval of a runner pod whose Job is not the dispatcher's",
+			args:       []string{"policy", "eval", "--pod", "testdata/invalid-pod.yaml", "--job", "testdata/job.yaml"},
+			wantCode:   1,
+			wantStdout: []string{"DENIED", "its Job task-43 does not exist"},
+		},
+		{
+			name:       "policy eval with the namespace of another pod",
+			args:       []string{"policy", "eval", "--pod", "testdata/valid-pod.yaml", "--namespace", "testdata/service-account.yaml"},
+			wantCode:   2,
+			wantStderr: []string{`is namespace "runner", and the pod is in "team-a"`},
 		},
 		{
 			name: "policy eval of a denied pod", args: []string{"policy", "eval", "--pod", "testdata/invalid-pod.yaml"},
@@ -52,7 +71,7 @@ func TestRun(t *testing.T) {
 		{
 			name:     "policy eval of a runner pod another user creates",
 			args:     []string{"policy", "eval", "--pod", "testdata/valid-pod.yaml", "--config", "testdata/platform.yaml", "--user", "system:serviceaccount:team-a:intruder"},
-			wantCode: 1, wantStdout: []string{"DENIED", "system:serviceaccount:team-a:intruder is not the Job controller"},
+			wantCode: 1, wantStdout: []string{"DENIED", "it is created by system:serviceaccount:team-a:intruder, not by the Job controller"},
 		},
 		{name: "policy eval needs a pod", args: []string{"policy", "eval"}, wantCode: 2, wantStderr: []string{"--pod is required"}},
 		{name: "policy eval of a missing file", args: []string{"policy", "eval", "--pod", "testdata/none.yaml"}, wantCode: 2, wantStderr: []string{"none.yaml"}},
@@ -68,6 +87,11 @@ func TestRun(t *testing.T) {
 			for _, w := range tt.wantStdout {
 				if !strings.Contains(stdout.String(), w) {
 					t.Errorf("stdout lacks %q:\n%s", w, stdout.String())
+				}
+			}
+			for _, w := range tt.notStdout {
+				if strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout holds %q:\n%s", w, stdout.String())
 				}
 			}
 			for _, w := range tt.wantStderr {

@@ -1,24 +1,22 @@
 // Package admission is the runwarden webhook's admission handler: it builds
 // the policy input for a runner pod, asks the current policy set for a
-// decision, and answers with a denial or a JSON patch.
+// decision, and answers with a denial or a JSON patch. Admit is the
+// decision itself, shared by the handler and `policy eval`.
 package admission
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	kjson "sigs.k8s.io/json"
 
@@ -54,7 +52,8 @@ type Recorder interface {
 type Options struct {
 	// Policies is the source of the policy set. Required.
 	Policies Policies
-	// Reader reads namespaces and service accounts (from a cache). Required.
+	// Reader reads namespaces and service accounts (from a cache) for
+	// Handle. Required for Handle; Admit reads through its Lookups.
 	Reader client.Reader
 	// Config is the platform configuration handed to the policies.
 	// Default: empty.
@@ -70,8 +69,8 @@ type Options struct {
 	// Default: every namespace.
 	Namespace string
 	// Jobs reads the Job that owns a pod claiming the runner label, from the
-	// API server (not a cache: the Job was made moments before its pod).
-	// Default: none, and every such claim is refused.
+	// API server (not a cache: the Job was made moments before its pod),
+	// for Handle. Default: none, and every such claim is refused.
 	Jobs client.Reader
 	// JobControllerUsers are the users the Job controller creates pods as;
 	// only their pods may claim the runner label. Default:
@@ -85,7 +84,8 @@ type Options struct {
 
 // Handler answers admission requests for runner pods.
 type Handler struct {
-	opts Options
+	opts    Options
+	lookups Lookups
 }
 
 var _ admission.Handler = (*Handler)(nil)
@@ -105,7 +105,7 @@ func New(opts Options) *Handler {
 		}
 		opts.Resolver = &r
 	}
-	return &Handler{opts: opts}
+	return &Handler{opts: opts, lookups: ClusterLookups(opts.Reader, opts.Jobs)}
 }
 
 // Handle implements admission.Handler.
@@ -119,14 +119,8 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 }
 
 func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
-	logger := log.FromContext(ctx).WithValues("namespace", req.Namespace, "operation", req.Operation)
-	if !checked(req) {
-		return admission.Allowed("runwarden checks the creation and update of pods, and ephemeral containers"), "skipped"
-	}
-	if h.opts.Mutate && req.Operation != admissionv1.Create {
-		// Only a pod being created is shaped; changes are the validating
-		// configuration's to check.
-		return admission.Allowed("runwarden shapes pods at creation only"), "skipped"
+	if why := h.skip(req.Operation, req.SubResource); why != "" || req.Kind.Kind != "Pod" {
+		return admission.Allowed(cmp.Or(why, "runwarden checks the creation and update of pods, and ephemeral containers")), OutcomeSkipped
 	}
 	pod, err := decodePod(req.Object.Raw)
 	if err != nil {
@@ -138,166 +132,35 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod before the update: %w", err)), "error"
 		}
 	}
-	if pod.Namespace == "" {
-		pod.Namespace = req.Namespace
-	}
-	claimed := pod.Labels[RunnerLabel] == "true"
-	if h.opts.Mutate && !claimed {
-		return admission.Allowed("not a runner pod"), "skipped"
-	}
-	if h.opts.Namespace != "" && pod.Namespace != h.opts.Namespace {
-		if !claimed {
-			return admission.Allowed("not a runner pod, outside the runner namespace"), "skipped"
-		}
-		return admission.Denied(fmt.Sprintf("runwarden: this webhook admits runner pods in namespace %s only (its --runner-namespace), and this pod is in %s: its webhook configuration sends it more than it serves", h.opts.Namespace, pod.Namespace)), "denied"
-	}
-	runner := claimed
-	switch {
-	case old != nil && (old.Labels[RunnerLabel] == "true") != claimed:
-		return admission.Denied(fmt.Sprintf("runwarden: the label %s cannot be added to or removed from a pod: a pod is a runner from its creation, or never", RunnerLabel)), "denied"
-	case old == nil && claimed:
-		why, err := h.earned(ctx, pod, req.UserInfo.Username)
-		if err != nil {
-			logger.Error(err, "reading the Job of a runner pod")
-			return admission.Errored(http.StatusInternalServerError, err), "error"
-		}
-		if why != "" {
-			return admission.Denied(fmt.Sprintf(`runwarden: this pod claims the label %s: "true", which only pods the Job controller makes for a Job of runwarden's dispatcher carry, but %s; remove the label, or submit the work as a task`, RunnerLabel, why)), "denied"
-		}
-	}
-	set := h.opts.Policies.Current()
-	in, err := BuildInput(ctx, h.opts.Reader, pod, string(req.Operation), req.UserInfo.Username, req.UserInfo.Groups, h.opts.Config)
+	var before corev1.Pod
+	res, err := h.admit(ctx, Request{
+		Operation: req.Operation, SubResource: req.SubResource, Namespace: req.Namespace,
+		Pod: pod, OldPod: old, User: req.UserInfo.Username, Groups: req.UserInfo.Groups,
+	}, h.lookups, &before)
 	if err != nil {
-		logger.Error(err, "building the policy input")
 		return admission.Errored(http.StatusInternalServerError, err), "error"
 	}
-	in.Runner, in.OldPod, in.SubResource = runner, old, req.SubResource
-	if h.opts.Resolver != nil {
-		in.ResolverImage = h.opts.Resolver.Image
-	}
-	d, err := set.Eval(ctx, in)
-	if err != nil {
-		logger.Error(err, "evaluating the policies", "policies", set.Digest)
-		return admission.Errored(http.StatusInternalServerError, err), "error"
-	}
-	if len(d.Deny) > 0 {
-		msgs := make([]string, 0, len(d.Deny))
-		for _, v := range d.Deny {
-			msgs = append(msgs, v.Message)
-			if h.opts.Recorder != nil {
-				h.opts.Recorder.Denial(v.Rule)
+	var resp admission.Response
+	switch res.Outcome {
+	case OutcomeSkipped:
+		return admission.Allowed(res.Reason), res.Outcome
+	case OutcomeDenied:
+		if h.opts.Recorder != nil {
+			for _, r := range res.Rules {
+				h.opts.Recorder.Denial(r)
 			}
 		}
-		resp := admission.Denied("runwarden policy: " + strings.Join(msgs, "; "))
-		resp.Warnings = d.Warnings
-		rules := make([]string, 0, len(d.Deny))
-		for _, v := range d.Deny {
-			rules = append(rules, v.Rule)
+		resp = admission.Denied(res.Denial)
+	case OutcomeMutated:
+		resp = admission.Patched("", Patch(&before, res.Pod)...)
+		if len(resp.Patches) == 0 {
+			res.Outcome = OutcomeAllowed
 		}
-		logger.Info("pod denied", "pod", pod.GenerateName+pod.Name, "job", jobOf(pod), "policies", set.Digest, "rules", rules, "runner", runner)
-		return resp, "denied"
+	default:
+		resp = admission.Allowed("")
 	}
-	if !h.opts.Mutate {
-		resp := admission.Allowed("")
-		resp.Warnings = d.Warnings
-		return resp, "allowed"
-	}
-	before := pod.DeepCopy()
-	if h.opts.Resolver != nil && runner && req.Operation == admissionv1.Create {
-		// Before Apply: the policies give the store credentials to the
-		// resolver's init container.
-		if _, err := PlanSecrets(pod, *h.opts.Resolver); errors.Is(err, ErrResolverInTheWay) {
-			return admission.Denied("runwarden: " + err.Error()), "denied"
-		} else if err != nil {
-			logger.Error(err, "planning the secret references")
-			return admission.Errored(http.StatusInternalServerError, err), "error"
-		}
-	}
-	if clashes := MountClashes(pod, d.Mutations); len(clashes) > 0 {
-		// The API server would refuse the pod for it, with less to go on.
-		return admission.Denied("runwarden policy: " + strings.Join(clashes, "; ")), "denied"
-	}
-	Apply(pod, d.Mutations)
-	mutations := MutationNames(d.Mutations)
-	if len(pod.Spec.InitContainers) != len(before.Spec.InitContainers) {
-		mutations = append(mutations, "secret references resolved in the pod")
-	}
-	// The record is written when the spec differs from the one recorded:
-	// always on the first pass; on a second (reinvocation) only if another
-	// webhook changed the spec since. Called again, the record keeps what
-	// the first pass changed.
-	if digest := SpecDigest(pod.Spec); runner && req.Operation == admissionv1.Create && pod.Annotations[AnnotationSpecDigest] != digest {
-		if prev := pod.Annotations[AnnotationMutations]; prev != "" {
-			mutations = union(strings.Split(prev, ", "), mutations)
-		}
-		record(pod, digest, set.Digest, mutations, d.Warnings)
-		// One line per runner pod admitted: the record, as the pod keeps it.
-		logger.Info("runner pod admitted", "pod", pod.GenerateName, "job", jobOf(pod), "policies", set.Digest,
-			"spec", pod.Annotations[AnnotationSpecDigest], "mutations", mutations, "warnings", d.Warnings)
-	}
-	resp := admission.Patched("", Patch(before, pod)...)
-	resp.Warnings = d.Warnings
-	if len(resp.Patches) == 0 {
-		return resp, "allowed"
-	}
-	return resp, "mutated"
-}
-
-// jobOf is the name of a pod's controlling Job, if any.
-func jobOf(pod *corev1.Pod) string {
-	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Job" {
-		return ref.Name
-	}
-	return ""
-}
-
-// checked tells whether the handler decides on a request: the creation or
-// update of a pod, or containers added to one (pods/ephemeralcontainers).
-// Status updates and other subresources are not its business.
-func checked(req admission.Request) bool {
-	if req.Kind.Kind != "Pod" {
-		return false
-	}
-	switch req.Operation {
-	case admissionv1.Create:
-		return req.SubResource == ""
-	case admissionv1.Update:
-		return req.SubResource == "" || req.SubResource == "ephemeralcontainers"
-	}
-	return false
-}
-
-// earned says why a pod that claims the runner label may not have it, or
-// "" when it may: the Job controller creates it, for the Job its controller
-// reference names (UID included), and that Job was made by runwarden's
-// dispatcher: it carries the dispatcher label and the runner label on its
-// pod template. Only the dispatcher's service account may create such a Job
-// (the chart's ValidatingAdmissionPolicy). An error is a failed read.
-func (h *Handler) earned(ctx context.Context, pod *corev1.Pod, user string) (string, error) {
-	if !slices.Contains(h.opts.JobControllerUsers, user) {
-		return fmt.Sprintf("it is created by %s, not by the Job controller (%s)", user, strings.Join(h.opts.JobControllerUsers, ", ")), nil
-	}
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil || ref.Kind != "Job" || ref.APIVersion != "batch/v1" {
-		return "it has no controller reference to a Job", nil
-	}
-	if h.opts.Jobs == nil {
-		return "this webhook cannot read Jobs to check its own", nil
-	}
-	j := &batchv1.Job{}
-	switch err := h.opts.Jobs.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: ref.Name}, j); {
-	case apierrors.IsNotFound(err):
-		return fmt.Sprintf("its Job %s does not exist", ref.Name), nil
-	case err != nil:
-		return "", fmt.Errorf("reading Job %s/%s: %w", pod.Namespace, ref.Name, err)
-	}
-	switch {
-	case j.UID != ref.UID:
-		return fmt.Sprintf("its controller reference names Job %s with UID %s, and that Job's UID is %s", ref.Name, ref.UID, j.UID), nil
-	case j.Labels[DispatcherLabel] == "" || j.Spec.Template.Labels[RunnerLabel] != "true":
-		return fmt.Sprintf("its Job %s was not made by runwarden's dispatcher (it lacks the label %s, or its pod template the label %s)", ref.Name, DispatcherLabel, RunnerLabel), nil
-	}
-	return "", nil
+	resp.Warnings = res.Warnings
+	return resp, res.Outcome
 }
 
 // decodePod decodes a pod of the request. The API server sends admission
@@ -316,11 +179,16 @@ func decodePod(raw []byte) (*corev1.Pod, error) {
 }
 
 // BuildInput gathers the policy input for a pod: its namespace's labels and
-// annotations and its service account's annotations (read through r), the
-// user, the platform configuration and the secret references in its env.
-// A namespace r cannot find is an error; a service account it cannot find
-// has no annotations.
-func BuildInput(ctx context.Context, r client.Reader, pod *corev1.Pod, op, user string, groups []string, cfg map[string]any) (*policy.Input, error) {
+// annotations and its service account's annotations (read through look),
+// the user, the platform configuration and the secret references in its
+// env. A namespace look cannot find is an error; a service account it
+// cannot find has no annotations. What look did not check (ErrNotChecked)
+// is left empty and named in the returned notes.
+func BuildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user string, groups []string, cfg map[string]any) (*policy.Input, []string, error) {
+	return buildInput(ctx, look, pod, op, user, groups, cfg)
+}
+
+func buildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user string, groups []string, cfg map[string]any) (*policy.Input, []string, error) {
 	in := &policy.Input{
 		Operation:  op,
 		Pod:        pod,
@@ -332,36 +200,37 @@ func BuildInput(ctx context.Context, r client.Reader, pod *corev1.Pod, op, user 
 	if in.SecretRefs == nil {
 		in.SecretRefs = []policy.SecretRef{}
 	}
-	if r == nil {
-		return in, nil
-	}
-	ns := &corev1.Namespace{}
-	switch err := r.Get(ctx, client.ObjectKey{Name: pod.Namespace}, ns); {
+	var notChecked []string
+	switch ns, err := look.Namespace(ctx, pod.Namespace); {
+	case errors.Is(err, ErrNotChecked):
+		notChecked = append(notChecked, fmt.Sprintf("namespace %s: %v; the policies see it without labels or annotations", pod.Namespace, err))
 	case apierrors.IsNotFound(err):
-		// No pod is created in a namespace that does not exist: r is
+		// No pod is created in a namespace that does not exist: look is
 		// behind. The namespace's limits (secret stores, patterns) are
 		// unknown, so the pod is refused rather than given none.
-		return nil, fmt.Errorf("namespace %s could not be read: the webhook's cache does not hold it yet, so its limits are unknown; retry: %w", pod.Namespace, err)
+		return nil, nil, fmt.Errorf("namespace %s could not be read: the webhook's cache does not hold it yet, so its limits are unknown; retry: %w", pod.Namespace, err)
 	case err != nil:
-		return nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
+		return nil, nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
+	default:
+		in.Namespace.Labels = orEmpty(ns.Labels)
+		in.Namespace.Annotations = orEmpty(ns.Annotations)
 	}
-	in.Namespace.Labels = orEmpty(ns.Labels)
-	in.Namespace.Annotations = orEmpty(ns.Annotations)
 	saName := pod.Spec.ServiceAccountName
 	if saName == "" {
 		saName = "default"
 	}
 	in.ServiceAccount = policy.ObjectInfo{Name: saName, Annotations: map[string]string{}}
-	sa := &corev1.ServiceAccount{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: saName}, sa)
+	sa, err := look.ServiceAccount(ctx, pod.Namespace, saName)
 	switch {
 	case err == nil:
 		in.ServiceAccount.Annotations = orEmpty(sa.Annotations)
+	case errors.Is(err, ErrNotChecked):
+		notChecked = append(notChecked, fmt.Sprintf("service account %s/%s: %v; the policies see it without annotations", pod.Namespace, saName, err))
 	case apierrors.IsNotFound(err):
 	default:
-		return nil, fmt.Errorf("reading service account %s/%s: %w", pod.Namespace, saName, err)
+		return nil, nil, fmt.Errorf("reading service account %s/%s: %w", pod.Namespace, saName, err)
 	}
-	return in, nil
+	return in, notChecked, nil
 }
 
 func orEmpty(m map[string]string) map[string]string {
@@ -369,6 +238,43 @@ func orEmpty(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
+}
+
+// ClusterLookups reads namespaces and service accounts through reader (the
+// webhook's cache, CacheThenLive) and Jobs through jobs (the API server);
+// with jobs nil, no Job can be read, and every claim of the runner label
+// is refused.
+func ClusterLookups(reader, jobs client.Reader) Lookups {
+	return clusterLookups{reader: reader, jobs: jobs}
+}
+
+type clusterLookups struct{ reader, jobs client.Reader }
+
+func (l clusterLookups) Namespace(ctx context.Context, name string) (*corev1.Namespace, error) {
+	ns := &corev1.Namespace{}
+	if err := l.reader.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		return nil, err
+	}
+	return ns, nil
+}
+
+func (l clusterLookups) ServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
+	sa := &corev1.ServiceAccount{}
+	if err := l.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sa); err != nil {
+		return nil, err
+	}
+	return sa, nil
+}
+
+func (l clusterLookups) Job(ctx context.Context, namespace, name string) (*batchv1.Job, error) {
+	if l.jobs == nil {
+		return nil, errNoJobReader
+	}
+	j := &batchv1.Job{}
+	if err := l.jobs.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, j); err != nil {
+		return nil, err
+	}
+	return j, nil
 }
 
 // CacheThenLive reads from cache, and asks live (the API server) for what
