@@ -1051,22 +1051,11 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 	if wait := s.logsPending(t); wait {
 		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
 	}
-	e := Event{Type: EventSucceeded, Reason: out.Reason, Message: out.Message, ExitCode: out.ExitCode}
-	switch out.Phase {
-	case job.PhaseFailed:
-		e.Type = EventFailed
-	case job.PhaseCancelled:
-		e.Type = EventCancelled
+	e, err := s.finalEvent(ctx, j, out)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
-	if j != nil {
-		e.JobName = j.Name
-		rec, err := job.ReadRecord(ctx, s.opts.Kube, j)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		e.Record = wireRecord(rec)
-	}
-	err := s.report(ctx, t, e)
+	err = s.report(ctx, t, e)
 	v, _ := s.leases.view(t)
 	switch {
 	case err == nil:
@@ -1121,6 +1110,28 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		return reconcile.Result{}, nil
 	}
 	return s.pruneHistory(ctx, j)
+}
+
+// finalEvent is the final event of outcome out, with the record of the
+// Job's run when there is a Job.
+func (s *Source) finalEvent(ctx context.Context, j *batchv1.Job, out job.Outcome) (Event, error) {
+	e := Event{Type: EventSucceeded, Reason: out.Reason, Message: out.Message, ExitCode: out.ExitCode}
+	switch out.Phase {
+	case job.PhaseFailed:
+		e.Type = EventFailed
+	case job.PhaseCancelled:
+		e.Type = EventCancelled
+	}
+	if j == nil {
+		return e, nil
+	}
+	e.JobName = j.Name
+	rec, err := job.ReadRecord(ctx, s.opts.Kube, j)
+	if err != nil {
+		return e, err
+	}
+	e.Record = wireRecord(rec)
+	return e, nil
 }
 
 // stop stops the Job's pod when the outcome came before the Job's end: it
