@@ -151,10 +151,10 @@ const (
 )
 
 // take decides on a lease a poll delivered at now: it takes a new task
-// when room, carries a task held on with a lease handed back, and ignores
-// the rest. It returns the task's handle and, for an older lease, the
-// lease held. A reissued lease is to be written into the Job when
-// record is set.
+// when there is room, carries a task held on with a lease handed back, and
+// ignores the rest. It returns the task's handle and a view of its lease
+// (for an older lease, the one held). A re-issued lease is to be written
+// into the Job by the caller when record is set (see record).
 func (lt *leaseTable) take(l Lease, now time.Time, pollWait time.Duration, room bool) (t *task, d delivery, held lease, record bool) {
 	if l.Task.ID == "" || l.LeaseID == "" {
 		return nil, deliveredMalformed, lease{}, false
