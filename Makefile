@@ -113,7 +113,7 @@ bench-webhook: ## Benchmark the webhook: handler and policy evaluation, and a TL
 	GOGC=400 $(GO) test -run '^$$' -bench BenchmarkWebhookLoad -benchtime 1x -count 1 -timeout 20m ./webhook/ | tee bin/bench-webhook-load.txt
 
 .PHONY: bench-postrender
-bench-postrender: ## Benchmark runwarden-postrender beside the kustomize CLI script and a plain YAML round trip, then Render alone in a warm process.
+bench-postrender: ## Benchmark runwarden-postrender beside the kustomize CLI script and a plain YAML round trip (the benchmark overlay, the same with replacements, the labels overlay), then Render alone in a warm process.
 	hack/tools.sh kustomize benchstat
 	@mkdir -p $(BIN_DIR)
 	$(GO) test -run '^$$' -bench 'BenchmarkPostrender' -benchtime 1x -count $(BENCH_COUNT) -timeout 60m ./postrender/render/ | tee bin/bench-postrender.txt

@@ -159,10 +159,14 @@ func startWebhookWith(ctx context.Context, t testing.TB, cfg *envconf.Config, pl
 			NamespaceSelector: namespaces,
 		}},
 	}
-	// As the chart's: every pod of the namespace, every way to change one.
+	// As the chart's: every pod of the namespace, every way to change one,
+	// and every way into a running one.
 	validateRules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/ephemeralcontainers"}},
+	}, {
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Connect},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}},
 	}}
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: w.config},
@@ -377,11 +381,15 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 			}
 			return ctx
 		}).
-		Assess("runner pods get credentials, identity and placement; others are untouched; rule breakers are refused; a broken policy changes nothing; after SIGTERM it serves on, not ready, for its shutdown delay; without the webhook runner pods are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+		Assess("runner pods get credentials, identity and placement; others are untouched; rule breakers are refused; a broken policy changes nothing, nor does a slow one (stopped at the deadline, an Event on the pod); after SIGTERM it serves on, not ready, for its shutdown delay; without the webhook runner pods are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			r := cfg.Client().Resources(ns)
 			const shutdownDelay = 10 * time.Second
-			w := startWebhook(ctx, t, cfg, "--shutdown-delay", shutdownDelay.String())
+			// The webhook runs on the host, not in a pod: it reports its
+			// reloads on a pod name of the test's namespace, as the chart's
+			// downward API would have it report on its own.
+			w := startWebhook(ctx, t, cfg, "--shutdown-delay", shutdownDelay.String(),
+				"--pod-name", "webhook-e2e", "--pod-namespace", ns)
 
 			checkShaped := func(name string) {
 				t.Helper()
@@ -480,6 +488,35 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 				return strings.Contains(w.metric(t, "runwarden_webhook_policy_reloads_total"), `result="failure"`), nil
 			}
 			if err := harness.WaitFor(ctx, "the broken policy to be refused", 30*time.Second, refused); err != nil {
+				t.Fatalf("%v\nwebhook log:\n%s", err, w.log.String())
+			}
+			// A set whose test loops 10^10 times is stopped at the deadline
+			// and refused: reloads go on, the last good set stays, and an
+			// Event on the webhook's pod says why.
+			if err := os.Remove(filepath.Join(w.policyDir, "broken.rego")); err != nil {
+				t.Fatal(err)
+			}
+			slow := "package runwarden.slow_test\n\ntest_slow if count([1 | some i in numbers.range(1, 100000); some j in numbers.range(1, 100000)]) > 0\n"
+			if err := os.WriteFile(filepath.Join(w.policyDir, "slow_test.rego"), []byte(slow), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			timedOut := func(ctx context.Context) (bool, error) {
+				if !strings.Contains(w.metric(t, "runwarden_webhook_policy_reload_timeouts_total"), "runwarden_webhook_policy_reload_timeouts_total 1") {
+					return false, nil
+				}
+				var events corev1.EventList
+				if err := r.List(ctx, &events); err != nil {
+					return false, err
+				}
+				for _, e := range events.Items {
+					if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == "webhook-e2e" && e.Type == corev1.EventTypeWarning &&
+						e.Reason == "PolicyReloadRefused" && strings.Contains(e.Message, "test_slow") && strings.Contains(e.Message, "ran past the deadline of 2s") {
+						return true, nil
+					}
+				}
+				return false, nil
+			}
+			if err := harness.WaitFor(ctx, "the slow policy to be refused with a Warning Event on the webhook's pod", 60*time.Second, timedOut); err != nil {
 				t.Fatalf("%v\nwebhook log:\n%s", err, w.log.String())
 			}
 			checkShaped("runner-2")

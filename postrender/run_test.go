@@ -218,3 +218,23 @@ func TestReadInputIsBounded(t *testing.T) {
 		t.Errorf("11 bytes with a limit of 10: %v, want an error naming the limit", err)
 	}
 }
+
+func TestMemoryLimitFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		input int
+		want  int64
+	}{
+		{name: "200 documents get the floor", input: 69 << 10, want: 64 << 20},
+		{name: "2,000 documents get the floor", input: 695 << 10, want: 64 << 20},
+		{name: "10,000 documents", input: 3500 << 10, want: 3500 << 10 * 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := memoryLimitFor(tc.input); got != tc.want {
+				t.Errorf("memoryLimitFor(%d) = %d, want %d", tc.input, got, tc.want)
+			}
+		})
+	}
+}

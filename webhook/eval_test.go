@@ -325,7 +325,7 @@ type admitted struct {
 // annotations included).
 func TestEvalAdmitsWhatTheWebhookAdmits(t *testing.T) {
 	t.Parallel()
-	set, err := policy.Load(t.Context(), policies.FS, "embedded")
+	set, err := policy.Load(t.Context(), policies.FS, "embedded", policy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -379,7 +379,7 @@ func loadRequest(b *testing.B) (review, opaInput []byte) {
 
 func startRunwarden(b *testing.B) string {
 	b.Helper()
-	set, err := policy.Load(b.Context(), policies.FS, "embedded")
+	set, err := policy.Load(b.Context(), policies.FS, "embedded", policy.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

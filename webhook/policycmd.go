@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -23,11 +24,14 @@ import (
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
-func loadSet(ctx context.Context, dir string) (*policy.Set, error) {
+// timeoutUsage is the help of the policy commands' --timeout flag.
+const timeoutUsage = "deadline of each policy evaluation (each test, each decision), as the webhook's --policy-timeout"
+
+func loadSet(ctx context.Context, dir string, opts policy.Options) (*policy.Set, error) {
 	if dir == "" {
-		return policy.Load(ctx, policies.FS, "embedded policies")
+		return policy.Load(ctx, policies.FS, "embedded policies", opts)
 	}
-	return policy.Load(ctx, os.DirFS(dir), dir)
+	return policy.Load(ctx, os.DirFS(dir), dir, opts)
 }
 
 func readYAML(path string, into any) error {
@@ -50,6 +54,7 @@ type evalConfig struct {
 	jobUsers                         []string
 	runnerNamespace                  string
 	resolverImage, resolverPull      string
+	timeout                          time.Duration
 }
 
 // defaultResolverImage is the chart's webhook image, registry and name,
@@ -93,6 +98,7 @@ Flags:
 	fs.StringVar(&c.runnerNamespace, "runner-namespace", "", "the one namespace whose runner pods the webhook admits, as the webhook's flag (default: every namespace)")
 	fs.StringVar(&c.resolverImage, "resolver-image", defaultResolverImage, "image of the init container that resolves secret references, as the webhook's flag (the chart passes the webhook's own image); empty: references reach the runner as written")
 	fs.StringVar(&c.resolverPull, "resolver-image-pull-policy", "", "pull policy of --resolver-image, as the webhook's flag")
+	fs.DurationVar(&c.timeout, "timeout", policy.DefaultTimeout, timeoutUsage)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -142,7 +148,7 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
 		return 2
 	}
-	set, err := loadSet(ctx, c.policyDir)
+	set, err := loadSet(ctx, c.policyDir, policy.Options{Timeout: c.timeout})
 	if err != nil {
 		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
 		return 3
@@ -332,21 +338,23 @@ func policyTest(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("runwarden-webhook policy test", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	minCov := fs.Float64("min-coverage", 0, "fail below this coverage, in percent")
+	timeout := fs.Duration("timeout", policy.DefaultTimeout, timeoutUsage)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
+	opts := policy.Options{Timeout: *timeout}
 	var rep policy.TestReport
 	var err error
 	origin := "embedded policies"
 	switch fs.NArg() {
 	case 0:
-		rep, err = policy.TestWithCoverage(ctx, policies.FS, origin)
+		rep, err = policy.TestWithCoverage(ctx, policies.FS, origin, opts)
 	case 1:
 		origin = fs.Arg(0)
-		rep, err = policy.TestWithCoverage(ctx, os.DirFS(origin), origin)
+		rep, err = policy.TestWithCoverage(ctx, os.DirFS(origin), origin, opts)
 	default:
 		fmt.Fprintln(stderr, "runwarden-webhook policy test: at most one folder")
 		return 2

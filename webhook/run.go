@@ -13,8 +13,10 @@ const usage = `Usage:
   runwarden-webhook [serve] [flags]     run the admission webhook (see serve --help)
   runwarden-webhook policy eval [flags] admit a pod file with the webhook's own code (see policy eval --help):
                                         the decision and the pod as admitted, what no file gave NOT CHECKED
-  runwarden-webhook policy test [--min-coverage N] [DIR]
+  runwarden-webhook policy test [--min-coverage N] [--timeout D] [DIR]
                                         run the policies' tests with coverage (default: the shipped policies)
+  runwarden-webhook policy capabilities print the OPA capabilities the policies are compiled with
+                                        (for opa check --capabilities)
   runwarden-webhook resolve [--out FILE]
                                         resolve a runner's secret references into an env file
                                         (the runner pod's init container; see docs/secrets.md)
@@ -42,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return policyEval(ctx, args[2:], stdout, stderr)
 		case args[1] == "test":
 			return policyTest(ctx, args[2:], stdout, stderr)
+		case args[1] == "capabilities":
+			return policyCapabilities(args[2:], stdout, stderr)
 		}
 		fmt.Fprintf(stderr, "runwarden-webhook: unknown policy command %q\n%s", args[1], usage)
 		return 2

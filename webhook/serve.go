@@ -56,6 +56,8 @@ type serveConfig struct {
 	validatingName string
 	policyDir      string
 	reloadInterval time.Duration
+	policyTimeout  time.Duration
+	pod            podRef
 	configFile     string
 	metricsAddr    string
 	healthAddr     string
@@ -83,6 +85,10 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.validatingName, "validating-webhook-configuration", "", "ValidatingWebhookConfiguration whose caBundle is kept current (--cert-mode=self)")
 	fs.StringVar(&c.policyDir, "policies", "", "policy folder to load and watch (default: the shipped policies, embedded)")
 	fs.DurationVar(&c.reloadInterval, "policy-reload-interval", 2*time.Second, "how often the policy folder is checked for changes")
+	fs.DurationVar(&c.policyTimeout, "policy-timeout", policy.DefaultTimeout, "deadline of each policy evaluation: a decision, and each test and the probe decision of a set being loaded; keep it below the webhook configurations' timeoutSeconds (5 s in the chart)")
+	fs.StringVar(&c.pod.name, "pod-name", "", "this webhook's pod, which a refused policy reload is reported on as a Warning Event (the chart sets it from the downward API; empty: no Event, the log and metrics only)")
+	fs.StringVar(&c.pod.namespace, "pod-namespace", "", "namespace of --pod-name")
+	fs.StringVar(&c.pod.uid, "pod-uid", "", "UID of --pod-name, so `kubectl describe pod` lists the Events")
 	fs.StringVar(&c.configFile, "config", "", "platform configuration file (YAML) handed to the policies as input.config")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
@@ -123,6 +129,12 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if c.reloadInterval <= 0 {
 		return c, fmt.Errorf("--policy-reload-interval %s: must be more than 0", c.reloadInterval)
+	}
+	if c.policyTimeout <= 0 {
+		return c, fmt.Errorf("--policy-timeout %s: must be more than 0", c.policyTimeout)
+	}
+	if (c.pod.name == "") != (c.pod.namespace == "") {
+		return c, errors.New("--pod-name and --pod-namespace go together: set both (the chart does) or neither")
 	}
 	if c.shutdownDelay < 0 {
 		return c, fmt.Errorf("--shutdown-delay %s: must not be negative", c.shutdownDelay)
@@ -219,7 +231,12 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	if err := rec.WatchCertificate(filepath.Join(c.certDir, "tls.crt")); err != nil {
 		return err
 	}
-	store, err := loadPolicies(ctx, c, rec)
+	events, stopEvents, err := podEvents(ctx, restCfg, c.pod)
+	if err != nil {
+		return err
+	}
+	defer stopEvents()
+	store, err := loadPolicies(ctx, c, rec, events)
 	if err != nil {
 		return err
 	}
@@ -270,7 +287,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	}
 	for path, mutate := range map[string]bool{MutatePath: true, ValidatePath: false} {
 		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec, Namespace: c.namespace,
-			Jobs: mgr.GetAPIReader(), JobControllerUsers: c.jobController, Resolver: resolver,
+			Jobs: mgr.GetAPIReader(), Pods: mgr.GetAPIReader(), JobControllerUsers: c.jobController, Resolver: resolver,
 		})
 		// The manager stops the server only after mctx ends: from then on
 		// a cancelled request context is the server's doing, not the client's.
@@ -344,21 +361,15 @@ func serveWith(ctx context.Context, c serveConfig) error {
 
 // loadPolicies loads the first policy set and returns the store that
 // reloads it. The first load is not a reload: it sets the policy_info
-// metric, and only later reloads count in policy_reloads_total.
-func loadPolicies(ctx context.Context, c serveConfig, rec *metrics.Recorder) (*policy.Store, error) {
+// metric, and only later reloads count in policy_reloads_total. Each
+// reload is reported (see reloadReport); events may be nil.
+func loadPolicies(ctx context.Context, c serveConfig, rec *metrics.Recorder, events *podEventRecorder) (*policy.Store, error) {
 	logger := logr.FromContextOrDiscard(ctx)
 	store, err := policy.NewStore(ctx, policy.StoreOptions{
 		Dir:      c.policyDir,
 		Interval: c.reloadInterval,
-		OnReload: func(s *policy.Set, err error) {
-			if err != nil {
-				logger.Error(err, "policy reload refused; the last good set stays in force")
-				rec.Reload("", err)
-				return
-			}
-			logger.Info("policies reloaded", "origin", s.Origin, "digest", s.Digest, "tests", s.Tests)
-			rec.Reload(s.Digest, nil)
-		},
+		Load:     policy.Options{Timeout: c.policyTimeout},
+		OnReload: reloadReport{log: logger, rec: rec, events: events}.report,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("loading the policies: %w", err)

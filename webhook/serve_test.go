@@ -64,7 +64,7 @@ func TestCacheOptions(t *testing.T) {
 func TestFirstPolicyLoadIsNotAReload(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	store, err := loadPolicies(t.Context(), serveConfig{reloadInterval: time.Hour}, metrics.New(reg))
+	store, err := loadPolicies(t.Context(), serveConfig{reloadInterval: time.Hour}, metrics.New(reg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +90,7 @@ func TestFirstPolicyLoadIsNotAReload(t *testing.T) {
 		"runwarden_webhook_policy_info{digest=" + store.Current().Digest + "}": 1,
 		"runwarden_webhook_policy_reloads_total{result=failure}":               0,
 		"runwarden_webhook_policy_reloads_total{result=success}":               0,
+		"runwarden_webhook_policy_reload_timeouts_total":                       0,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("policy metrics after the first load (-want +got):\n%s", diff)

@@ -97,6 +97,28 @@ func TestRenderEdgeCasesMatchKustomizeBuild(t *testing.T) {
 			name: "the deprecated bases field", overlay: "bases", split: true,
 			input: configMaps(5),
 		},
+		{
+			name: "replacement source named as the build names it", overlay: "replacements-prefix", split: true,
+			input: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n" + configMaps(4) +
+				"---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: source\nspec:\n  selector:\n    matchLabels: {app: a}\n  template:\n" +
+				"    metadata:\n      labels: {app: a}\n    spec:\n      containers:\n      - name: c\n        image: x\n        envFrom:\n        - configMapRef:\n            name: settings\n",
+		},
+		{
+			name: "replacement source selected by kind alone", overlay: "replacements-kind", split: true,
+			input: configMaps(4) + "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: team\n",
+		},
+		{
+			name: "two replacement sources where one is expected", overlay: "replacements-kind",
+			input: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team\n" + configMaps(4) + "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: other\n",
+		},
+		{
+			name: "replacements kept in a file", overlay: "replacements-file", split: true,
+			input: configMaps(4) + "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  k: from-settings\n",
+		},
+		{
+			name: "vars", overlay: "vars",
+			input: configMaps(5) + "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: x\n    args: [$(FIRST)]\n",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -23,6 +23,7 @@ func TestOverlayFilesAreBounded(t *testing.T) {
 	tests := []struct {
 		name  string
 		setup func(t *testing.T, dir string) string // returns the patch path
+		field string                                // of the kustomization that names it; default patches
 		is    error
 		want  string
 	}{
@@ -52,13 +53,27 @@ func TestOverlayFilesAreBounded(t *testing.T) {
 			link(t, outside, filepath.Join(dir, "out.yaml"))
 			return "out.yaml"
 		}, want: "out.yaml"},
+		{name: "a replacements file linked out of the folder", field: "replacements", setup: func(t *testing.T, dir string) string {
+			link(t, outside, filepath.Join(dir, "out.yaml"))
+			return "out.yaml"
+		}, want: "out.yaml"},
+		{name: "a FIFO of replacements", field: "replacements", setup: func(t *testing.T, dir string) string {
+			if err := syscall.Mkfifo(filepath.Join(dir, "fifo.yaml"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return "fifo.yaml"
+		}, is: ErrOverlayFile, want: "fifo.yaml is not a regular file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			patch := tt.setup(t, dir)
-			k := "resources: [all.yaml]\npatches:\n- path: " + patch + "\n"
+			field := tt.field
+			if field == "" {
+				field = "patches"
+			}
+			k := "resources: [all.yaml]\n" + field + ":\n- path: " + patch + "\n"
 			if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 				t.Fatal(err)
 			}

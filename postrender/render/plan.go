@@ -3,13 +3,16 @@ package render
 import (
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
 	"sigs.k8s.io/kustomize/api/konfig"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/kustomize/kyaml/resid"
 	"sigs.k8s.io/kustomize/kyaml/yaml"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // kustomizationFile finds the kustomization file of dir.
@@ -43,86 +46,241 @@ func readKustomization(fs filesys.FileSystem, dir string) (*types.Kustomization,
 	return &k, path, nil
 }
 
+// fieldCheck looks further at one field of a kustomization that is set, and
+// returns why it makes the overlay's result depend on more than one
+// document, or "" when it does not. plan gathers what the checks find that
+// the split must honour (the replacements' sources).
+type fieldCheck func(fs filesys.FileSystem, dir string, k *types.Kustomization, depth int, p *splitPlan) string
+
+// splitPlan is what the kustomization checks find that the split must
+// honour.
+type splitPlan struct {
+	// sources select the documents a replacement may read: each of them is
+	// built in every shard, with the documents it refers to, so that every
+	// shard reads the same values.
+	sources []resid.ResId
+}
+
+// perDocumentFields are the kustomization fields whose effect on one of
+// Helm's documents depends on that document alone, on the documents it
+// refers to by name (kept in one shard, see groups), and on the overlay's
+// own files (whose named documents go into every shard), each with the
+// check its value still needs, nil when none. Every field of
+// types.Kustomization is in exactly one of perDocumentFields and
+// crossDocumentFields (TestKustomizationFieldsClassified); a field neither
+// lists, from a newer library, makes an overlay that sets it build once.
+func perDocumentFields() map[string]fieldCheck {
+	return map[string]fieldCheck{
+		"TypeMeta":          nil, // Kustomization or Component
+		"MetaData":          nil, // the kustomization's own name
+		"NamePrefix":        nil, // names, and references within a shard's groups
+		"NameSuffix":        nil,
+		"Namespace":         nil, // Namespaces stay in one shard (see groups)
+		"CommonLabels":      nil,
+		"Labels":            nil,
+		"CommonAnnotations": nil, // values are anchors: documents they name go into every shard
+		// Strategic merge patches name their resource; it goes into every shard.
+		"PatchesStrategicMerge": nil,
+		"PatchesJson6902":       checkPatches,
+		"Patches":               checkPatches,
+		"Images":                nil,
+		"ImageTags":             nil, // moved into Images by FixKustomization
+		"Replicas":              nil, // the named resource goes into every shard
+		// A replacement writes into each target what it reads from one
+		// source: the documents any source selector may pick are built in
+		// every shard (see splitPlan).
+		"Replacements":       checkReplacements,
+		"SortOptions":        checkSortOptions,
+		"Resources":          checkResources,
+		"Components":         checkComponents,
+		"Bases":              nil, // moved into Resources by FixKustomization
+		"ConfigMapGenerator": nil, // generated in every shard, kept once
+		"SecretGenerator":    nil,
+		"GeneratorOptions":   nil,
+		"BuildMetadata":      nil, // annotations and labels of each resource
+	}
+}
+
+// crossDocumentFields are the kustomization fields that make the result for
+// one document depend on others the split does not follow, with the reason
+// Stats.NotShardable gives.
+func crossDocumentFields() map[string]string {
+	return map[string]string{
+		"OpenAPI":                     "openapi",
+		"Vars":                        "vars",
+		"Crds":                        "crds",
+		"HelmGlobals":                 "helmCharts",
+		"HelmCharts":                  "helmCharts",
+		"HelmChartInflationGenerator": "helmCharts",
+		"Configurations":              "configurations",
+		"Generators":                  "generator, transformer or validator plugins",
+		"Transformers":                "generator, transformer or validator plugins",
+		"Validators":                  "generator, transformer or validator plugins",
+	}
+}
+
 // shardable reports whether the overlay's result is the same when Helm's
 // documents are split into independent groups, each built with the whole
-// overlay, and the groups' results merged. It is true only for overlays made
-// of transformations that look at one resource at a time (labels,
-// annotations, namespace, images, replicas, patches, name prefixes and
-// suffixes, whose references are kept in one group, see groups), generators
-// and extra resources (built in every group, and deduplicated), and the
-// legacy output order. Anything that reads across resources in ways the
-// grouping does not follow makes it false, and the overlay is built once.
-func shardable(fs filesys.FileSystem, dir string, k *types.Kustomization, depth int) (bool, string) {
-	switch {
-	case depth > 8:
+// overlay, and the groups' results merged. It decides by the fields the
+// kustomization sets, its components' and its bases': each must be one of
+// perDocumentFields and pass that field's check. What the split must honour
+// (the replacements' sources) is added to p.
+func shardable(fs filesys.FileSystem, dir string, k *types.Kustomization, depth int, p *splitPlan) (bool, string) {
+	return shardableBy(perDocumentFields(), crossDocumentFields(), fs, dir, k, depth, p)
+}
+
+// shardableBy is shardable with the lists of fields given.
+func shardableBy(per map[string]fieldCheck, cross map[string]string, fs filesys.FileSystem, dir string, k *types.Kustomization, depth int, p *splitPlan) (bool, string) {
+	if depth > 8 {
 		return false, "components nested too deep"
-	case len(k.Replacements) > 0:
-		return false, "replacements"
-	case len(k.Vars) > 0: //nolint:staticcheck // deprecated, yet kustomize build still honours it
-		return false, "vars"
-	case len(k.HelmCharts) > 0 || k.HelmGlobals != nil || len(k.HelmChartInflationGenerator) > 0:
-		return false, "helmCharts"
-	case len(k.Generators) > 0 || len(k.Transformers) > 0 || len(k.Validators) > 0:
-		return false, "generator, transformer or validator plugins"
-	case len(k.Configurations) > 0:
-		return false, "configurations"
-	case len(k.Crds) > 0:
-		return false, "crds"
-	case len(k.OpenAPI) > 0:
-		return false, "openapi"
-	case k.SortOptions != nil && k.SortOptions.Order != types.LegacySortOrder:
-		return false, "sortOptions other than legacy"
 	}
-	// A patch that renames a resource (or changes its kind) makes references
-	// to the new name, which the grouping cannot see.
+	v := reflect.ValueOf(k).Elem()
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Name
+		if !isSet(v.Field(i)) {
+			continue
+		}
+		if why, ok := cross[name]; ok {
+			return false, why
+		}
+		check, ok := per[name]
+		if !ok {
+			return false, "the kustomization field " + name + ", which this version does not know"
+		}
+		if check == nil {
+			continue
+		}
+		if why := check(fs, dir, k, depth, p); why != "" {
+			return false, why
+		}
+	}
+	return true, ""
+}
+
+// isSet reports whether a kustomization field holds anything: an empty
+// list or map sets nothing, as Kustomize reads it.
+func isSet(f reflect.Value) bool {
+	switch f.Kind() {
+	case reflect.Slice, reflect.Map:
+		return f.Len() > 0
+	default:
+		return !f.IsZero()
+	}
+}
+
+// checkSortOptions: only the legacy order is rebuilt after the merge.
+func checkSortOptions(_ filesys.FileSystem, _ string, k *types.Kustomization, _ int, _ *splitPlan) string {
+	if k.SortOptions.Order != types.LegacySortOrder {
+		return "sortOptions other than legacy"
+	}
+	return ""
+}
+
+// checkPatches: a patch that renames a resource (or changes its kind) makes
+// references to the new name, which the grouping cannot see.
+func checkPatches(fs filesys.FileSystem, dir string, k *types.Kustomization, _ int, _ *splitPlan) string {
 	for _, p := range append(slices.Clone(k.Patches), k.PatchesJson6902...) { //nolint:staticcheck // deprecated, yet kustomize build still honours it
 		if p.Options != nil && (p.Options.AllowNameChange || p.Options.AllowKindChange) {
-			return false, "a patch that may rename resources"
+			return "a patch that may rename resources"
 		}
 		text := p.Patch
 		if p.Path != "" {
-			b, err := fs.ReadFile(filepath.Join(dir, p.Path))
+			b, err := readWithin(fs, dir, p.Path)
 			if err != nil {
-				return false, "patch " + p.Path + " unreadable"
+				return "patch " + p.Path + " unreadable"
 			}
 			text = string(b)
 		}
 		if renames(text) {
-			return false, "a JSON 6902 patch that renames resources"
+			return "a JSON 6902 patch that renames resources"
 		}
 	}
+	return ""
+}
+
+// checkReplacements adds the replacements' source selectors to p, reading
+// those kept in files as the library reads them (a list, or one).
+func checkReplacements(fs filesys.FileSystem, dir string, k *types.Kustomization, _ int, p *splitPlan) string {
+	for _, r := range k.Replacements {
+		list := []types.Replacement{r.Replacement}
+		if r.Path != "" {
+			b, err := readWithin(fs, dir, r.Path)
+			if err != nil {
+				return "replacements " + r.Path + " unreadable"
+			}
+			if list = nil; sigsyaml.Unmarshal(b, &list) != nil {
+				var one types.Replacement
+				if err := sigsyaml.Unmarshal(b, &one); err != nil {
+					return "replacements " + r.Path + " unreadable"
+				}
+				list = []types.Replacement{one}
+			}
+		}
+		for _, rr := range list {
+			if rr.Source != nil {
+				p.sources = append(p.sources, rr.Source.ResId)
+			}
+		}
+	}
+	return ""
+}
+
+// readWithin reads the file at rel in dir, only if it is inside dir once
+// symbolic links are resolved: Kustomize refuses any other, before reading it.
+func readWithin(fs filesys.FileSystem, dir, rel string) ([]byte, error) {
+	f := filepath.Join(dir, rel)
+	if !within(dir, f) {
+		return nil, fmt.Errorf("%s is not inside %s", rel, dir)
+	}
+	return fs.ReadFile(f)
+}
+
+// checkResources: a base's own kustomization can carry settings
+// (configurations, crds, vars) that Kustomize applies to the whole build.
+func checkResources(fs filesys.FileSystem, dir string, k *types.Kustomization, depth int, p *splitPlan) string {
 	for _, r := range k.Resources {
-		// A base's own kustomization can carry settings (configurations,
-		// crds, vars) that Kustomize applies to the whole build.
 		rdir := filepath.Join(dir, r)
 		if strings.Contains(r, "://") || strings.HasPrefix(r, "github.com/") {
-			return false, "remote resource " + r
+			return "remote resource " + r
 		}
 		if !fs.IsDir(rdir) {
 			continue
 		}
 		bk, _, err := readKustomization(fs, rdir)
 		if err != nil {
-			return false, "resource " + r + " unreadable"
+			return "resource " + r + " unreadable"
 		}
-		if ok, why := shardable(fs, rdir, bk, depth+1); !ok {
-			return false, "resource " + r + ": " + why
+		if ok, why := shardable(fs, rdir, bk, depth+1, p); !ok {
+			return "resource " + r + ": " + why
 		}
 	}
+	return ""
+}
+
+// checkComponents: a component's fields apply to the whole build.
+func checkComponents(fs filesys.FileSystem, dir string, k *types.Kustomization, depth int, p *splitPlan) string {
 	for _, c := range k.Components {
 		cdir := filepath.Join(dir, c)
 		if !fs.IsDir(cdir) {
-			return false, "component " + c + " is not a folder"
+			return "component " + c + " is not a folder"
 		}
 		ck, _, err := readKustomization(fs, cdir)
 		if err != nil {
-			return false, "component " + c + " unreadable"
+			return "component " + c + " unreadable"
 		}
-		if ok, why := shardable(fs, cdir, ck, depth+1); !ok {
-			return false, "component " + c + ": " + why
+		if ok, why := shardable(fs, cdir, ck, depth+1, p); !ok {
+			return "component " + c + ": " + why
 		}
 	}
-	return true, ""
+	return ""
+}
+
+// mayBeSource reports whether a replacement's source selector may pick the
+// document, by its kind and name: a superset of what the library's selector
+// picks in a shardable overlay, which changes no kind, and whose names
+// after the build hold the document's own (prefixes and suffixes added).
+func mayBeSource(sel resid.ResId, d doc) bool {
+	return (sel.Kind == "" || sel.Kind == d.kind) && (sel.Name == "" || strings.Contains(sel.Name, d.name))
 }
 
 // renames reports whether a patch is a JSON 6902 patch with an operation

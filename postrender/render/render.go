@@ -292,7 +292,8 @@ func parseAll(docs []doc, workers int) error {
 // same result. overlay is the overlay's own files, as readOverlay read them.
 func build(ctx context.Context, opts Options, dir string, k *types.Kustomization, overlay []overlayText, docs []doc, st *Stats) ([]byte, error) {
 	disk := newDisk()
-	ok, why := shardable(disk, dir, k, 0)
+	var plan splitPlan
+	ok, why := shardable(disk, dir, k, 0, &plan)
 	if !ok {
 		st.NotShardable = why
 	}
@@ -308,7 +309,8 @@ func build(ctx context.Context, opts Options, dir string, k *types.Kustomization
 		}
 	}
 
-	// Documents strategic merge patches name without a target go into every shard.
+	// Documents strategic merge patches name without a target go into every
+	// shard; so do the documents a replacement may read, with their groups.
 	anchored := overlayValues(overlay)
 	var anchors, rest []int
 	for i, d := range docs {
@@ -322,8 +324,25 @@ func build(ctx context.Context, opts Options, dir string, k *types.Kustomization
 	for i, j := range rest {
 		restDocs[i] = docs[j]
 	}
+	var split [][]int
+	for _, g := range groups(restDocs) {
+		if slices.ContainsFunc(g, func(i int) bool {
+			return slices.ContainsFunc(plan.sources, func(sel resid.ResId) bool { return mayBeSource(sel, restDocs[i]) })
+		}) {
+			for _, i := range g {
+				anchors = append(anchors, rest[i])
+			}
+			continue
+		}
+		split = append(split, g)
+	}
+	if len(anchors)*2 > len(docs) {
+		// Each shard would build most of the input again.
+		st.Fallback, st.Shards = fmt.Sprintf("%d of %d documents go into every shard", len(anchors), len(docs)), 1
+		return buildOnce(dir, opts.ResourceName, docs)
+	}
 	var shards [][]int
-	for _, s := range pack(groups(restDocs), opts.ShardSize) {
+	for _, s := range pack(split, opts.ShardSize) {
 		shard := append([]int(nil), anchors...)
 		for _, i := range s {
 			shard = append(shard, rest[i])

@@ -8,10 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/kustomize/kyaml/yaml"
 )
 
@@ -179,7 +182,8 @@ func TestRenderSplitsOnlyWhenSafe(t *testing.T) {
 		fallback     string
 	}{
 		{name: "patches and labels split", overlay: "testdata/bench-overlay", wantShards: true},
-		{name: "replacements never split", overlay: "testdata/valid-replacements", notShardable: "replacements"},
+		{name: "replacements split, their sources in every shard", overlay: "testdata/bench-replacements", wantShards: true},
+		{name: "vars never split", overlay: "testdata/edge/vars", notShardable: "vars"},
 		// valid-names merges into demo-config, which the input lacks: the
 		// shards fail, and the single build reports the real error.
 	}
@@ -187,7 +191,7 @@ func TestRenderSplitsOnlyWhenSafe(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, st, err := Render(t.Context(), Options{Overlay: tt.overlay, ShardSize: 10}, input)
-			if err != nil && tt.overlay != "testdata/valid-replacements" {
+			if err != nil && tt.overlay != "testdata/edge/vars" {
 				t.Fatalf("Render: %v", err)
 			}
 			if got := st.Shards > 1; got != tt.wantShards {
@@ -195,6 +199,107 @@ func TestRenderSplitsOnlyWhenSafe(t *testing.T) {
 			}
 			if st.NotShardable != tt.notShardable {
 				t.Errorf("NotShardable = %q, want %q", st.NotShardable, tt.notShardable)
+			}
+		})
+	}
+}
+
+// TestBenchOverlaysMatchKustomizeBuild checks the benchmark's overlays on a
+// large input against the kustomize CLI, built once and split, and that
+// they are split: the replacements' sources go into every shard.
+func TestBenchOverlaysMatchKustomizeBuild(t *testing.T) {
+	t.Parallel()
+	cli := kustomizeCLI(t)
+	input := genManifests(400)
+	for _, dir := range []string{"testdata/bench-overlay", "testdata/bench-replacements"} {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			t.Parallel()
+			want, err := cliBuild(t, cli, dir, input)
+			if err != nil {
+				t.Fatalf("kustomize build: %v", err)
+			}
+			for _, shard := range []int{-1, 16, 64} {
+				got, st, err := Render(t.Context(), Options{Overlay: dir, ShardSize: shard}, input)
+				if err != nil {
+					t.Fatalf("Render(shard size %d): %v", shard, err)
+				}
+				if diff := cmp.Diff(string(want), string(got)); diff != "" {
+					t.Errorf("shard size %d: output differs from kustomize build (-cli +ours):\n%s", shard, diff)
+				}
+				if shard > 0 && st.Shards < 2 {
+					t.Errorf("shard size %d: built once (%q), want split", shard, st.Fallback+st.NotShardable)
+				}
+			}
+		})
+	}
+}
+
+// TestKustomizationFieldsClassified requires every field of the pinned
+// library's types.Kustomization to be in exactly one of perDocumentFields
+// and crossDocumentFields: a field a library upgrade adds must be
+// classified before an overlay that sets it can be split.
+func TestKustomizationFieldsClassified(t *testing.T) {
+	t.Parallel()
+	per, cross := perDocumentFields(), crossDocumentFields()
+	fields := map[string]bool{}
+	typ := reflect.TypeFor[types.Kustomization]()
+	for i := range typ.NumField() {
+		name := typ.Field(i).Name
+		fields[name] = true
+		_, isPer := per[name]
+		_, isCross := cross[name]
+		switch {
+		case isPer && isCross:
+			t.Errorf("Kustomization.%s is both per document and cross document", name)
+		case !isPer && !isCross:
+			t.Errorf("Kustomization.%s is not classified: add it to perDocumentFields or crossDocumentFields", name)
+		}
+	}
+	for name := range per {
+		if !fields[name] {
+			t.Errorf("perDocumentFields lists %s, which types.Kustomization lacks", name)
+		}
+	}
+	for name := range cross {
+		if !fields[name] {
+			t.Errorf("crossDocumentFields lists %s, which types.Kustomization lacks", name)
+		}
+	}
+}
+
+// TestShardableByFields: the fields a kustomization sets decide, and a field
+// set that neither list names (as after a library upgrade) makes the
+// overlay build once.
+func TestShardableByFields(t *testing.T) {
+	t.Parallel()
+	withoutImages := perDocumentFields()
+	delete(withoutImages, "Images")
+	tests := []struct {
+		name string
+		k    types.Kustomization
+		per  map[string]fieldCheck // default perDocumentFields
+		want string
+	}{
+		{name: "resources and images", k: types.Kustomization{Resources: []string{"all.yaml"}, Images: []types.Image{{Name: "a"}}}},
+		{name: "empty vars set nothing", k: types.Kustomization{Vars: []types.Var{}}}, //nolint:staticcheck // deprecated, yet kustomize build still honours it
+		{name: "crds", k: types.Kustomization{Crds: []string{"crd.yaml"}}, want: "crds"},
+		{name: "non-legacy sort", k: types.Kustomization{SortOptions: &types.SortOptions{Order: types.FIFOSortOrder}}, want: "sortOptions other than legacy"},
+		{
+			name: "a field neither list names", k: types.Kustomization{Images: []types.Image{{Name: "a"}}}, per: withoutImages,
+			want: "the kustomization field Images, which this version does not know",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			per := tt.per
+			if per == nil {
+				per = perDocumentFields()
+			}
+			var p splitPlan
+			ok, why := shardableBy(per, crossDocumentFields(), filesys.MakeFsInMemory(), "/", &tt.k, 0, &p)
+			if ok != (tt.want == "") || why != tt.want {
+				t.Errorf("shardable = %v, %q; want %q", ok, why, tt.want)
 			}
 		})
 	}

@@ -49,7 +49,7 @@ func (h *heldReader) Get(ctx context.Context, key client.ObjectKey, obj client.O
 // answered, allowed.
 func TestDetachedFinishesRequestsInFlightAtShutdown(t *testing.T) {
 	t.Parallel()
-	set, err := policy.Load(t.Context(), policies.FS, "embedded")
+	set, err := policy.Load(t.Context(), policies.FS, "embedded", policy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

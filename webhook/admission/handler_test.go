@@ -67,7 +67,7 @@ func jobIn(ns string) *batchv1.Job {
 
 func newHandler(t testing.TB, mutate bool) *Handler {
 	t.Helper()
-	set, err := policy.Load(t.Context(), policies.FS, "embedded")
+	set, err := policy.Load(t.Context(), policies.FS, "embedded", policy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +399,7 @@ func TestHandlerWithANamespaceRefusesRunnerPodsElsewhere(t *testing.T) {
 // platform's placement, not refused with an error.
 func TestHandlerAdmitsDespiteBadNamespaceAnnotations(t *testing.T) {
 	t.Parallel()
-	set, err := policy.Load(t.Context(), policies.FS, "embedded")
+	set, err := policy.Load(t.Context(), policies.FS, "embedded", policy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +480,7 @@ func TestRunnerStatusIsEarned(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			set, err := policy.Load(t.Context(), policies.FS, "embedded")
+			set, err := policy.Load(t.Context(), policies.FS, "embedded", policy.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -39,7 +39,7 @@ type identityResult struct {
 // as that cloud's webhook would leave it (for the runner containers).
 func TestWorkloadIdentityGolden(t *testing.T) {
 	t.Parallel()
-	set, err := policy.Load(t.Context(), policies.FS, "embedded")
+	set, err := policy.Load(t.Context(), policies.FS, "embedded", policy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

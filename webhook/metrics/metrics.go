@@ -6,6 +6,7 @@ package metrics
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/runwarden/runwarden/webhook/policy"
 )
 
 // Recorder records admissions, denials and policy reloads.
@@ -22,6 +25,7 @@ type Recorder struct {
 	admissions *prometheus.CounterVec
 	latency    prometheus.Histogram
 	reloads    *prometheus.CounterVec
+	timeouts   prometheus.Counter
 	denials    *prometheus.CounterVec
 	policyInfo *prometheus.GaugeVec
 
@@ -52,6 +56,10 @@ func New(reg prometheus.Registerer) *Recorder {
 			Name: "runwarden_webhook_policy_reloads_total",
 			Help: "Policy reload attempts after the first load, by result: success, or failure (the last good set stays in force).",
 		}, []string{"result"}),
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "runwarden_webhook_policy_reload_timeouts_total",
+			Help: "Policy reloads refused because an evaluation (a test, the probe decision) ran past --policy-timeout; each is also a reload failure.",
+		}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runwarden_webhook_denials_total",
 			Help: "Denied runner pods by policy rule.",
@@ -69,7 +77,7 @@ func New(reg prometheus.Registerer) *Recorder {
 	for _, result := range []string{"mutated", "allowed", "denied", "skipped", "error"} {
 		r.admissions.WithLabelValues(result)
 	}
-	reg.MustRegister(r.admissions, r.latency, r.reloads, r.denials, r.policyInfo)
+	reg.MustRegister(r.admissions, r.latency, r.reloads, r.timeouts, r.denials, r.policyInfo)
 	r.reg = reg
 	return r
 }
@@ -156,9 +164,14 @@ func (r *Recorder) Loaded(digest string) {
 }
 
 // Reload records a reload attempt and, on success, the new set's digest.
+// A failure that is a timeout (errors.Is policy.ErrTimeout) counts in the
+// timeouts too.
 func (r *Recorder) Reload(digest string, err error) {
 	if err != nil {
 		r.reloads.WithLabelValues("failure").Inc()
+		if errors.Is(err, policy.ErrTimeout) {
+			r.timeouts.Inc()
+		}
 		return
 	}
 	r.reloads.WithLabelValues("success").Inc()

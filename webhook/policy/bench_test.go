@@ -10,7 +10,7 @@ import (
 // decision cache (a repeated template: every call after the first hits) and
 // without it (a full OPA evaluation every time).
 func BenchmarkEval(b *testing.B) {
-	s, err := Load(b.Context(), policies.FS, "embedded")
+	s, err := Load(b.Context(), policies.FS, "embedded", Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

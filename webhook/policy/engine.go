@@ -14,11 +14,13 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/cover"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/tester"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -38,6 +40,9 @@ var (
 	ErrTestsFailed = errors.New("policy tests fail")
 	// ErrNoDecision: the policies define no decision for the input.
 	ErrNoDecision = errors.New("the policies returned no decision")
+	// ErrTimeout: an evaluation (a decision, the load's probe, one of the
+	// set's tests) ran past its deadline, Options.Timeout.
+	ErrTimeout = errors.New("policy evaluation ran past its deadline")
 	// errDecisionShape: the decision is not of the Decision type's shape.
 	errDecisionShape = errors.New("reading the decision")
 )
@@ -57,16 +62,42 @@ type Set struct {
 	Cached bool
 
 	modules map[string]*ast.Module
+	timeout time.Duration
 	query   rego.PreparedEvalQuery
 	reads   [][]string
 	paths   []string // reads as gjson paths
 	cache   *decisionCache
 }
 
-// Load reads every .rego file under root of fsys, compiles them, runs their
-// tests (files ending in _test.rego), and prepares the decision query. It
-// refuses a set that does not compile or whose tests fail.
-func Load(ctx context.Context, fsys fs.FS, origin string) (*Set, error) {
+// DefaultTimeout bounds one evaluation when Options.Timeout is unset. It is
+// well below the webhook configurations' timeoutSeconds (5 s), so a slow
+// policy fails the admission call (which the API server retries) before the
+// API server gives up on the webhook.
+const DefaultTimeout = 2 * time.Second
+
+// Options configure how a set is loaded and evaluated. The server, its
+// reloads and the offline `policy eval` and `policy test` all load with
+// them, so a set behaves alike everywhere.
+type Options struct {
+	// Timeout bounds every evaluation of the set: each of its tests and
+	// the probe decision when it loads, then each decision. An evaluation
+	// past it is stopped and fails with ErrTimeout. Default: DefaultTimeout.
+	Timeout time.Duration
+}
+
+func (o *Options) setDefaults() {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+}
+
+// Load reads every .rego file under root of fsys, compiles them with the
+// capabilities of Capabilities, runs their tests (files ending in
+// _test.rego), and prepares the decision query. It refuses a set that does
+// not compile, calls a built-in the capabilities leave out, fails its
+// tests, or cannot decide on a plain runner pod within opts.Timeout.
+func Load(ctx context.Context, fsys fs.FS, origin string, opts Options) (*Set, error) {
+	opts.setDefaults()
 	sources := map[string][]byte{}
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -96,7 +127,7 @@ func Load(ctx context.Context, fsys fs.FS, origin string) (*Set, error) {
 		return nil, fmt.Errorf("%w in %s", ErrNoPolicies, origin)
 	}
 
-	s := &Set{Origin: origin, modules: map[string]*ast.Module{}}
+	s := &Set{Origin: origin, modules: map[string]*ast.Module{}, timeout: opts.Timeout}
 	h := sha256.New()
 	for _, name := range sortedKeys(sources) {
 		s.Files = append(s.Files, name)
@@ -110,21 +141,21 @@ func Load(ctx context.Context, fsys fs.FS, origin string) (*Set, error) {
 	}
 	s.Digest = fmt.Sprintf("%x", h.Sum(nil))[:12]
 
-	compiler := ast.NewCompiler().WithEnablePrintStatements(false)
-	if compiler.Compile(s.modules); compiler.Failed() {
-		return nil, fmt.Errorf("%w: %w", ErrCompile, compiler.Errors)
+	compiler, err := compile(s.modules)
+	if err != nil {
+		return nil, err
 	}
-	if s.Tests, err = runTests(ctx, compiler, s.modules, nil); err != nil {
+	if s.Tests, err = runTests(ctx, compiler, s.modules, nil, s.timeout); err != nil {
 		return nil, err
 	}
 
-	opts := []func(*rego.Rego){rego.Query(Query)}
+	ropts := []func(*rego.Rego){rego.Query(Query), rego.Capabilities(Capabilities())}
 	for _, name := range s.Files {
 		if !strings.HasSuffix(name, "_test.rego") {
-			opts = append(opts, rego.ParsedModule(s.modules[name]))
+			ropts = append(ropts, rego.ParsedModule(s.modules[name]))
 		}
 	}
-	s.query, err = rego.New(opts...).PrepareForEval(ctx)
+	s.query, err = rego.New(ropts...).PrepareForEval(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: preparing %s: %w", ErrCompile, Query, err)
 	}
@@ -141,6 +172,8 @@ func Load(ctx context.Context, fsys fs.FS, origin string) (*Set, error) {
 		return nil, err
 	} else if _, err := s.eval(ctx, v); errors.Is(err, errDecisionShape) {
 		return nil, fmt.Errorf("%w: for a plain runner pod: %w", ErrCompile, err)
+	} else if errors.Is(err, ErrTimeout) || ctx.Err() != nil {
+		return nil, fmt.Errorf("deciding on a plain runner pod: %w", err)
 	}
 	s.reads, s.Cached = inputReads(s.modules)
 	s.paths = gjsonPaths(s.reads)
@@ -148,10 +181,20 @@ func Load(ctx context.Context, fsys fs.FS, origin string) (*Set, error) {
 	return s, nil
 }
 
-// runTests runs the set's tests; with a non-nil coverage tracer it records
-// coverage too. It returns how many tests ran.
-func runTests(ctx context.Context, compiler *ast.Compiler, modules map[string]*ast.Module, cov *cover.Cover) (int, error) {
-	r := tester.NewRunner().SetCompiler(compiler).SetModules(modules)
+// compile compiles the modules with the policies' capabilities; a call of
+// a built-in they leave out is reported with its file and line.
+func compile(modules map[string]*ast.Module) (*ast.Compiler, error) {
+	compiler := ast.NewCompiler().WithEnablePrintStatements(false).WithCapabilities(Capabilities())
+	if compiler.Compile(modules); compiler.Failed() {
+		return nil, fmt.Errorf("%w: %w", ErrCompile, explainRefused(compiler.Errors))
+	}
+	return compiler, nil
+}
+
+// runTests runs the set's tests, each within timeout; with a non-nil
+// coverage tracer it records coverage too. It returns how many tests ran.
+func runTests(ctx context.Context, compiler *ast.Compiler, modules map[string]*ast.Module, cov *cover.Cover, timeout time.Duration) (int, error) {
+	r := tester.NewRunner().SetCompiler(compiler).SetModules(modules).SetTimeout(timeout)
 	if cov != nil {
 		r = r.SetCoverageQueryTracer(cov)
 	}
@@ -161,14 +204,24 @@ func runTests(ctx context.Context, compiler *ast.Compiler, modules map[string]*a
 	}
 	n := 0
 	var failed []string
+	timedOut := false
 	for res := range ch {
 		n++
 		switch {
+		case res.Error != nil && topdown.IsCancel(res.Error):
+			timedOut = true
+			failed = append(failed, fmt.Sprintf("%s.%s (%s:%d) ran past the deadline of %s", res.Package, res.Name, res.Location.File, res.Location.Row, timeout))
 		case res.Error != nil:
 			failed = append(failed, fmt.Sprintf("%s.%s: %v", res.Package, res.Name, res.Error))
 		case res.Fail:
 			failed = append(failed, fmt.Sprintf("%s.%s (%s:%d)", res.Package, res.Name, res.Location.File, res.Location.Row))
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return n, fmt.Errorf("%w: %w", ErrTestsFailed, err)
+	}
+	if timedOut {
+		return n, fmt.Errorf("%w: %w: %s", ErrTestsFailed, ErrTimeout, strings.Join(failed, "; "))
 	}
 	if len(failed) > 0 {
 		return n, fmt.Errorf("%w: %s", ErrTestsFailed, strings.Join(failed, "; "))
@@ -184,19 +237,21 @@ type TestReport struct {
 	Uncovered []string
 }
 
-// TestWithCoverage compiles the policies of fsys and runs their tests with
+// TestWithCoverage loads the policies of fsys as the webhook does (Load,
+// with the same capabilities and deadline) and runs their tests again with
 // coverage, as `opa test --coverage` does.
-func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string) (TestReport, error) {
-	s, err := Load(ctx, fsys, origin)
+func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Options) (TestReport, error) {
+	opts.setDefaults()
+	s, err := Load(ctx, fsys, origin, opts)
 	if err != nil {
 		return TestReport{}, err
 	}
-	compiler := ast.NewCompiler()
-	if compiler.Compile(s.modules); compiler.Failed() {
-		return TestReport{}, fmt.Errorf("%w: %w", ErrCompile, compiler.Errors)
+	compiler, err := compile(s.modules)
+	if err != nil {
+		return TestReport{}, err
 	}
 	cov := cover.New()
-	n, err := runTests(ctx, compiler, s.modules, cov)
+	n, err := runTests(ctx, compiler, s.modules, cov, opts.Timeout)
 	if err != nil {
 		return TestReport{}, err
 	}
@@ -254,9 +309,17 @@ func (s *Set) EvalUncached(ctx context.Context, in *Input) (Decision, error) {
 	return s.eval(ctx, v)
 }
 
+// eval evaluates the decision within the set's timeout. OPA's Eval cancels
+// the evaluation (topdown.Cancel) when its context ends, so a slow rule
+// stops at the deadline instead of holding the caller.
 func (s *Set) eval(ctx context.Context, v ast.Value) (Decision, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout, ErrTimeout)
+	defer cancel()
 	rs, err := s.query.Eval(ctx, rego.EvalParsedInput(v))
 	if err != nil {
+		if topdown.IsCancel(err) && errors.Is(context.Cause(ctx), ErrTimeout) {
+			return Decision{}, fmt.Errorf("%w: evaluating %s took longer than %s: a rule does too much work for one pod (a comprehension or numbers.range over a large set); make it cheaper, or raise the deadline", ErrTimeout, Query, s.timeout)
+		}
 		return Decision{}, fmt.Errorf("evaluating %s: %w", Query, err)
 	}
 	if len(rs) == 0 || len(rs[0].Expressions) == 0 {

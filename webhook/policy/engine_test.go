@@ -43,7 +43,7 @@ func runnerInput() *Input {
 
 func TestLoadEmbeddedPoliciesPassTheirTests(t *testing.T) {
 	t.Parallel()
-	s, err := Load(t.Context(), policies.FS, "embedded")
+	s, err := Load(t.Context(), policies.FS, "embedded", Options{})
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -92,7 +92,7 @@ func TestLoadRefusesBadSets(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := Load(t.Context(), tt.fs, tt.name); !errors.Is(err, tt.is) {
+			if _, err := Load(t.Context(), tt.fs, tt.name, Options{}); !errors.Is(err, tt.is) {
 				t.Errorf("Load error = %v, want %v", err, tt.is)
 			}
 		})
@@ -112,7 +112,7 @@ func TestLoadSkipsConfigMapMountInternals(t *testing.T) {
 		"..2026_11_22/broken.rego": {Data: []byte("not rego")},
 		"nested/a_test.rego":       {Data: []byte(minimalTest)},
 	}
-	s, err := Load(t.Context(), fsys, "mount")
+	s, err := Load(t.Context(), fsys, "mount", Options{})
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -172,7 +172,7 @@ decision := {"deny": [], "warnings": ["from v2"], "mutations": {}}
 
 func TestTestWithCoverage(t *testing.T) {
 	t.Parallel()
-	rep, err := TestWithCoverage(t.Context(), policies.FS, "embedded")
+	rep, err := TestWithCoverage(t.Context(), policies.FS, "embedded", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,12 @@ type StoreOptions struct {
 	Dir string
 	// Interval is how often Dir is checked for changes. Default: 2s.
 	Interval time.Duration
+	// Load configures how every set is loaded and evaluated (its deadline).
+	// Default: the zero Options, whose fields state their defaults.
+	Load Options
 	// OnReload is called after every reload attempt with the new set, or
-	// with the error that kept the previous set in force. Default: none.
+	// with the error that kept the previous set in force (errors.Is
+	// ErrTimeout when an evaluation ran past its deadline). Default: none.
 	OnReload func(*Set, error)
 }
 
@@ -36,8 +40,9 @@ func (o *StoreOptions) setDefaults() {
 }
 
 // Store holds the policy set in force and replaces it when the folder
-// changes. A set that fails to load (it does not compile, or fails its
-// tests) is refused: the last good set stays in force.
+// changes. A set that fails to load (it does not compile, calls a refused
+// built-in, fails its tests, or runs past its deadline) is refused: the
+// last good set stays in force.
 type Store struct {
 	opts    StoreOptions
 	cur     atomic.Pointer[Set]
@@ -54,7 +59,7 @@ func NewStore(ctx context.Context, opts StoreOptions) (*Store, error) {
 		// by the next Check, not taken for the set in force.
 		s.content, _ = folderDigest(fsys)
 	}
-	set, err := Load(ctx, fsys, origin)
+	set, err := Load(ctx, fsys, origin, s.opts.Load)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +107,7 @@ func (s *Store) Check(ctx context.Context) {
 		return
 	}
 	s.content = digest
-	set, err := Load(ctx, fsys, origin)
+	set, err := Load(ctx, fsys, origin, s.opts.Load)
 	if err != nil {
 		s.opts.OnReload(nil, err)
 		return

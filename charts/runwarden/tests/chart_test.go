@@ -379,6 +379,46 @@ func TestDispatcherKnowsSecretDelivery(t *testing.T) {
 	}
 }
 
+// The webhook's policy deadline is half of timeoutSeconds, at most 2s, so
+// a slow policy fails the call before the API server gives up on it; and
+// the webhook knows its own pod, to report refused reloads on it.
+func TestWebhookPolicyTimeoutAndPod(t *testing.T) {
+	t.Parallel()
+	h := helm(t, "helm3")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--policy-timeout=2000ms"},
+		{[]string{"--set", "webhook.timeoutSeconds=1"}, "--policy-timeout=500ms"},
+		{[]string{"--set", "webhook.timeoutSeconds=3"}, "--policy-timeout=1500ms"},
+		{[]string{"--set", "webhook.timeoutSeconds=30"}, "--policy-timeout=2000ms"},
+	} {
+		var d appsv1.Deployment
+		decode(t, render(t, h, tt.args...), "Deployment/rw-runwarden-webhook", &d)
+		c := d.Spec.Template.Spec.Containers[0]
+		var got []string
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, "--policy-timeout") || strings.HasPrefix(a, "--pod-") {
+				got = append(got, a)
+			}
+		}
+		want := []string{tt.want, "--pod-name=$(POD_NAME)", "--pod-namespace=$(POD_NAMESPACE)", "--pod-uid=$(POD_UID)"}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("with %q, the webhook's flags (-want +got):\n%s", tt.args, diff)
+		}
+		fields := map[string]string{}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+				fields[e.Name] = e.ValueFrom.FieldRef.FieldPath
+			}
+		}
+		if diff := cmp.Diff(map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"}, fields); diff != "" {
+			t.Errorf("the webhook's downward API env (-want +got):\n%s", diff)
+		}
+	}
+}
+
 // TestDispatcherQueueing checks the dispatcher's queueing flags and the
 // rights and objects that go with them: none by default; without Kueue,
 // one --priority-class per class, sorted by name, and the default class;
@@ -673,7 +713,8 @@ func TestNamespacesRenderAsStrings(t *testing.T) {
 // the webhook do, as docs/security.md states it: neither may read, change
 // or delete a Secret (the dispatcher may only create one), the dispatcher
 // holds no cluster-wide right (Kueue's rules included), and the webhook
-// writes nothing but its own webhook configurations, by name.
+// writes nothing but its own webhook configurations, by name, and Events
+// (on its own pod) in the release namespace.
 func TestServiceAccountRights(t *testing.T) {
 	t.Parallel()
 	objs := render(t, helm(t, "helm3"), "--set", "runner.serviceAccount.stateBackendRole=true", "--set", "queueing.kueue.enabled=true")
@@ -720,15 +761,42 @@ func TestServiceAccountRights(t *testing.T) {
 			t.Errorf("the dispatcher may %v podtemplates %v; want get, list and watch on rw-runwarden-runner alone", r.Verbs, r.ResourceNames)
 		}
 	}
+	readsPods := false
 	for _, r := range rules["rw-runwarden-webhook"] {
+		if slices.Contains(r.Resources, "pods") {
+			// The pod of an exec, attach or port-forward, read by name:
+			// never a cache of every pod of the namespace.
+			readsPods = slices.Equal(r.Verbs, []string{"get"}) && slices.Equal(r.APIGroups, []string{""})
+			if !readsPods {
+				t.Errorf("the webhook may %v %v %v; want get on pods alone", r.Verbs, r.APIGroups, r.Resources)
+			}
+		}
 		for _, v := range r.Verbs {
 			if v == "get" || v == "list" || v == "watch" {
 				continue
 			}
+			// A refused policy reload is an Event on its pod; the Role is
+			// checked below to be the release namespace's.
+			if (v == "create" || v == "patch") && slices.Equal(r.APIGroups, []string{""}) && slices.Equal(r.Resources, []string{"events"}) && len(r.ResourceNames) == 0 {
+				continue
+			}
 			if v != "patch" || len(r.ResourceNames) != 1 || r.ResourceNames[0] != "rw-runwarden" ||
 				!slices.Equal(r.Resources, []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}) {
-				t.Errorf("the webhook may %s %v %v; want writes to its own webhook configurations alone", v, r.Resources, r.ResourceNames)
+				t.Errorf("the webhook may %s %v %v; want writes to its own webhook configurations and Events alone", v, r.Resources, r.ResourceNames)
 			}
 		}
+	}
+	var events rbacv1.Role
+	decode(t, objs, "Role/rw-runwarden-webhook-events", &events)
+	if events.Namespace != "runwarden" || !cmp.Equal(events.Rules, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}) {
+		t.Errorf("the webhook's Events Role: namespace %q, rules %+v; want create and patch of events in the release namespace alone", events.Namespace, events.Rules)
+	}
+	var binding rbacv1.RoleBinding
+	decode(t, objs, "RoleBinding/rw-runwarden-webhook-events", &binding)
+	if binding.Namespace != "runwarden" || binding.RoleRef.Kind != "Role" {
+		t.Errorf("the webhook's Events binding: namespace %q, role %s; want a RoleBinding of the Role in the release namespace", binding.Namespace, binding.RoleRef.Kind)
+	}
+	if !readsPods {
+		t.Error("the webhook may not get pods: it cannot tell whether an exec, attach or port-forward reaches a runner pod")
 	}
 }
