@@ -510,13 +510,13 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 				}
 				for _, e := range events.Items {
 					if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == "webhook-e2e" && e.Type == corev1.EventTypeWarning &&
-						e.Reason == "PolicyReloadRefused" && strings.Contains(e.Message, "test_slow") && strings.Contains(e.Message, "ran past the deadline of 2s") {
+						e.Reason == "PolicyReloadRefused" && strings.Contains(e.Message, "test_slow") && strings.Contains(e.Message, "ran past the deadline of 30s") {
 						return true, nil
 					}
 				}
 				return false, nil
 			}
-			if err := harness.WaitFor(ctx, "the slow policy to be refused with a Warning Event on the webhook's pod", 60*time.Second, timedOut); err != nil {
+			if err := harness.WaitFor(ctx, "the slow policy to be refused with a Warning Event on the webhook's pod", 2*time.Minute, timedOut); err != nil {
 				t.Fatalf("%v\nwebhook log:\n%s", err, w.log.String())
 			}
 			checkShaped("runner-2")

@@ -119,8 +119,10 @@ type admitCase struct {
 	// (resolver init container, env-file volume, fileKeyRef) and the
 	// record annotations, so the comparison is not of two unshaped pods.
 	resolved bool
-	// notChecked: a lookup finds nothing in the cluster (a service account
-	// the webhook reads as none), so eval is not given it and says so.
+	// notChecked: a lookup finds nothing in the cluster, so eval is not
+	// given it and says so. The webhook refuses a pod whose namespace,
+	// service account or Job it cannot find, so no case of the equivalence
+	// has one; TestRun checks NOT CHECKED itself.
 	notChecked bool
 }
 
@@ -132,7 +134,7 @@ type admitCase struct {
 // (TestRunnerStatusIsEarned/Jobs_cannot_be_read).
 func admitCases(t *testing.T) []admitCase {
 	cluster := []client.Object{teamA(nil), runnerSA(), taskJob()}
-	earnedCluster := []client.Object{teamA(nil), taskJob()}
+	earnedCluster := []client.Object{teamA(nil), runnerSA(), taskJob()}
 	update := func(old, pod *corev1.Pod, sub string) admitCase {
 		return admitCase{pod: pod, old: old, sub: sub, user: "alice", cluster: cluster, resolver: resolverImage}
 	}
@@ -181,7 +183,7 @@ func admitCases(t *testing.T) []admitCase {
 		"node selector value with a space":    {"runwarden.dev/node-selector": "pool=team a"},
 	} {
 		cases = append(cases, admitCase{name: "TestHandlerAdmitsDespiteBadNamespaceAnnotations/" + name, pod: runnerPod("registry.example.com/runner:1"),
-			cluster: []client.Object{teamA(annotations), taskJob()}, notChecked: true})
+			cluster: []client.Object{teamA(annotations), runnerSA(), taskJob()}})
 	}
 	foreignJob := taskJob()
 	foreignJob.Labels = nil
@@ -196,13 +198,13 @@ func admitCases(t *testing.T) []admitCase {
 	cases = append(cases,
 		// The cluster has no service account runner: the policies reach it,
 		// and eval, not given one, says so.
-		earned("earned", keep, admitCase{notChecked: true}),
+		earned("earned", keep, admitCase{}),
 		earned("created by another user", keep, admitCase{user: "system:serviceaccount:team-a:intruder"}),
 		earned("no controller reference", func(p *corev1.Pod) { p.OwnerReferences = nil }, admitCase{}),
 		earned("a Job that does not exist", func(p *corev1.Pod) { p.OwnerReferences[0].Name = "other" }, admitCase{}),
 		earned("a forged UID", func(p *corev1.Pod) { p.OwnerReferences[0].UID = "forged" }, admitCase{}),
 		earned("a Job not made by the dispatcher", keep, admitCase{cluster: []client.Object{teamA(nil), foreignJob}}),
-		earned("another Job controller user", keep, admitCase{user: "system:serviceaccount:kube-system:custom-jobs", jobUsers: []string{"system:serviceaccount:kube-system:custom-jobs"}, notChecked: true}),
+		earned("another Job controller user", keep, admitCase{user: "system:serviceaccount:kube-system:custom-jobs", jobUsers: []string{"system:serviceaccount:kube-system:custom-jobs"}}),
 	)
 	validating := []struct {
 		name string
@@ -298,12 +300,13 @@ func runTestCases(t *testing.T) []admitCase {
 		t.Fatal(err)
 	}
 	plainNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}
+	defaultSA := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "team-a"}}
 	// The Job of invalid-pod.yaml and clashing-pod.yaml.
 	job43 := job.DeepCopy()
 	job43.Name, job43.UID = "task-43", "5f0c9a52-8d0e-4b43-9d55-2f8e2c0a0043"
 	return []admitCase{
 		{name: "TestRun/policy eval shapes a pod", pod: valid, cluster: []client.Object{ns, sa, job}, config: cfg, resolver: resolverImage, again: true, resolved: true},
-		{name: "TestRun/policy eval of a denied pod", pod: invalid, cluster: []client.Object{plainNS, job43}, config: map[string]any{}, resolver: resolverImage, notChecked: true},
+		{name: "TestRun/policy eval of a denied pod", pod: invalid, cluster: []client.Object{plainNS, defaultSA, job43}, config: map[string]any{}, resolver: resolverImage},
 		{name: "TestRun/policy eval of a pod whose volumes clash with the mutations", pod: clashing, cluster: []client.Object{plainNS, sa, job43}, config: cfg, resolver: resolverImage},
 		{name: "TestRun/policy eval of a runner pod another user creates", pod: valid, user: "system:serviceaccount:team-a:intruder", cluster: []client.Object{ns, sa, job}, config: cfg, resolver: resolverImage},
 	}

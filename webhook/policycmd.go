@@ -24,8 +24,8 @@ import (
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
-// timeoutUsage is the help of the policy commands' --timeout flag.
-const timeoutUsage = "deadline of each policy evaluation (each test, each decision), as the webhook's --policy-timeout"
+// timeoutUsage is the help of policy eval's --timeout flag.
+const timeoutUsage = "deadline of each policy decision, as the webhook's --policy-timeout"
 
 func loadSet(ctx context.Context, dir string, opts policy.Options) (*policy.Set, error) {
 	if dir == "" {
@@ -318,6 +318,12 @@ func (l *fileLookups) ServiceAccount(_ context.Context, namespace, name string) 
 
 // Job is the Job given, if the pod names it; a pod that names another Job
 // names one that does not exist, as the webhook would find.
+// ConfigMap is not read from a file: the role mapping ConfigMap is not
+// checked.
+func (l *fileLookups) ConfigMap(context.Context, string, string) (*corev1.ConfigMap, error) {
+	return nil, rwadmission.ErrNotChecked
+}
+
 func (l *fileLookups) Job(_ context.Context, namespace, name string) (*batchv1.Job, error) {
 	switch {
 	case l.job == nil:
@@ -338,14 +344,14 @@ func policyTest(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("runwarden-webhook policy test", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	minCov := fs.Float64("min-coverage", 0, "fail below this coverage, in percent")
-	timeout := fs.Duration("timeout", policy.DefaultTimeout, timeoutUsage)
+	timeout := fs.Duration("timeout", policy.DefaultTestTimeout, "deadline of each test, as the webhook's when it loads a set")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	opts := policy.Options{Timeout: *timeout}
+	opts := policy.Options{TestTimeout: *timeout}
 	var rep policy.TestReport
 	var err error
 	origin := "embedded policies"

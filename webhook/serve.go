@@ -85,7 +85,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.validatingName, "validating-webhook-configuration", "", "ValidatingWebhookConfiguration whose caBundle is kept current (--cert-mode=self)")
 	fs.StringVar(&c.policyDir, "policies", "", "policy folder to load and watch (default: the shipped policies, embedded)")
 	fs.DurationVar(&c.reloadInterval, "policy-reload-interval", 2*time.Second, "how often the policy folder is checked for changes")
-	fs.DurationVar(&c.policyTimeout, "policy-timeout", policy.DefaultTimeout, "deadline of each policy evaluation: a decision, and each test and the probe decision of a set being loaded; keep it below the webhook configurations' timeoutSeconds (5 s in the chart)")
+	fs.DurationVar(&c.policyTimeout, "policy-timeout", policy.DefaultTimeout, "deadline of each policy decision, the probe decision of a set being loaded included (each of its tests has 30s); keep it below the webhook configurations' timeoutSeconds (5 s in the chart)")
 	fs.StringVar(&c.pod.name, "pod-name", "", "this webhook's pod, which a refused policy reload is reported on as a Warning Event (the chart sets it from the downward API; empty: no Event, the log and metrics only)")
 	fs.StringVar(&c.pod.namespace, "pod-namespace", "", "namespace of --pod-name")
 	fs.StringVar(&c.pod.uid, "pod-uid", "", "UID of --pod-name, so `kubectl describe pod` lists the Events")
@@ -159,18 +159,37 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 // namespaces and service accounts, so the cache hands out its own objects
 // instead of copies; with a namespace, it holds that Namespace (selected by
 // name, which RBAC can grant by resourceNames) and the service accounts in
-// it, not the whole cluster's.
-func cacheOptions(namespace string) cache.Options {
+// it, not the whole cluster's. With a role mapping ConfigMap named by the
+// platform configuration (rwadmission.RoleMappingConfigMap), it holds that
+// one ConfigMap, selected by namespace and name.
+func cacheOptions(namespace string, platform map[string]any) cache.Options {
 	nsOpts := cache.ByObject{UnsafeDisableDeepCopy: ptr.To(true)}
 	saOpts := cache.ByObject{UnsafeDisableDeepCopy: ptr.To(true)}
 	if namespace != "" {
 		nsOpts.Field = fields.OneTermEqualSelector("metadata.name", namespace)
 		saOpts.Namespaces = map[string]cache.Config{namespace: {}}
 	}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+	by := map[client.Object]cache.ByObject{
 		&corev1.Namespace{}:      nsOpts,
 		&corev1.ServiceAccount{}: saOpts,
-	}}
+	}
+	if ref, ok := rwadmission.RoleMappingConfigMap(platform); ok {
+		by[&corev1.ConfigMap{}] = cache.ByObject{
+			UnsafeDisableDeepCopy: ptr.To(true),
+			Namespaces:            map[string]cache.Config{ref.Namespace: {}},
+			Field:                 fields.OneTermEqualSelector("metadata.name", ref.Name),
+		}
+	}
+	return cache.Options{ByObject: by}
+}
+
+// cachedKinds are the objects the handler reads from the cache.
+func cachedKinds(platform map[string]any) []client.Object {
+	kinds := []client.Object{&corev1.Namespace{}, &corev1.ServiceAccount{}}
+	if _, ok := rwadmission.RoleMappingConfigMap(platform); ok {
+		kinds = append(kinds, &corev1.ConfigMap{})
+	}
+	return kinds
 }
 
 // readPlatformConfig reads the platform configuration file.
@@ -264,7 +283,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 		Metrics:                metricsserver.Options{BindAddress: c.metricsAddr},
 		HealthProbeBindAddress: c.healthAddr,
 		WebhookServer:          webhook.NewServer(webhook.Options{Host: c.bindAddress, Port: c.port, CertDir: c.certDir}),
-		Cache:                  cacheOptions(c.namespace),
+		Cache:                  cacheOptions(c.namespace, platform),
 		// Runnables get the context's values (the logger) but not its
 		// cancellation: on SIGTERM the manager stops them in its own order,
 		// the webhook server last. It cancels the server's context before
@@ -307,11 +326,12 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
 		return err
 	}
-	// The handler reads namespaces and service accounts from the cache.
-	// Their informers start with the manager (not on the first request),
-	// and the pod is ready only once they hold their objects: before,
-	// a request would fail and the pod be refused.
-	for _, obj := range []client.Object{&corev1.Namespace{}, &corev1.ServiceAccount{}} {
+	// The handler reads namespaces and service accounts (and the role
+	// mapping ConfigMap) from the cache. Their informers start with the
+	// manager (not on the first request), and the pod is ready only once
+	// they hold their objects: before, a request would fail and the pod be
+	// refused.
+	for _, obj := range cachedKinds(platform) {
 		if _, err := mgr.GetCache().GetInformer(ctx, obj, cache.BlockUntilSynced(false)); err != nil {
 			return fmt.Errorf("watching %T: %w", obj, err)
 		}

@@ -41,7 +41,7 @@ func TestCacheOptions(t *testing.T) {
 		}
 		return ns, sa
 	}
-	ns, sa := byKind(cacheOptions("runners"))
+	ns, sa := byKind(cacheOptions("runners", nil))
 	if ns.Field == nil || ns.Field.String() != "metadata.name=runners" {
 		t.Errorf("namespace field selector %v, want metadata.name=runners", ns.Field)
 	}
@@ -53,9 +53,42 @@ func TestCacheOptions(t *testing.T) {
 			t.Error("the cache copies objects the handler only reads")
 		}
 	}
-	ns, sa = byKind(cacheOptions(""))
+	ns, sa = byKind(cacheOptions("", nil))
 	if ns.Field != nil || sa.Namespaces != nil {
 		t.Errorf("without a runner namespace: field %v, namespaces %v; want cluster-wide", ns.Field, sa.Namespaces)
+	}
+	for obj, by := range cacheOptions("runners", nil).ByObject {
+		if _, ok := obj.(*corev1.ConfigMap); ok {
+			t.Errorf("a ConfigMap is cached without a role mapping ConfigMap named: %+v", by)
+		}
+	}
+	if kinds := cachedKinds(nil); len(kinds) != 2 {
+		t.Errorf("cached kinds %T, want the Namespace and ServiceAccount only", kinds)
+	}
+}
+
+// TestCacheOptionsRoleMappingConfigMap checks that the role mapping
+// ConfigMap the platform configuration names is the one ConfigMap the cache
+// holds (so RBAC need grant that one only), and that its informer starts.
+func TestCacheOptionsRoleMappingConfigMap(t *testing.T) {
+	t.Parallel()
+	platform := map[string]any{"workloadIdentity": map[string]any{"aws": map[string]any{
+		"enabled": true, "roleMappingConfigMap": map[string]any{"namespace": "kube-system", "name": "pod-identity-webhook"},
+	}}}
+	var cm *cache.ByObject
+	for obj, by := range cacheOptions("runners", platform).ByObject {
+		if _, ok := obj.(*corev1.ConfigMap); ok {
+			cm = &by
+		}
+	}
+	if cm == nil {
+		t.Fatal("no ConfigMap in the cache options")
+	}
+	if _, ok := cm.Namespaces["kube-system"]; !ok || len(cm.Namespaces) != 1 || cm.Field == nil || cm.Field.String() != "metadata.name=pod-identity-webhook" {
+		t.Errorf("ConfigMap cache namespaces %v, field %v; want kube-system, metadata.name=pod-identity-webhook", cm.Namespaces, cm.Field)
+	}
+	if kinds := cachedKinds(platform); len(kinds) != 3 {
+		t.Errorf("cached kinds %T, want the ConfigMap too", kinds)
 	}
 }
 

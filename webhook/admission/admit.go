@@ -49,6 +49,9 @@ type Lookups interface {
 	ServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error)
 	// Job reads the Job a runner pod names as its controller.
 	Job(ctx context.Context, namespace, name string) (*batchv1.Job, error)
+	// ConfigMap reads a ConfigMap: the role mapping ConfigMap the
+	// platform configuration names (workloadIdentity.aws.roleMappingConfigMap).
+	ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
 }
 
 // ErrNotChecked is a lookup that was not made; see Lookups.

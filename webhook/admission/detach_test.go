@@ -54,7 +54,7 @@ func TestDetachedFinishesRequestsInFlightAtShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader := &heldReader{
-		Reader:  fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, taskJob()).Build(),
+		Reader:  fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, runnerSA(), taskJob()).Build(),
 		entered: make(chan struct{}),
 		release: make(chan struct{}),
 	}

@@ -191,8 +191,10 @@ func decodePod(raw []byte) (*corev1.Pod, error) {
 // BuildInput gathers the policy input for a pod: its namespace's labels and
 // annotations and its service account's annotations (read through look),
 // the user, the platform configuration and the secret references in its
-// env. A namespace look cannot find is an error; a service account it
-// cannot find has no annotations. What look did not check (ErrNotChecked)
+// env, and the role mapping ConfigMap's entries for the service account when
+// the configuration names one (see roleMappings). A namespace look cannot
+// find is an error, and so is a service account of a pod being created; for
+// an update, a service account it cannot find has no annotations. What look did not check (ErrNotChecked)
 // is left empty and named in the returned notes.
 func BuildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user string, groups []string, cfg map[string]any) (*policy.Input, []string, error) {
 	return buildInput(ctx, look, pod, op, user, groups, cfg)
@@ -236,9 +238,24 @@ func buildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user str
 		in.ServiceAccount.Annotations = orEmpty(sa.Annotations)
 	case errors.Is(err, ErrNotChecked):
 		notChecked = append(notChecked, fmt.Sprintf("service account %s/%s: %v; the policies see it without annotations", pod.Namespace, saName, err))
+	case apierrors.IsNotFound(err) && op == string(admissionv1.Create):
+		// The identity a pod gets comes from its service account: without
+		// it, the pod would start with none, or another. Refused with an
+		// error, as Azure's webhook refuses it; the Job controller retries.
+		return nil, nil, fmt.Errorf("service account %s/%s could not be read, so the pod's workload identity is unknown; create it, or name an existing one in serviceAccountName: %w", pod.Namespace, saName, err)
 	case apierrors.IsNotFound(err):
+		// An update of a pod whose service account has gone since (the Job
+		// controller removing its finalizer) is checked without it.
 	default:
 		return nil, nil, fmt.Errorf("reading service account %s/%s: %w", pod.Namespace, saName, err)
+	}
+	mappings, note, err := roleMappings(ctx, look, cfg, pod.Namespace, saName)
+	if err != nil {
+		return nil, nil, err
+	}
+	in.AWSRoleMappings = mappings
+	if note != "" {
+		notChecked = append(notChecked, note)
 	}
 	return in, notChecked, nil
 }
@@ -274,6 +291,14 @@ func (l clusterLookups) ServiceAccount(ctx context.Context, namespace, name stri
 		return nil, err
 	}
 	return sa, nil
+}
+
+func (l clusterLookups) ConfigMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{}
+	if err := l.reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm); err != nil {
+		return nil, err
+	}
+	return cm, nil
 }
 
 func (l clusterLookups) Job(ctx context.Context, namespace, name string) (*batchv1.Job, error) {

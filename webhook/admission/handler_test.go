@@ -417,7 +417,7 @@ func TestHandlerAdmitsDespiteBadNamespaceAnnotations(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			reader := fake.NewClientBuilder().WithObjects(
-				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Annotations: tt.annotations}}, taskJob(),
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Annotations: tt.annotations}}, runnerSA(), taskJob(),
 			).Build()
 			h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: platformConfig, Mutate: true})
 			pod := runnerPod("registry.example.com/runner:1")
@@ -484,7 +484,7 @@ func TestRunnerStatusIsEarned(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			reader := fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, taskJob()).Build()
+			reader := fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, runnerSA(), taskJob()).Build()
 			o := Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: platformConfig, Mutate: true}
 			pod := runnerPod("registry.example.com/runner:1")
 			req := request(t, pod)

@@ -43,7 +43,7 @@ test_slow if count([1 | some i in numbers.range(1, 100000); some j in numbers.ra
 
 // The deadline is short so the tests end soon; the assertions are only that
 // each call returned, with the deadline's error.
-var short = Options{Timeout: 300 * time.Millisecond}
+var short = Options{Timeout: 300 * time.Millisecond, TestTimeout: 300 * time.Millisecond}
 
 func TestEvalStopsASlowRuleAtTheDeadline(t *testing.T) {
 	t.Parallel()

@@ -74,6 +74,20 @@ type Input struct {
 	// ResolverImage is the image of the init container that resolves the
 	// secret references (the webhook's --resolver-image), else empty.
 	ResolverImage string `json:"resolverImage,omitempty"`
+	// AWSRoleMappings are the entries of the role mapping ConfigMap
+	// (workloadIdentity.aws.roleMappingConfigMap) for the pod's service
+	// account, by their keys: "<namespace>/<name>" and "*/<name>" when the
+	// ConfigMap has them. Absent without that ConfigMap.
+	AWSRoleMappings map[string]AWSRoleMapping `json:"awsRoleMappings,omitempty"`
+}
+
+// AWSRoleMapping is one entry of the role mapping ConfigMap, as the EKS pod
+// identity webhook reads its pod-identity-webhook ConfigMap.
+type AWSRoleMapping struct {
+	RoleARN         string `json:"roleARN"`
+	Audience        string `json:"audience"`
+	UseRegionalSTS  bool   `json:"useRegionalSTS"`
+	TokenExpiration int64  `json:"tokenExpiration"`
 }
 
 // NamespaceInfo is the pod's namespace as the policies see it.

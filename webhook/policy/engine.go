@@ -75,19 +75,32 @@ type Set struct {
 // API server gives up on the webhook.
 const DefaultTimeout = 2 * time.Second
 
+// DefaultTestTimeout bounds each of a set's tests when Options.TestTimeout
+// is unset. A test decides on many pods, and a set is loaded while the
+// webhook starts or reloads, when its node may be busy: a healthy set must
+// not be refused for being slow there, and a test that loops for ever is
+// still stopped.
+const DefaultTestTimeout = 30 * time.Second
+
 // Options configure how a set is loaded and evaluated. The server, its
 // reloads and the offline `policy eval` and `policy test` all load with
 // them, so a set behaves alike everywhere.
 type Options struct {
-	// Timeout bounds every evaluation of the set: each of its tests and
-	// the probe decision when it loads, then each decision. An evaluation
-	// past it is stopped and fails with ErrTimeout. Default: DefaultTimeout.
+	// Timeout bounds every decision of the set: the probe decision when it
+	// loads, then each admission's. A decision past it is stopped and fails
+	// with ErrTimeout. Default: DefaultTimeout.
 	Timeout time.Duration
+	// TestTimeout bounds each of the set's tests, alike. Default:
+	// DefaultTestTimeout.
+	TestTimeout time.Duration
 }
 
 func (o *Options) setDefaults() {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
+	}
+	if o.TestTimeout <= 0 {
+		o.TestTimeout = DefaultTestTimeout
 	}
 }
 
@@ -145,7 +158,7 @@ func Load(ctx context.Context, fsys fs.FS, origin string, opts Options) (*Set, e
 	if err != nil {
 		return nil, err
 	}
-	if s.Tests, err = runTests(ctx, compiler, s.modules, nil, s.timeout); err != nil {
+	if s.Tests, err = runTests(ctx, compiler, s.modules, nil, opts.TestTimeout); err != nil {
 		return nil, err
 	}
 
@@ -251,7 +264,7 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Optio
 		return TestReport{}, err
 	}
 	cov := cover.New()
-	n, err := runTests(ctx, compiler, s.modules, cov, opts.Timeout)
+	n, err := runTests(ctx, compiler, s.modules, cov, opts.TestTimeout)
 	if err != nil {
 		return TestReport{}, err
 	}

@@ -134,10 +134,11 @@ test_azure_label_mode if {
 	d.mutations.env == []
 }
 
-# Without a mode, the pod gets what Azure's webhook would inject: a label
-# added here is seen by Azure's webhook only if it runs after this one.
+# Without a mode, a pod labelled for Azure (as the chart's runner pod
+# template labels it) gets what Azure's webhook would inject: a label added
+# here is seen by Azure's webhook only if it runs after this one.
 test_azure_default_mode_injects if {
-	inp := json.patch(input_with({"workloadIdentity": {"azure": {"enabled": true}}}), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"azure.workload.identity/client-id": "cid"}}])
+	inp := json.patch(input_with({"workloadIdentity": {"azure": {"enabled": true}}}), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"azure.workload.identity/client-id": "cid"}}, {"op": "add", "path": "/pod/metadata/labels/azure.workload.identity~1use", "value": "true"}])
 	d := admission.decision with input as inp
 	not d.mutations.labels["azure.workload.identity/use"]
 	"AZURE_CLIENT_ID" in {e.env.name | some e in d.mutations.env}
@@ -145,7 +146,7 @@ test_azure_default_mode_injects if {
 
 test_azure_inject_mode if {
 	cfg := {"workloadIdentity": {"azure": {"enabled": true, "mode": "inject", "tenantId": "tid"}}, "secretStores": {"azure": {"enabled": true, "secretName": "sp"}}}
-	inp := json.patch(input_with(cfg), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"azure.workload.identity/client-id": "cid"}}])
+	inp := json.patch(input_with(cfg), [{"op": "add", "path": "/serviceAccount/annotations", "value": {"azure.workload.identity/client-id": "cid"}}, {"op": "add", "path": "/pod/metadata/labels/azure.workload.identity~1use", "value": "true"}])
 	d := admission.decision with input as inp
 	env := {e.env.name: object.get(e.env, "value", "") | some e in d.mutations.env}
 	env == {
@@ -187,7 +188,7 @@ test_workload_identity_reads_the_store_as_the_runner if {
 		},
 	}
 	sa := {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r", "azure.workload.identity/client-id": "cid"}
-	d := admission.decision with input as json.patch(with_refs(cfg, ["ssm", "azure", "vault"]), [{"op": "add", "path": "/serviceAccount/annotations", "value": sa}])
+	d := admission.decision with input as json.patch(with_refs(cfg, ["ssm", "azure", "vault"]), [{"op": "add", "path": "/serviceAccount/annotations", "value": sa}, {"op": "add", "path": "/pod/metadata/labels/azure.workload.identity~1use", "value": "true"}])
 	d.deny == []
 	shared := {"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_FEDERATED_TOKEN_FILE", "AZURE_AUTHORITY_HOST"}
 	{[e.env.name, e.containers] | some e in d.mutations.env} == {[n, ["main", "runwarden-secrets"]] | some n in shared} | {

@@ -800,3 +800,50 @@ func TestServiceAccountRights(t *testing.T) {
 		t.Error("the webhook may not get pods: it cannot tell whether an exec, attach or port-forward reaches a runner pod")
 	}
 }
+
+// TestWorkloadIdentityChart checks what the chart adds for workload
+// identity: the webhook may read the role mapping ConfigMap the platform
+// names, that one by name and nothing else of its namespace, and the runner
+// pod template carries Azure's opt-in label while Azure's inject mode is on
+// (docs/policy.md, "Azure's opt-in label"), and not in label mode.
+func TestWorkloadIdentityChart(t *testing.T) {
+	t.Parallel()
+	h := helm(t, "helm3")
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(`webhook:
+  platform:
+    workloadIdentity:
+      aws: {enabled: true, roleMappingConfigMap: {namespace: kube-system, name: pod-identity-webhook},
+            podIdentity: {associations: [{namespace: runwarden-runners, serviceAccount: runwarden-runner}]}}
+      azure: {enabled: true}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := render(t, h, "-f", values)
+	var role rbacv1.Role
+	decode(t, objs, "Role/rw-runwarden-webhook-role-mapping", &role)
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"pod-identity-webhook"}, Verbs: []string{"get", "list", "watch"}}}
+	if diff := cmp.Diff(want, role.Rules); role.Namespace != "kube-system" || diff != "" {
+		t.Errorf("role mapping Role in %q (-want +got):\n%s", role.Namespace, diff)
+	}
+	var binding rbacv1.RoleBinding
+	decode(t, objs, "RoleBinding/rw-runwarden-webhook-role-mapping", &binding)
+	if binding.Namespace != "kube-system" || len(binding.Subjects) != 1 || binding.Subjects[0].Name != "rw-runwarden-webhook" {
+		t.Errorf("role mapping RoleBinding %+v, want the webhook's service account in kube-system", binding)
+	}
+	var tpl corev1.PodTemplate
+	decode(t, objs, "PodTemplate/rw-runwarden-runner", &tpl)
+	if got := tpl.Template.Labels["azure.workload.identity/use"]; got != "true" {
+		t.Errorf("runner pod template label azure.workload.identity/use %q, want true in inject mode", got)
+	}
+
+	plain := render(t, h, "--set", "webhook.platform.workloadIdentity.azure.enabled=true", "--set", "webhook.platform.workloadIdentity.azure.mode=label")
+	if _, ok := plain["Role/rw-runwarden-webhook-role-mapping"]; ok {
+		t.Error("a role mapping Role without a role mapping ConfigMap named")
+	}
+	var labelMode corev1.PodTemplate
+	decode(t, plain, "PodTemplate/rw-runwarden-runner", &labelMode)
+	if _, ok := labelMode.Template.Labels["azure.workload.identity/use"]; ok {
+		t.Error("the runner pod template carries azure.workload.identity/use in label mode")
+	}
+}
