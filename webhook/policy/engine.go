@@ -65,7 +65,7 @@ type Set struct {
 	timeout time.Duration
 	query   rego.PreparedEvalQuery
 	reads   [][]string
-	paths   []string // reads as gjson paths
+	proj    *projection // reads, walked over the input's JSON
 	cache   *decisionCache
 }
 
@@ -176,7 +176,7 @@ func Load(ctx context.Context, fsys fs.FS, origin string, opts Options) (*Set, e
 		return nil, fmt.Errorf("deciding on a plain runner pod: %w", err)
 	}
 	s.reads, s.Cached = inputReads(s.modules)
-	s.paths = gjsonPaths(s.reads)
+	s.proj = newProjection(s.reads)
 	s.cache = newDecisionCache(4096)
 	return s, nil
 }
@@ -280,7 +280,7 @@ func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
 	}
 	var k [32]byte
 	if s.Cached {
-		k = projectionKey(b, s.paths)
+		k = s.proj.key(b)
 		if d, hit := s.cache.get(k); hit {
 			return d, nil
 		}
