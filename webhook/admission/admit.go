@@ -167,7 +167,7 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 		return Result{}, err
 	}
 	res.NotChecked = append(res.NotChecked, notChecked...)
-	in.Runner, in.OldPod, in.SubResource = res.Runner, old, req.SubResource
+	in.Runner, in.OldPod, in.SubResource, in.ConfigJSON = res.Runner, old, req.SubResource, h.configJSON
 	if h.opts.Resolver != nil {
 		in.ResolverImage = h.opts.Resolver.Image
 	}

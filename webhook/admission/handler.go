@@ -7,6 +7,7 @@ package admission
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -55,8 +56,8 @@ type Options struct {
 	// Reader reads namespaces and service accounts (from a cache) for
 	// Handle. Required for Handle; Admit reads through its Lookups.
 	Reader client.Reader
-	// Config is the platform configuration handed to the policies.
-	// Default: empty.
+	// Config is the platform configuration handed to the policies; it is
+	// encoded once, in New, and must not change after. Default: empty.
 	Config map[string]any
 	// Mutate, when false, only validates: denials and warnings, no patch
 	// (for a ValidatingWebhookConfiguration). Default: false.
@@ -86,6 +87,9 @@ type Options struct {
 type Handler struct {
 	opts    Options
 	lookups Lookups
+	// configJSON is opts.Config's encoding (nil if it has none), handed
+	// to every input so that it is not encoded on every admission.
+	configJSON json.RawMessage
 }
 
 var _ admission.Handler = (*Handler)(nil)
@@ -105,7 +109,13 @@ func New(opts Options) *Handler {
 		}
 		opts.Resolver = &r
 	}
-	return &Handler{opts: opts, lookups: ClusterLookups(opts.Reader, opts.Jobs)}
+	h := &Handler{opts: opts, lookups: ClusterLookups(opts.Reader, opts.Jobs)}
+	if b, err := json.Marshal(opts.Config); err == nil {
+		// Otherwise every evaluation reports the error when it encodes the
+		// input.
+		h.configJSON = b
+	}
+	return h
 }
 
 // Handle implements admission.Handler.

@@ -274,7 +274,7 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Optio
 // the parts of the input the policies read (see cache.go); the returned
 // decision may be shared, and must not be modified.
 func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
-	b, err := json.Marshal(in)
+	b, err := encodeInput(in)
 	if err != nil {
 		return Decision{}, fmt.Errorf("encoding the input: %w", err)
 	}
@@ -371,7 +371,7 @@ func checkDecisionKeys(v any) error {
 
 // toValue turns the input into OPA's value form through its JSON.
 func toValue(in *Input) (ast.Value, error) {
-	b, err := json.Marshal(in)
+	b, err := encodeInput(in)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the input: %w", err)
 	}
