@@ -202,7 +202,7 @@ func buildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user str
 	in := &policy.Input{
 		Operation:  op,
 		Pod:        pod,
-		Namespace:  policy.NamespaceInfo{Name: pod.Namespace, Labels: map[string]string{}, Annotations: map[string]string{}},
+		Namespace:  policy.NamespaceInfo{Name: pod.Namespace},
 		User:       policy.UserInfo{Username: user, Groups: groups},
 		Config:     cfg,
 		SecretRefs: policy.PodSecretRefs(pod),
@@ -222,24 +222,27 @@ func buildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user str
 	case err != nil:
 		return nil, nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
 	default:
-		in.Namespace.Labels = orEmpty(ns.Labels)
-		in.Namespace.Annotations = orEmpty(ns.Annotations)
+		in.Namespace.Labels, in.Namespace.Annotations = ns.Labels, ns.Annotations
 	}
 	saName := pod.Spec.ServiceAccountName
 	if saName == "" {
 		saName = "default"
 	}
-	in.ServiceAccount = policy.ObjectInfo{Name: saName, Annotations: map[string]string{}}
+	in.ServiceAccount = policy.ObjectInfo{Name: saName}
 	sa, err := look.ServiceAccount(ctx, pod.Namespace, saName)
 	switch {
 	case err == nil:
-		in.ServiceAccount.Annotations = orEmpty(sa.Annotations)
+		in.ServiceAccount.Annotations = sa.Annotations
 	case errors.Is(err, ErrNotChecked):
 		notChecked = append(notChecked, fmt.Sprintf("service account %s/%s: %v; the policies see it without annotations", pod.Namespace, saName, err))
 	case apierrors.IsNotFound(err):
 	default:
 		return nil, nil, fmt.Errorf("reading service account %s/%s: %w", pod.Namespace, saName, err)
 	}
+	// The objects' maps are handed to the policies as they are (not
+	// copied); an empty map only where there is none.
+	in.Namespace.Labels, in.Namespace.Annotations = orEmpty(in.Namespace.Labels), orEmpty(in.Namespace.Annotations)
+	in.ServiceAccount.Annotations = orEmpty(in.ServiceAccount.Annotations)
 	return in, notChecked, nil
 }
 

@@ -78,7 +78,7 @@ type Input struct {
 	// caller that decides on many inputs with one configuration (the
 	// admission handler): Eval uses it instead of encoding Config again.
 	ConfigJSON json.RawMessage `json:"-"`
-	SecretRefs     []SecretRef    `json:"secretRefs"`
+	SecretRefs []SecretRef     `json:"secretRefs"`
 	// ResolverImage is the image of the init container that resolves the
 	// secret references (the webhook's --resolver-image), else empty.
 	ResolverImage string `json:"resolverImage,omitempty"`
