@@ -212,6 +212,8 @@ func buildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user str
 	}
 	var notChecked []string
 	switch ns, err := look.Namespace(ctx, pod.Namespace); {
+	case err == nil:
+		in.Namespace.Labels, in.Namespace.Annotations = ns.Labels, ns.Annotations
 	case errors.Is(err, ErrNotChecked):
 		notChecked = append(notChecked, fmt.Sprintf("namespace %s: %v; the policies see it without labels or annotations", pod.Namespace, err))
 	case apierrors.IsNotFound(err):
@@ -219,10 +221,8 @@ func buildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user str
 		// behind. The namespace's limits (secret stores, patterns) are
 		// unknown, so the pod is refused rather than given none.
 		return nil, nil, fmt.Errorf("namespace %s could not be read: the webhook's cache does not hold it yet, so its limits are unknown; retry: %w", pod.Namespace, err)
-	case err != nil:
-		return nil, nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
 	default:
-		in.Namespace.Labels, in.Namespace.Annotations = ns.Labels, ns.Annotations
+		return nil, nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
 	}
 	saName := pod.Spec.ServiceAccountName
 	if saName == "" {
