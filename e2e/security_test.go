@@ -446,6 +446,116 @@ func TestSecurityPodCreator(t *testing.T) {
 	testenv.Test(t, f)
 }
 
+// TestSecurityExecIntoRunners: a user who may exec into, attach to and
+// port-forward to pods of a runner namespace (create on pods/exec,
+// pods/attach, pods/portforward) gets no shell in a running runner pod,
+// which would read main's environment and its resolved secret values as a
+// debug container would: the webhook refuses the CONNECT, naming the rule.
+// The same user's exec into a pod that is not a runner runs. Both pods run
+// on the real node (kubectl refuses, on its side, to exec into a completed
+// pod, and the simulated nodes complete Job pods at once).
+func TestSecurityExecIntoRunners(t *testing.T) {
+	var u harness.User
+	f := features.New("exec into runners").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			ns := harness.Namespace(ctx)
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
+				t.Fatal(err)
+			}
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: ns}}
+			if err := cfg.Client().Resources().Create(ctx, sa); err != nil {
+				t.Fatal(err)
+			}
+			u = harness.User{Name: "operator-" + ns[len(ns)-6:]}
+			if err := u.Grant(ctx, cfg, ns, "pod-exec", rbacv1.PolicyRule{
+				APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"},
+			}, rbacv1.PolicyRule{
+				APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			// No secret store and no runner pool: the runner needs nothing
+			// the real node lacks. exec.allow is left at its default, off.
+			startWebhookWith(ctx, t, cfg, "{}\n")
+			return ctx
+		}).
+		Assess("exec and attach into a running runner pod are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			j := runnerJobFor(ns, "exec-target", false)
+			spec := &j.Spec.Template.Spec
+			spec.Containers[0].Image = realImage(ctx, t)
+			spec.Containers[0].Command = []string{"/bin/sh", "-c", "sleep 120"}
+			spec.Containers[0].Env = []corev1.EnvVar{{Name: "DB_PASSWORD", Value: "s3cret-in-the-runner"}}
+			spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
+			harness.OnRealNode(spec)
+			runner, failure := jobPod(ctx, t, cfg, j)
+			if runner == nil {
+				t.Fatalf("the runner Job's pod: %s", failure)
+			}
+			waitRunning(ctx, t, cfg, ns, runner.Name)
+			for want, args := range map[string][]string{
+				"no-exec-into-runners: exec into runner pod " + runner.Name + " (container main)": {"exec", "-n", ns, runner.Name, "-c", "main", "--", "cat", "/proc/1/environ"},
+				"no-exec-into-runners: attach to runner pod " + runner.Name + " (container main)": {"attach", "-n", ns, runner.Name, "-c", "main"},
+			} {
+				out, err := suite.Kubectl(ctx, cfg, append([]string{"--as", u.Name, "--as-group", "system:authenticated"}, args...)...)
+				if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "platform configuration exec.allow") ||
+					strings.Contains(out, "s3cret-in-the-runner") {
+					t.Errorf("kubectl %s into running runner pod %s: %v (output %q); want it refused by no-exec-into-runners", args[0], runner.Name, err, out)
+				}
+			}
+			return ctx
+		}).
+		Assess("exec into a pod that is not a runner runs", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			tool := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "tool", Namespace: ns, Labels: map[string]string{"app": "tool"}},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					Containers:                    []corev1.Container{{Name: "main", Image: realImage(ctx, t), Command: []string{"/bin/sh", "-c", "sleep 120"}}},
+				},
+			}
+			harness.OnRealNode(&tool.Spec)
+			if err := cfg.Client().Resources().Create(ctx, tool); err != nil {
+				t.Fatalf("creating a pod that is not a runner: %v", err)
+			}
+			waitRunning(ctx, t, cfg, ns, tool.Name)
+			out, err := suite.Kubectl(ctx, cfg, "--as", u.Name, "--as-group", "system:authenticated",
+				"exec", "-n", ns, tool.Name, "-c", "main", "--", "sh", "-c", "echo exec-$((40+2))")
+			if err != nil || out != "exec-42\n" {
+				t.Errorf("kubectl exec into a pod that is not a runner = %q, %v; want exec-42", out, err)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// realImage is the runner image, as the real node holds it.
+func realImage(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	image, err := suite.ImageRef(ctx, "runner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return image
+}
+
+// waitRunning waits until pod name runs.
+func waitRunning(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, name string) {
+	t.Helper()
+	running := func(ctx context.Context) (bool, error) {
+		p := &corev1.Pod{}
+		if err := cfg.Client().Resources().Get(ctx, name, ns, p); err != nil {
+			return false, err
+		}
+		return p.Status.Phase == corev1.PodRunning, nil
+	}
+	if err := harness.WaitFor(ctx, "pod "+name+" to run", 2*time.Minute, running); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestSecurityDispatcherBounds: the chart's ValidatingAdmissionPolicies,
 // on the real API server. Only the dispatcher's service account makes Jobs
 // whose pods carry the runner label; its Jobs name no Secret but their own

@@ -159,10 +159,14 @@ func startWebhookWith(ctx context.Context, t testing.TB, cfg *envconf.Config, pl
 			NamespaceSelector: namespaces,
 		}},
 	}
-	// As the chart's: every pod of the namespace, every way to change one.
+	// As the chart's: every pod of the namespace, every way to change one,
+	// and every way into a running one.
 	validateRules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/ephemeralcontainers"}},
+	}, {
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Connect},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}},
 	}}
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: w.config},

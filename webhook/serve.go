@@ -287,7 +287,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	}
 	for path, mutate := range map[string]bool{MutatePath: true, ValidatePath: false} {
 		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec, Namespace: c.namespace,
-			Jobs: mgr.GetAPIReader(), JobControllerUsers: c.jobController, Resolver: resolver,
+			Jobs: mgr.GetAPIReader(), Pods: mgr.GetAPIReader(), JobControllerUsers: c.jobController, Resolver: resolver,
 		})
 		// The manager stops the server only after mctx ends: from then on
 		// a cancelled request context is the server's doing, not the client's.

@@ -37,10 +37,12 @@ func (noAuth) Invalidate()                           {}
 // an orchestrator that checks them strictly (no leeway) still takes it.
 const JWTSkew = time.Minute
 
-// JWT signs short-lived tokens with the dispatcher's Ed25519 private key:
-// header {"alg": "EdDSA", "typ": "JWT", "kid": KeyID}, claims iss and sub
-// (the dispatcher ID), aud (the orchestrator URL), iat and nbf (Skew in the
-// past), exp (TTL after iat) and jti.
+// JWT signs a short-lived token for every request with the dispatcher's
+// Ed25519 private key: header {"alg": "EdDSA", "typ": "JWT", "kid": KeyID},
+// claims iss and sub (the dispatcher ID), aud (the orchestrator URL), iat
+// and nbf (Skew in the past), exp (TTL after iat) and a random jti of its
+// own. One token per request lets the orchestrator refuse a jti it has seen
+// (a captured token sent again); signing costs tens of microseconds.
 type JWT struct {
 	Key      ed25519.PrivateKey
 	KeyID    string
@@ -53,10 +55,6 @@ type JWT struct {
 	Skew time.Duration
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
-
-	mu      sync.Mutex
-	token   string
-	expires time.Time
 }
 
 // LoadEd25519Key reads an Ed25519 private key in PKCS #8 PEM, as
@@ -81,11 +79,8 @@ func LoadEd25519Key(path string) (ed25519.PrivateKey, error) {
 	return ek, nil
 }
 
-// Token returns a cached token, or signs a new one when the cached one has
-// less than a fifth of its life left.
+// Token signs a new token, with a jti of its own.
 func (j *JWT) Token(context.Context) (string, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	now := time.Now
 	if j.Now != nil {
 		now = j.Now
@@ -98,16 +93,10 @@ func (j *JWT) Token(context.Context) (string, error) {
 	if skew <= 0 {
 		skew = JWTSkew
 	}
-	t := now()
-	// The token is good until iat+ttl; it is replaced once a fifth of
-	// what is left after the backdating remains.
-	if j.token != "" && j.expires.Sub(t) > (ttl-skew)/5 {
-		return j.token, nil
-	}
-	iat := t.Add(-skew)
+	iat := now().Add(-skew)
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
-		return "", err
+		return "", fmt.Errorf("drawing the token's jti: %w", err)
 	}
 	tok, err := jwt.NewBuilder().
 		Issuer(j.Subject).Subject(j.Subject).Audience([]string{j.Audience}).
@@ -125,16 +114,11 @@ func (j *JWT) Token(context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("signing the token: %w", err)
 	}
-	j.token, j.expires = string(signed), iat.Add(ttl)
-	return j.token, nil
+	return string(signed), nil
 }
 
-// Invalidate implements Authenticator.
-func (j *JWT) Invalidate() {
-	j.mu.Lock()
-	j.token = ""
-	j.mu.Unlock()
-}
+// Invalidate implements Authenticator: there is no cached token to drop.
+func (*JWT) Invalidate() {}
 
 // TokenFile is a static bearer token read from a file (a mounted Secret),
 // read again when the file changes.

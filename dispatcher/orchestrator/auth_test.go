@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -68,18 +69,23 @@ func TestJWTIsSignedAndVerifiable(t *testing.T) {
 	if kid, _ := msg.Signatures()[0].ProtectedHeaders().KeyID(); kid != "k1" {
 		t.Errorf("kid %q", kid)
 	}
-	// Cached while fresh; a new one once four fifths of its life passed.
-	again, _ := a.Token(context.Background())
-	if again != tok {
-		t.Error("a fresh token was not reused")
-	}
-	now = now.Add(3*time.Minute + 11*time.Second)
-	if later, _ := a.Token(context.Background()); later != tok {
-		t.Error("a token with more than a fifth of its life left was replaced")
-	}
-	now = now.Add(2 * time.Second)
-	if later, _ := a.Token(context.Background()); later == tok {
-		t.Error("a token close to expiry was reused")
+	// One token per request, each with a jti of its own, at the same
+	// instant too: an orchestrator refuses a jti it has seen.
+	jtis := map[string]bool{}
+	for range 100 {
+		again, err := a.Token(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := jwt.Parse([]byte(again), jwt.WithKey(jwa.EdDSA(), pub), jwt.WithValidate(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := p.JwtID()
+		if jtis[id] {
+			t.Fatalf("jti %q signed twice", id)
+		}
+		jtis[id] = true
 	}
 	// Another key does not verify it.
 	otherPub, _, _ := ed25519.GenerateKey(rand.Reader)
@@ -153,20 +159,26 @@ func TestBackoffIsCappedWithFullJitter(t *testing.T) {
 func TestErrorClasses(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		err                error
-		retry, fatal, gone bool
+		err                          error
+		retry, fatal, gone, conflict bool
 	}{
 		{err: errors.New("dial tcp: connection refused"), retry: true},
 		{err: &Error{Status: 503}, retry: true},
 		{err: &Error{Status: 429}, retry: true},
 		{err: &Error{Status: 401}, fatal: true},
+		{err: &Error{Status: 403, Code: CodeForbidden}, fatal: true},
+		{err: &Error{Status: 403}, fatal: true},
 		{err: &Error{Status: 426}, fatal: true},
 		{err: &Error{Status: 410}, gone: true},
+		{err: &Error{Status: 409, Code: CodeStaleLease}, conflict: true},
+		// Another dispatcher holds the lease: not this one's any more, like
+		// a stale or gone lease; never retried, and no reason to stop.
+		{err: fmt.Errorf("reporting: %w", &Error{Status: 403, Code: CodeNotLeaseHolder}), gone: true, conflict: true},
 		{err: &Error{Status: 400}},
 		{err: context.Canceled},
 	} {
-		if IsRetryable(tt.err) != tt.retry || IsFatal(tt.err) != tt.fatal || IsGone(tt.err) != tt.gone {
-			t.Errorf("%v: retry %v fatal %v gone %v", tt.err, IsRetryable(tt.err), IsFatal(tt.err), IsGone(tt.err))
+		if IsRetryable(tt.err) != tt.retry || IsFatal(tt.err) != tt.fatal || IsGone(tt.err) != tt.gone || IsConflict(tt.err) != tt.conflict {
+			t.Errorf("%v: retry %v fatal %v gone %v conflict %v", tt.err, IsRetryable(tt.err), IsFatal(tt.err), IsGone(tt.err), IsConflict(tt.err))
 		}
 	}
 }

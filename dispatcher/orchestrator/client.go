@@ -46,20 +46,35 @@ func statusOf(err error) int {
 	return 0
 }
 
-// IsGone tells whether a renewal found the lease gone (410).
-func IsGone(err error) bool { return statusOf(err) == http.StatusGone }
+// notLeaseHolder tells whether the orchestrator refused a request because
+// another dispatcher holds the lease it names (403 not-lease-holder).
+func notLeaseHolder(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusForbidden && e.Code == CodeNotLeaseHolder
+}
+
+// IsGone tells whether a renewal found the lease gone (410), or held by
+// another dispatcher (403 not-lease-holder): either way it is not this
+// dispatcher's to renew.
+func IsGone(err error) bool { return statusOf(err) == http.StatusGone || notLeaseHolder(err) }
 
 // IsConflict tells whether the orchestrator refused a report as stale
-// (409).
-func IsConflict(err error) bool { return statusOf(err) == http.StatusConflict }
+// (409), or as sent by a dispatcher that does not hold the lease of its
+// epoch (403 not-lease-holder): either way the lease is not this
+// dispatcher's any more, and sending the report again cannot help.
+func IsConflict(err error) bool {
+	return statusOf(err) == http.StatusConflict || notLeaseHolder(err)
+}
 
 // IsFatal tells whether an error means the dispatcher cannot go on: it is
-// not allowed (401, 403) or does not speak the orchestrator's protocol
-// version (426).
+// not allowed (401, 403 but for not-lease-holder, which concerns one lease)
+// or does not speak the orchestrator's protocol version (426).
 func IsFatal(err error) bool {
 	switch statusOf(err) {
-	case http.StatusUnauthorized, http.StatusForbidden, http.StatusUpgradeRequired:
+	case http.StatusUnauthorized, http.StatusUpgradeRequired:
 		return true
+	case http.StatusForbidden:
+		return !notLeaseHolder(err)
 	}
 	return false
 }

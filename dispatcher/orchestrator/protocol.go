@@ -273,4 +273,11 @@ const (
 	CodeBadRequest   = "bad-request"
 	CodeUnauthorized = "unauthorized"
 	CodeVersion      = "unsupported-version"
+	// CodeNotLeaseHolder (403) refuses a renewal, release, event or log
+	// chunk from a dispatcher that does not hold the lease it names (the
+	// lease of the request's epoch): the lease is not the caller's.
+	CodeNotLeaseHolder = "not-lease-holder"
+	// CodeForbidden (403) refuses a poll whose dispatcherId is not the
+	// authenticated dispatcher's.
+	CodeForbidden = "forbidden"
 )

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -42,8 +43,10 @@ type renewServer struct {
 	srv        *httptest.Server
 	status     atomic.Int32
 	retryAfter int
-	renewals   atomic.Int32
-	polls      atomic.Int32
+	// code is the error body's code; default "test".
+	code     string
+	renewals atomic.Int32
+	polls    atomic.Int32
 }
 
 func newRenewServer(t *testing.T, status, retryAfter int) *renewServer {
@@ -71,7 +74,11 @@ func newRenewServer(t *testing.T, status, retryAfter int) *renewServer {
 			w.Header().Set("Retry-After", strconv.Itoa(rs.retryAfter))
 		}
 		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(ErrorBody{Code: "test", Message: "answered " + strconv.Itoa(status) + " by the test"})
+		code := rs.code
+		if code == "" {
+			code = "test"
+		}
+		_ = json.NewEncoder(w).Encode(ErrorBody{Code: code, Message: "answered " + strconv.Itoa(status) + " by the test"})
 	}))
 	t.Cleanup(rs.srv.Close)
 	return rs
@@ -203,5 +210,43 @@ func TestRefusedRenewalStopsTheSource(t *testing.T) {
 				t.Errorf("%d polls, want none (the source is full)", n)
 			}
 		})
+	}
+}
+
+// A renewal refused 403 not-lease-holder (another dispatcher holds the
+// lease) concerns that lease alone: the source does not stop, as it does on
+// other 403s, nor retry it; it takes the lease as gone, waiting for the
+// orchestrator to hand it back, and lets the task go if it does not.
+func TestRenewalOfALeaseAnotherHoldsLetsItGo(t *testing.T) {
+	t.Parallel()
+	rs := newRenewServer(t, http.StatusForbidden, 0)
+	rs.code = CodeNotLeaseHolder
+	s := New(Options{
+		Client: rs.client(t), Kube: fake.NewClientBuilder().Build(), Namespace: "runners", MaxConcurrent: 1,
+	})
+	s.log = logr.Discard()
+	held := holdLeases(s, 1, 60)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !s.isLost(held[0]) {
+		select {
+		case err := <-done:
+			t.Fatalf("the source stopped on a renewal answered 403 not-lease-holder: %v", err)
+		case <-deadline.C:
+			t.Fatalf("the lease is not taken as gone 30 s after its renewal was answered 403 not-lease-holder (%d renewals)", rs.renewals.Load())
+		case <-tick.C:
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("the source stopped with %v, want nil once cancelled", err)
+	}
+	if n := rs.renewals.Load(); n != 1 {
+		t.Errorf("%d renewals, want 1: the refusal is not retried", n)
 	}
 }

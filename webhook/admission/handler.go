@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	kjson "sigs.k8s.io/json"
 
@@ -73,6 +74,11 @@ type Options struct {
 	// API server (not a cache: the Job was made moments before its pod),
 	// for Handle. Default: none, and every such claim is refused.
 	Jobs client.Reader
+	// Pods reads the pod of a CONNECT (kubectl exec, attach, port-forward),
+	// whose request carries the options and not the pod, from the API
+	// server. Default: none, and every such request in the namespace is an
+	// error (refused with failurePolicy Fail).
+	Pods client.Reader
 	// JobControllerUsers are the users the Job controller creates pods as;
 	// only their pods may claim the runner label. Default:
 	// DefaultJobControllerUsers.
@@ -129,8 +135,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 }
 
 func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if connecting(req) {
+		logger := log.FromContext(ctx).WithValues("namespace", req.Namespace, "operation", req.Operation)
+		return h.connect(log.IntoContext(ctx, logger), req)
+	}
 	if why := h.skip(req.Operation, req.SubResource); why != "" || req.Kind.Kind != "Pod" {
-		return admission.Allowed(cmp.Or(why, "runwarden checks the creation and update of pods, and ephemeral containers")), OutcomeSkipped
+		return admission.Allowed(cmp.Or(why, "runwarden checks the creation and update of pods, ephemeral containers, and exec, attach and port-forward")), OutcomeSkipped
 	}
 	pod, err := decodePod(req.Object.Raw)
 	if err != nil {

@@ -105,9 +105,13 @@ clientConfig:
 {{- if .validating }}
 # Every pod of the runner namespace, and every way to change one: other
 # pods get the shape rules, and no pod takes the runner label, or changes
-# its image or adds a debug container, unchecked.
+# its image or adds a debug container, unchecked. And every way into a
+# running one (exec, attach, port-forward: no-exec-into-runners). A CONNECT
+# carries the options (PodExecOptions, ...), which have no labels, so an
+# objectSelector would never match it: the webhook reads the pod itself.
 rules:
 - {operations: [CREATE, UPDATE], apiGroups: [""], apiVersions: [v1], resources: [pods, pods/ephemeralcontainers]}
+- {operations: [CONNECT], apiGroups: [""], apiVersions: [v1], resources: [pods/exec, pods/attach, pods/portforward]}
 # An update that changes neither the spec nor the labels and annotations
 # (the Job controller removing its finalizer from every pod it tracks)
 # needs no decision, and must not wait for the webhook.

@@ -761,7 +761,16 @@ func TestServiceAccountRights(t *testing.T) {
 			t.Errorf("the dispatcher may %v podtemplates %v; want get, list and watch on rw-runwarden-runner alone", r.Verbs, r.ResourceNames)
 		}
 	}
+	readsPods := false
 	for _, r := range rules["rw-runwarden-webhook"] {
+		if slices.Contains(r.Resources, "pods") {
+			// The pod of an exec, attach or port-forward, read by name:
+			// never a cache of every pod of the namespace.
+			readsPods = slices.Equal(r.Verbs, []string{"get"}) && slices.Equal(r.APIGroups, []string{""})
+			if !readsPods {
+				t.Errorf("the webhook may %v %v %v; want get on pods alone", r.Verbs, r.APIGroups, r.Resources)
+			}
+		}
 		for _, v := range r.Verbs {
 			if v == "get" || v == "list" || v == "watch" {
 				continue
@@ -786,5 +795,8 @@ func TestServiceAccountRights(t *testing.T) {
 	decode(t, objs, "RoleBinding/rw-runwarden-webhook-events", &binding)
 	if binding.Namespace != "runwarden" || binding.RoleRef.Kind != "Role" {
 		t.Errorf("the webhook's Events binding: namespace %q, role %s; want a RoleBinding of the Role in the release namespace", binding.Namespace, binding.RoleRef.Kind)
+	}
+	if !readsPods {
+		t.Error("the webhook may not get pods: it cannot tell whether an exec, attach or port-forward reaches a runner pod")
 	}
 }

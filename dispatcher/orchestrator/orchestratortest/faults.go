@@ -121,6 +121,12 @@ type Stats struct {
 	CapacityViolations int
 	// Unauthorized counts 401 answers.
 	Unauthorized int
+	// Replayed counts the JWTs refused (401) because their jti was used
+	// before.
+	Replayed int
+	// NotLeaseHolder counts the 403 answers to requests that name a lease
+	// another dispatcher holds, and to polls for another dispatcher.
+	NotLeaseHolder int
 	// UnsupportedVersion counts 426 answers.
 	UnsupportedVersion int
 	// Held counts the event requests Faults.Hold held.
@@ -325,8 +331,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, e Endpoint, h ha
 		writeError(w, http.StatusMethodNotAllowed, orchestrator.CodeBadRequest, r.Method+" is not allowed, only POST")
 		return
 	}
+	var caller string
 	if e != EndpointToken {
-		if err := s.authenticate(r); err != nil {
+		var err error
+		if caller, err = s.authenticate(r); err != nil {
 			s.mu.Lock()
 			s.stats.Unauthorized++
 			s.mu.Unlock()
@@ -335,12 +343,13 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request, e Endpoint, h ha
 			return
 		}
 	}
-	h(w, r)
+	h(w, r, caller)
 }
 
 // handler serves one endpoint, the request's version and credentials
-// checked.
-type handler func(w http.ResponseWriter, r *http.Request)
+// checked; caller is the dispatcher the credentials stand for, empty for
+// no one dispatcher.
+type handler func(w http.ResponseWriter, r *http.Request, caller string)
 
 // route maps a path to its endpoint and handler; the handler is nil for a
 // path the protocol does not have.
@@ -353,19 +362,19 @@ func (s *Server) route(path string) (Endpoint, handler) {
 	}
 	if id, ok := strings.CutPrefix(path, "/v1/leases/"); ok {
 		if id, ok := strings.CutSuffix(id, ":renew"); ok && id != "" && !strings.Contains(id, "/") {
-			return EndpointRenew, func(w http.ResponseWriter, r *http.Request) { s.renew(w, r, id) }
+			return EndpointRenew, func(w http.ResponseWriter, r *http.Request, caller string) { s.renew(w, r, caller, id) }
 		}
 		if id, ok := strings.CutSuffix(id, ":release"); ok && id != "" && !strings.Contains(id, "/") {
-			return EndpointRelease, func(w http.ResponseWriter, r *http.Request) { s.releaseLease(w, r, id) }
+			return EndpointRelease, func(w http.ResponseWriter, r *http.Request, caller string) { s.releaseLease(w, r, caller, id) }
 		}
 		return EndpointOther, nil
 	}
 	if rest, ok := strings.CutPrefix(path, "/v1/tasks/"); ok {
 		if id, ok := strings.CutSuffix(rest, "/events"); ok && id != "" && !strings.Contains(id, "/") {
-			return EndpointEvents, func(w http.ResponseWriter, r *http.Request) { s.events(w, r, id) }
+			return EndpointEvents, func(w http.ResponseWriter, r *http.Request, caller string) { s.events(w, r, caller, id) }
 		}
 		if id, ok := strings.CutSuffix(rest, "/logs"); ok && id != "" && !strings.Contains(id, "/") {
-			return EndpointLogs, func(w http.ResponseWriter, r *http.Request) { s.logs(w, r, id) }
+			return EndpointLogs, func(w http.ResponseWriter, r *http.Request, caller string) { s.logs(w, r, caller, id) }
 		}
 	}
 	return EndpointOther, nil

@@ -20,8 +20,9 @@ const maxBody = 1 << 20
 // has expired when the wait ends.
 const expiryMargin = 5 * time.Millisecond
 
-// poll is the long-poll endpoint.
-func (s *Server) poll(w http.ResponseWriter, r *http.Request) {
+// poll is the long-poll endpoint. An authenticated dispatcher polls for
+// itself alone: its dispatcherId is what it is re-issued leases for.
+func (s *Server) poll(w http.ResponseWriter, r *http.Request, caller string) {
 	var req orchestrator.PollRequest
 	if !decode(w, r, &req) {
 		return
@@ -35,6 +36,13 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request) {
 		return
 	case req.WaitSeconds < 0:
 		writeError(w, http.StatusBadRequest, orchestrator.CodeBadRequest, "negative waitSeconds")
+		return
+	case caller != "" && req.DispatcherID != caller:
+		s.mu.Lock()
+		s.stats.NotLeaseHolder++
+		s.mu.Unlock()
+		writeError(w, http.StatusForbidden, orchestrator.CodeForbidden,
+			fmt.Sprintf("dispatcherId %q is not the authenticated dispatcher %q", req.DispatcherID, caller))
 		return
 	}
 	deadline := time.Now().Add(min(time.Duration(req.WaitSeconds)*time.Second, s.opts.MaxWait))
@@ -139,7 +147,7 @@ func (s *Server) leasesLocked(req *orchestrator.PollRequest, now time.Time) ([]o
 }
 
 // renew is the lease renewal endpoint.
-func (s *Server) renew(w http.ResponseWriter, r *http.Request, leaseID string) {
+func (s *Server) renew(w http.ResponseWriter, r *http.Request, caller, leaseID string) {
 	var req orchestrator.RenewRequest
 	if !decode(w, r, &req) {
 		return
@@ -155,6 +163,8 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, leaseID string) {
 		return
 	case !t.rec.Leased || t.lease.LeaseID != leaseID:
 		writeError(w, http.StatusGone, orchestrator.CodeGone, fmt.Sprintf("lease %s of task %s is gone", leaseID, t.rec.Task.ID))
+		return
+	case s.notHolderLocked(w, t, caller, t.lease.Epoch):
 		return
 	case req.Epoch != t.lease.Epoch:
 		writeError(w, http.StatusConflict, orchestrator.CodeStaleLease, fmt.Sprintf("lease %s has epoch %d, not %d", leaseID, t.lease.Epoch, req.Epoch))
@@ -172,7 +182,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, leaseID string) {
 
 // releaseLease is the endpoint that hands a lease back: the task goes back to the
 // queue at once.
-func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, leaseID string) {
+func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, caller, leaseID string) {
 	var req orchestrator.ReleaseRequest
 	if !decode(w, r, &req) {
 		return
@@ -185,6 +195,8 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, leaseID st
 	case !ok || !t.rec.Leased || t.lease.LeaseID != leaseID:
 		writeError(w, http.StatusGone, orchestrator.CodeGone, "no live lease "+leaseID)
 		return
+	case s.notHolderLocked(w, t, caller, t.lease.Epoch):
+		return
 	case req.Epoch != t.lease.Epoch:
 		writeError(w, http.StatusConflict, orchestrator.CodeStaleLease, fmt.Sprintf("lease %s has epoch %d, not %d", leaseID, t.lease.Epoch, req.Epoch))
 		return
@@ -193,6 +205,26 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, leaseID st
 	t.rec.Releases++
 	s.enqueueLocked(t)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// notHolderLocked answers 403 not-lease-holder to an authenticated caller
+// that did not hold the task's lease of epoch, and tells whether it did. A
+// lease is bound to the dispatcher that polled for it, not to whoever knows
+// its ID or epoch.
+func (s *Server) notHolderLocked(w http.ResponseWriter, t *task, caller string, epoch int64) bool {
+	if caller == "" {
+		return false
+	}
+	for _, l := range t.rec.Leases {
+		if l.Epoch == epoch && l.DispatcherID == caller {
+			return false
+		}
+	}
+	s.stats.NotLeaseHolder++
+	t.rec.NotHolder++
+	writeError(w, http.StatusForbidden, orchestrator.CodeNotLeaseHolder,
+		fmt.Sprintf("task %s: the lease of epoch %d is not held by dispatcher %s", t.rec.Task.ID, epoch, caller))
+	return true
 }
 
 // checkEpochLocked answers an event or log request whose epoch is not the
@@ -213,7 +245,7 @@ func checkEpochLocked(w http.ResponseWriter, t *task, epoch int64) bool {
 }
 
 // events is the event endpoint of a task.
-func (s *Server) events(w http.ResponseWriter, r *http.Request, taskID string) {
+func (s *Server) events(w http.ResponseWriter, r *http.Request, caller, taskID string) {
 	var ev orchestrator.Event
 	if !decode(w, r, &ev) {
 		return
@@ -239,6 +271,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, taskID string) {
 	}
 	if ev.IdempotencyKey == "" {
 		writeError(w, http.StatusBadRequest, orchestrator.CodeBadRequest, "idempotencyKey is empty")
+		return
+	}
+	// An event is the dispatcher's that held the lease of its epoch, a
+	// repeat included: no other may store or confirm one.
+	if ev.Epoch >= 1 && ev.Epoch <= t.rec.Epoch && s.notHolderLocked(w, t, caller, ev.Epoch) {
 		return
 	}
 	// A repeat is answered as stored whatever its epoch: a dispatcher whose
@@ -280,7 +317,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, taskID string) {
 }
 
 // logs is the log endpoint of a task.
-func (s *Server) logs(w http.ResponseWriter, r *http.Request, taskID string) {
+func (s *Server) logs(w http.ResponseWriter, r *http.Request, caller, taskID string) {
 	var c orchestrator.LogChunk
 	if !decode(w, r, &c) {
 		return
@@ -303,7 +340,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, taskID string) {
 		writeError(w, http.StatusBadRequest, orchestrator.CodeBadRequest, "negative offset")
 		return
 	}
-	if checkEpochLocked(w, t, c.Epoch) {
+	if checkEpochLocked(w, t, c.Epoch) || s.notHolderLocked(w, t, caller, c.Epoch) {
 		return
 	}
 	have := int64(len(t.rec.Log))

@@ -40,10 +40,17 @@ type Options struct {
 	// with the matching Ed25519 private key: header alg EdDSA, claims exp
 	// in the future and at most 5 minutes after iat, iat present and not
 	// in the future, nbf (if present) not in the future, all checked with
-	// no leeway, aud the server's URL (as URL returns it) and sub not empty.
+	// no leeway, aud the server's URL (as URL returns it), sub not empty
+	// and jti present and not seen before within its token's lifetime (one
+	// token per request). The request acts for the dispatcher sub names.
 	PublicKey ed25519.PublicKey
 	// Token, when set, is the one bearer token accepted.
 	Token string
+	// DispatcherID is the dispatcher a static Token, or an access token
+	// the exchange issued, stands for: its requests act for that
+	// dispatcher alone, as a JWT's act for its sub. Default: empty, and such
+	// a token stands for no one dispatcher (lease holders go unchecked).
+	DispatcherID string
 	// ServiceAccountToken, when set, enables token exchange: a TokenRequest
 	// carrying it at orchestrator.PathToken is answered with a new random
 	// access token, a valid bearer token for ExchangeTTL.
@@ -82,6 +89,8 @@ type Server struct {
 	byLease map[string]*task     // every lease ID ever issued
 	dups    map[string][]dup     // duplicates owed to a dispatcher's next poll
 	issued  map[string]time.Time // exchanged tokens and their expiry
+	jtis    map[string]time.Time // JWT IDs seen, until their token expires
+	pruned  time.Time            // when expired jtis were last dropped
 	polls   []PollRecord
 	// wake is closed, and replaced, whenever a task becomes available.
 	wake chan struct{}
@@ -124,6 +133,7 @@ func New(opts Options) *Server {
 		byLease: map[string]*task{},
 		dups:    map[string][]dup{},
 		issued:  map[string]time.Time{},
+		jtis:    map[string]time.Time{},
 		wake:    make(chan struct{}),
 		release: make(chan struct{}),
 		stats:   Stats{Requests: map[Endpoint]int{}, Statuses: map[int]int{}},

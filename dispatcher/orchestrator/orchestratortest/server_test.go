@@ -943,3 +943,193 @@ func TestOverDeliverAndRelease(t *testing.T) {
 		t.Errorf("second release: %d %s (%v), want 410", r.status, r.body, err)
 	}
 }
+
+// as posts body to path as dispatcher sub, with a JWT of its own for the
+// request, as the dispatcher signs them.
+func as(t *testing.T, s *Server, key ed25519.PrivateKey, sub, path string, body any) reply {
+	t.Helper()
+	tok, err := (&orchestrator.JWT{Key: key, Subject: sub, Audience: s.URL()}).Token(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := send(t.Context(), s, path, body, tok)
+	if err != nil {
+		t.Fatalf("POST %s as %s: %v", path, sub, err)
+	}
+	return r
+}
+
+// TestLeaseIsBoundToItsHolder: a lease is the dispatcher's that polled for
+// it. Another authenticated dispatcher that knows its ID and epoch cannot
+// poll in its name (to be re-issued its tasks), renew or release it, nor
+// report an event or log chunk under it, a final event or a repeat of one
+// included: 403 not-lease-holder, nothing stored. The holder's own path is
+// unaffected.
+func TestLeaseIsBoundToItsHolder(t *testing.T) {
+	t.Parallel()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, Options{PublicKey: pub})
+	s.Add(tasks("t-1")...)
+	r := as(t, s, priv, "d-1", orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})
+	expect(t, r, http.StatusOK, "")
+	var resp orchestrator.PollResponse
+	if err := json.Unmarshal(r.body, &resp); err != nil || len(resp.Leases) != 1 {
+		t.Fatalf("d-1's poll: %s", r.body)
+	}
+	l := resp.Leases[0]
+	expect(t, as(t, s, priv, "d-1", orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventJobCreated)), http.StatusOK, "")
+
+	intrusions := []struct {
+		name string
+		path string
+		body any
+		code string
+	}{
+		{"a poll in d-1's name, listing its task", orchestrator.PathPoll,
+			orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Max: 1}, Running: []string{"t-1"}}, orchestrator.CodeForbidden},
+		{"a renewal", orchestrator.PathRenew(l.LeaseID), orchestrator.RenewRequest{DispatcherID: "d-2", Epoch: l.Epoch}, orchestrator.CodeNotLeaseHolder},
+		{"a renewal in d-1's name", orchestrator.PathRenew(l.LeaseID), orchestrator.RenewRequest{DispatcherID: "d-1", Epoch: l.Epoch}, orchestrator.CodeNotLeaseHolder},
+		{"a release", orchestrator.PathRelease(l.LeaseID), orchestrator.ReleaseRequest{DispatcherID: "d-2", Epoch: l.Epoch}, orchestrator.CodeNotLeaseHolder},
+		{"a running event", orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventRunning), orchestrator.CodeNotLeaseHolder},
+		{"a final event", orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventFailed), orchestrator.CodeNotLeaseHolder},
+		{"a repeat of a stored event", orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventJobCreated), orchestrator.CodeNotLeaseHolder},
+		{"a log chunk", orchestrator.PathLogs("t-1"), orchestrator.LogChunk{IdempotencyKey: "t-1/log/0", Epoch: l.Epoch, Data: []byte("forged\n")}, orchestrator.CodeNotLeaseHolder},
+	}
+	for _, tt := range intrusions {
+		r := as(t, s, priv, "d-2", tt.path, tt.body)
+		if r.status != http.StatusForbidden || r.errorCode() != tt.code {
+			t.Errorf("d-2's %s: %d %s, want 403 %s", tt.name, r.status, r.body, tt.code)
+		}
+	}
+	rec := s.Task("t-1")
+	if !rec.Leased || rec.Holder != "d-1" || rec.Final != nil || len(rec.Events) != 1 || len(rec.Log) != 0 || rec.Renewals != 0 || rec.Releases != 0 || rec.Repeats != 0 {
+		t.Errorf("t-1 after d-2's tries: %+v, want d-1's lease and job-created event alone", rec)
+	}
+	if st := s.Stats(); st.NotLeaseHolder != len(intrusions) {
+		t.Errorf("%d requests refused as not the lease holder, want %d", st.NotLeaseHolder, len(intrusions))
+	}
+	// The dispatcher's client takes the answer as the lease not being its
+	// own any more (as stale or gone): not retried, and no reason to stop.
+	c2, err := orchestrator.NewClient(orchestrator.ClientOptions{URL: s.URL(), DispatcherID: "d-2", Transport: s.Client().Transport,
+		Auth: &orchestrator.JWT{Key: priv, Subject: "d-2", Audience: s.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c2.Report(t.Context(), "t-1", event("t-1", l.Epoch, orchestrator.EventSucceeded))
+	if !orchestrator.IsConflict(err) || orchestrator.IsRetryable(err) || orchestrator.IsFatal(err) {
+		t.Errorf("d-2's client reporting on d-1's lease: %v; want a conflict, neither retried nor fatal", err)
+	}
+	if _, err := c2.Renew(t.Context(), l.LeaseID, l.Epoch); !orchestrator.IsGone(err) || orchestrator.IsFatal(err) {
+		t.Errorf("d-2's client renewing d-1's lease: %v; want the lease gone for it, not fatal", err)
+	}
+
+	// The holder's own path: renew, log, final event, and its repeat.
+	expect(t, as(t, s, priv, "d-1", orchestrator.PathRenew(l.LeaseID), orchestrator.RenewRequest{DispatcherID: "d-1", Epoch: l.Epoch}), http.StatusOK, "")
+	expect(t, as(t, s, priv, "d-1", orchestrator.PathLogs("t-1"), orchestrator.LogChunk{IdempotencyKey: "t-1/log/0", Epoch: l.Epoch, Data: []byte("applied\n"), Final: true}), http.StatusOK, "")
+	expect(t, as(t, s, priv, "d-1", orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventSucceeded)), http.StatusOK, "")
+	expect(t, as(t, s, priv, "d-1", orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventSucceeded)), http.StatusOK, "")
+	expect(t, as(t, s, priv, "d-2", orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventSucceeded)), http.StatusForbidden, orchestrator.CodeNotLeaseHolder)
+	rec = s.Task("t-1")
+	if rec.Final == nil || rec.Final.Type != orchestrator.EventSucceeded || rec.FinalStored != 1 || rec.Repeats != 1 || string(rec.Log) != "applied\n" || rec.Renewals != 1 {
+		t.Errorf("t-1 after d-1's reports: %+v, want its log, one renewal, and its final event stored once and repeated once", rec)
+	}
+}
+
+// TestReplayedJWTIsRefused: a JWT is good for one request; sent again
+// within its lifetime (captured, or reused) it is refused 401, as is one
+// without a jti. The dispatcher's Client, which signs one per request, is
+// unaffected over many requests.
+func TestReplayedJWTIsRefused(t *testing.T) {
+	t.Parallel()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, Options{PublicKey: pub})
+	now := time.Now()
+	tok := signJWT(t, priv, jwa.EdDSA(), s.URL(), now, now.Add(time.Minute), "d-1")
+	noJTI, err := jwt.NewBuilder().Subject("d-1").Audience([]string{s.URL()}).IssuedAt(now).Expiration(now.Add(time.Minute)).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	signedNoJTI, err := jwt.Sign(noJTI, jwt.WithKey(jwa.EdDSA(), priv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		token  string
+		status int
+	}{
+		{"first use", tok, http.StatusNoContent},
+		{"replayed", tok, http.StatusUnauthorized},
+		{"replayed again", tok, http.StatusUnauthorized},
+		{"no jti", string(signedNoJTI), http.StatusUnauthorized},
+	} {
+		r, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}, tt.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != tt.status {
+			t.Errorf("%s: %d %s, want %d", tt.name, r.status, r.body, tt.status)
+		}
+	}
+	if st := s.Stats(); st.Replayed != 2 {
+		t.Errorf("%d replays counted, want 2", st.Replayed)
+	}
+
+	c, err := orchestrator.NewClient(orchestrator.ClientOptions{URL: s.URL(), DispatcherID: "d-1", Transport: s.Client().Transport,
+		Auth: &orchestrator.JWT{Key: priv, Subject: "d-1", Audience: s.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Add(tasks("t-1")...)
+	leases, err := c.Poll(t.Context(), 1, 1, nil, 0)
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("the client's poll: %v, %d leases", err, len(leases))
+	}
+	for range 20 {
+		if _, err := c.Renew(t.Context(), leases[0].LeaseID, leases[0].Epoch); err != nil {
+			t.Fatalf("the client's renewal: %v", err)
+		}
+	}
+	if err := c.Report(t.Context(), "t-1", event("t-1", leases[0].Epoch, orchestrator.EventSucceeded)); err != nil {
+		t.Fatalf("the client's final event: %v", err)
+	}
+	if st := s.Stats(); st.Replayed != 2 || st.Unauthorized != 3 {
+		t.Errorf("stats %+v: the client's requests were refused", st)
+	}
+}
+
+// TestStaticTokenStandsForItsDispatcher: a static token carries no jti and
+// no sub; the server's configured DispatcherID is the dispatcher it stands
+// for, so a poll in another's name is refused and the leases it takes are
+// bound to that dispatcher.
+func TestStaticTokenStandsForItsDispatcher(t *testing.T) {
+	t.Parallel()
+	s := start(t, Options{Token: "s3cret", DispatcherID: "d-1"})
+	s.Add(tasks("t-1")...)
+	r, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-2", Capacity: orchestrator.Capacity{Free: 1, Max: 1}}, "s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, r, http.StatusForbidden, orchestrator.CodeForbidden)
+	if rec := s.Task("t-1"); rec.Leased {
+		t.Fatalf("t-1 leased on a refused poll: %+v", rec)
+	}
+	if r, err = send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}}, "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, r, http.StatusOK, "")
+	// The same token, sent again and again: static tokens have no jti.
+	if r, err = send(t.Context(), s, orchestrator.PathEvents("t-1"), event("t-1", 1, orchestrator.EventSucceeded), "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, r, http.StatusOK, "")
+	if rec := s.Task("t-1"); rec.Final == nil || rec.Holder != "d-1" {
+		t.Errorf("t-1 %+v, want d-1's final event stored", rec)
+	}
+}

@@ -68,6 +68,10 @@ type TaskRecord struct {
 	BadKeys int
 	// Stale counts event and log requests refused 409 stale-lease.
 	Stale int
+	// NotHolder counts renewals, releases, events and log chunks refused
+	// 403 not-lease-holder: sent by a dispatcher that did not hold the
+	// lease they name.
+	NotHolder int
 
 	// Log is the log as stored, LogFinal whether a final chunk arrived.
 	Log      []byte
