@@ -15,7 +15,10 @@
 # figures in its own commit: hack/bench-guard.sh --record (or
 # `make bench-webhook BENCH_RECORD=1`) writes docs/bench/webhook.txt.
 #
-# Usage: hack/bench-guard.sh [--record]
+# hack/bench-guard.sh --compare FILE compares a run already made (the
+# output of `make bench-webhook`, bin/bench-webhook-go.txt) without running.
+#
+# Usage: hack/bench-guard.sh [--record | --compare FILE]
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -28,8 +31,12 @@ hack/tools.sh benchstat >/dev/null
 benchstat=$(hack/tools.sh path benchstat)/benchstat
 mkdir -p bin
 out=bin/bench-guard.txt
-GOGC=400 go test -run '^$' -bench '^(BenchmarkEval|BenchmarkHandle)$' -benchmem -count 6 \
-	./webhook/policy/ ./webhook/admission/ | tee "$out"
+if [[ ${1:-} == --compare ]]; then
+	out=${2:?hack/bench-guard.sh --compare FILE: name the run to compare}
+else
+	GOGC=400 go test -run '^$' -bench '^(BenchmarkEval|BenchmarkHandle)$' -benchmem -count 6 \
+		./webhook/policy/ ./webhook/admission/ | tee "$out"
+fi
 
 if [[ ${1:-} == --record ]]; then
 	mkdir -p "$(dirname "$record")"
