@@ -174,7 +174,7 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 		return Result{}, err
 	}
 	res.NotChecked = append(res.NotChecked, notChecked...)
-	in.Runner, in.OldPod, in.SubResource = res.Runner, old, req.SubResource
+	in.Runner, in.OldPod, in.SubResource, in.ConfigJSON = res.Runner, old, req.SubResource, h.configJSON
 	if h.opts.Resolver != nil {
 		in.ResolverImage = h.opts.Resolver.Image
 	}
@@ -282,6 +282,7 @@ func (h *Handler) earned(ctx context.Context, look Lookups, pod *corev1.Pod, use
 	}
 	j, err := look.Job(ctx, pod.Namespace, ref.Name)
 	switch {
+	case err == nil:
 	case errors.Is(err, ErrNotChecked):
 		res.NotChecked = append(res.NotChecked, fmt.Sprintf("whether the pod's Job %s (UID %s) exists and was made by runwarden's dispatcher: %v; the runner label is taken as earned", ref.Name, ref.UID, err))
 		return "", nil
@@ -289,7 +290,7 @@ func (h *Handler) earned(ctx context.Context, look Lookups, pod *corev1.Pod, use
 		return err.Error(), nil
 	case apierrors.IsNotFound(err):
 		return fmt.Sprintf("its Job %s does not exist", ref.Name), nil
-	case err != nil:
+	default:
 		return "", fmt.Errorf("reading Job %s/%s: %w", pod.Namespace, ref.Name, err)
 	}
 	switch {
