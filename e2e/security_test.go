@@ -854,7 +854,7 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			// The API server loads new policies within a few seconds.
 			enforced := func(ctx context.Context) (bool, error) {
 				err := dc.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}, Type: corev1.SecretTypeOpaque}, client.DryRunAll)
-				return err != nil && strings.Contains(err.Error(), "owned by the Job of its name"), nil
+				return err != nil && strings.Contains(err.Error(), "a Secret of the dispatcher is named rw-secret-<its Job name>, not probe"), nil
 			}
 			if err := harness.WaitFor(ctx, "the admission policies to be enforced", time.Minute, enforced); err != nil {
 				t.Fatal(err)
