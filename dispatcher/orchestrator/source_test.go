@@ -245,7 +245,7 @@ func FuzzLeaseToJob(f *testing.F) {
 				if e.ValueFrom == nil {
 					continue
 				}
-				if e.ValueFrom.SecretKeyRef == nil || secret == nil || e.ValueFrom.SecretKeyRef.Name != secret.Name || secret.Name != j.Name {
+				if e.ValueFrom.SecretKeyRef == nil || secret == nil || e.ValueFrom.SecretKeyRef.Name != secret.Name || secret.Name != job.SecretName(j.Name) {
 					t.Fatalf("env %s of the Job reads %+v, not the task's own Secret", e.Name, e.ValueFrom)
 				}
 			}
