@@ -263,7 +263,7 @@ func TestOrchestratorSecretsAndAuth(t *testing.T) {
 				t.Error("the secret value is in the Job")
 			}
 			var secret corev1.Secret
-			if err := cfg.Client().Resources(ns).Get(ctx, j.Name, ns, &secret); err != nil {
+			if err := cfg.Client().Resources(ns).Get(ctx, job.SecretName(j.Name), ns, &secret); err != nil {
 				t.Fatalf("the task's Secret: %v", err)
 			}
 			if len(secret.OwnerReferences) != 1 || secret.OwnerReferences[0].UID != j.UID {
@@ -371,7 +371,7 @@ func TestOrchestratorStartsOverAfterAStopAwaitingTheSecret(t *testing.T) {
 				t.Fatalf("Jobs %d (the first %s), want one new Job", len(jobs), first.UID)
 			}
 			var secret corev1.Secret
-			if err := r.Get(ctx, jobs[0].Name, ns, &secret); err != nil {
+			if err := r.Get(ctx, job.SecretName(jobs[0].Name), ns, &secret); err != nil {
 				t.Fatalf("the task's Secret: %v", err)
 			}
 			if owner := metav1.GetControllerOf(&secret); owner == nil || owner.UID != jobs[0].UID {

@@ -5,10 +5,15 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -558,17 +563,25 @@ func waitRunning(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, nam
 
 // TestSecurityDispatcherBounds: the chart's ValidatingAdmissionPolicies,
 // on the real API server. Only the dispatcher's service account makes Jobs
-// whose pods carry the runner label; its Jobs name no Secret but their own
-// and the pod template's, and run as the runner service account; its
-// Secrets are Opaque and owned by their Job. A compromised dispatcher is
-// held to that.
+// whose pods carry the runner label; its Jobs are named rw-..., name no
+// Secret but their own (rw-secret-<Job>) and the pod template's, and run as
+// the runner service account; its Secrets are Opaque, named rw-secret-<Job>,
+// labelled with their task and owned by that Job. A compromised dispatcher
+// is held to that: a Job named after a platform Secret (vault-token) reads
+// nothing. Once made, a runner Job's spec is changed by the dispatcher and
+// Kueue alone: another user with update on Jobs cannot steer a queued
+// runner's pod to a node of their choosing. A runner Job waits only in the
+// LocalQueues, with the WorkloadPriorityClasses, its namespace allows.
 func TestSecurityDispatcherBounds(t *testing.T) {
 	f := features.New("dispatcher bounds").
 		Assess("the chart's admission policies refuse what the dispatcher may not make", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			release := "rw-system-" + ns[len(ns)-6:]
+			kueue := harness.User{Name: "kueue-controller-" + ns[len(ns)-6:]}
 			out, err := newHelm(t, cfg, "helm4").run(ctx, "template", "rel", filepath.Join(suite.RepoRoot, "charts", "runwarden"),
 				"--namespace", release, "--set", "runnerNamespace="+ns, "--set", "images.pullSecrets[0].name=regcred",
+				"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.defaultQueue=runners", "--set", "queueing.defaultPriorityClass=routine",
+				"--set", "queueing.kueue.controllerUsers[0]="+kueue.Name,
 				"--show-only", "templates/admission-policy.yaml")
 			if err != nil {
 				t.Fatalf("helm template: %v\n%s", err, out)
@@ -593,6 +606,13 @@ func TestSecurityDispatcherBounds(t *testing.T) {
 				t.Fatal(err)
 			}
 			if err := other.Grant(ctx, cfg, ns, "team-admin", rules...); err != nil {
+				t.Fatal(err)
+			}
+			if err := kueue.Grant(ctx, cfg, ns, "kueue", rules[0]); err != nil {
+				t.Fatal(err)
+			}
+			kc, err := kueue.Client(cfg)
+			if err != nil {
 				t.Fatal(err)
 			}
 			dc, err := dispatcher.Client(cfg)
@@ -650,10 +670,153 @@ func TestSecurityDispatcherBounds(t *testing.T) {
 			own := runnerJob(nil)
 			own.Spec.Template.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}}
 			own.Spec.Template.Spec.Containers[0].Env = append(own.Spec.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "TF_VAR_token", ValueFrom: &corev1.EnvVarSource{
-				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: own.Name}, Key: "TF_VAR_token"},
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: job.SecretName(own.Name)}, Key: "TF_VAR_token"},
 			}})
 			if err := dc.Create(ctx, own); err != nil {
 				t.Errorf("the dispatcher's Job naming its own Secret and the pull secret: %v", err)
+			}
+
+			// A Job named after a Secret of the platform's, naming that
+			// Secret as "its own": the name of each of the dispatcher's
+			// Jobs begins rw-, and a Job's own Secret is rw-secret-<its
+			// name>, which the chart keeps every platform Secret's name
+			// from (TestRefusesBadValues).
+			secretRef := func(name string) func(*corev1.PodSpec) {
+				return func(s *corev1.PodSpec) {
+					s.Containers[0].Env = append(s.Containers[0].Env, corev1.EnvVar{Name: "K", ValueFrom: &corev1.EnvVarSource{
+						SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: "k"},
+					}})
+				}
+			}
+			named := func(name string, mut func(*corev1.PodSpec)) *batchv1.Job {
+				j := runnerJob(mut)
+				j.Name = name
+				return j
+			}
+			for _, tt := range []struct {
+				what string
+				j    *batchv1.Job
+				want string
+			}{
+				{what: "named after the Vault token Secret, naming it", j: named("vault-token", secretRef("vault-token")),
+					want: "a Job of the dispatcher is named rw-... (its names for tasks), not vault-token"},
+				{what: "named after the store credentials, naming them by envFrom", j: named("aws-creds", func(s *corev1.PodSpec) {
+					s.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "aws-creds"}}}}
+				}), want: "is named rw-... (its names for tasks), not aws-creds"},
+				{what: "named rw- plus the Secret, naming the Secret", j: named("rw-vault-token", secretRef("vault-token")),
+					want: "a Job of the dispatcher names no Secret but its own (rw-secret-<the Job's name>)"},
+				{what: "naming a Secret of its own name, as tasks' Secrets were once named", j: named("rw-vault-token", secretRef("rw-vault-token")),
+					want: "names no Secret but its own (rw-secret-<the Job's name>)"},
+				{what: "named like a task's Secret, naming a Secret of its own name", j: named("rw-secret-vault-token", secretRef("rw-secret-vault-token")),
+					want: "names no Secret but its own (rw-secret-<the Job's name>)"},
+				{what: "naming another Job's task Secret", j: named("rw-mine", secretRef(job.SecretName(own.Name))),
+					want: "names no Secret but its own (rw-secret-<the Job's name>)"},
+				{what: "naming the Secret by a projected volume", j: named("rw-vault-token", func(s *corev1.PodSpec) {
+					s.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+						Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "vault-token"}},
+					}}}}}}
+				}), want: "names no Secret but its own (rw-secret-<the Job's name>)"},
+			} {
+				if err := dc.Create(ctx, tt.j, client.DryRunAll); err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("the dispatcher's Job %s: %v, want %q", tt.what, err, tt.want)
+				}
+			}
+			if err := dc.Create(ctx, named("rw-vault-token", secretRef("rw-secret-rw-vault-token")), client.DryRunAll); err != nil {
+				t.Errorf("the dispatcher's Job rw-vault-token naming its own Secret rw-secret-rw-vault-token: %v", err)
+			}
+
+			// A runner Job waiting in Kueue, suspended: another user with
+			// update on Jobs may not place its pod, which will hold the
+			// runner's credentials, nor change anything of its spec. The
+			// dispatcher and Kueue's controller may.
+			queued := runnerJob(nil)
+			queued.Spec.Suspend = ptr.To(true)
+			if err := dc.Create(ctx, queued); err != nil {
+				t.Fatalf("the dispatcher's suspended runner Job: %v", err)
+			}
+			wantSpec := "the spec of runner Job " + queued.Name + " (its pod template: placement, containers, volumes; suspend) is changed by the dispatcher (system:serviceaccount:" +
+				release + ":rel-runwarden-dispatcher) and Kueue (" + kueue.Name + ") alone, not " + other.Name
+			for _, tt := range []struct{ what, patch string }{
+				{"node selector", `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":"attacker-node"}}}}}`},
+				{"tolerations", `{"spec":{"template":{"spec":{"tolerations":[{"key":"attacker","operator":"Exists"}]}}}}`},
+				{"affinity", `{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"In","values":["attacker-node"]}]}]}}}}}}}`},
+				{"pod labels", `{"spec":{"template":{"metadata":{"labels":{"team":"a"}}}}}`},
+				{"suspend", `{"spec":{"suspend":false}}`},
+				{"runner label, taken off", `{"spec":{"template":{"metadata":{"labels":{"runwarden.dev/runner":null}}}}}`},
+			} {
+				if err := oc.Patch(ctx, queued.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(tt.patch))); err == nil || !strings.Contains(err.Error(), wantSpec) {
+					t.Errorf("another user changing a queued runner Job's %s: %v, want %q", tt.what, err, wantSpec)
+				}
+			}
+			if err := oc.Patch(ctx, queued.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"a"}}}`))); err != nil {
+				t.Errorf("another user labelling a queued runner Job (its metadata, not its spec): %v", err)
+			}
+			for who, c := range map[string]client.Client{"Kueue's controller": kc, "the dispatcher": dc} {
+				if err := c.Patch(ctx, queued.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"template":{"spec":{"nodeSelector":{"pool":"runners"}}}}}`)), client.DryRunAll); err != nil {
+					t.Errorf("%s placing a queued runner Job on its nodes: %v", who, err)
+				}
+			}
+
+			// Queues and priority classes: the chart's defaults, until the
+			// namespace lists its own.
+			inQueue := func(queue, class string) *batchv1.Job {
+				j := runnerJob(nil)
+				j.Spec.Suspend = ptr.To(true)
+				j.Labels["kueue.x-k8s.io/queue-name"] = queue
+				if class != "" {
+					j.Labels["kueue.x-k8s.io/priority-class"] = class
+				}
+				return j
+			}
+			queueRefused := func(queue string) string {
+				return "runner Jobs in namespace " + ns + " wait in LocalQueue " + queue
+			}
+			for _, tt := range []struct {
+				what         string
+				queue, class string
+				want         string // empty: allowed
+			}{
+				{what: "the default queue and class", queue: "runners", class: "routine"},
+				{what: "the default queue, no class", queue: "runners"},
+				{what: "another queue", queue: "team-b", want: queueRefused("runners") + " (namespace annotation runwarden.dev/allowed-queues, else the default runners), not team-b"},
+				{what: "another class", queue: "runners", class: "urgent",
+					want: "runner Jobs in namespace " + ns + " have WorkloadPriorityClass routine (namespace annotation runwarden.dev/allowed-priority-classes, else the default routine), not urgent"},
+			} {
+				err := dc.Create(ctx, inQueue(tt.queue, tt.class), client.DryRunAll)
+				if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+					t.Errorf("the dispatcher's Job in %s: %v, want %q", tt.what, err, tt.want)
+				}
+			}
+			// The dispatcher adds the queue labels to a Job it made awaiting
+			// its Secret: an update, held to the same lists.
+			awaiting := runnerJob(nil)
+			awaiting.Spec.Suspend = ptr.To(true)
+			if err := dc.Create(ctx, awaiting); err != nil {
+				t.Fatal(err)
+			}
+			if err := dc.Patch(ctx, awaiting.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"kueue.x-k8s.io/queue-name":"team-b"}}}`))); err == nil ||
+				!strings.Contains(err.Error(), queueRefused("runners")) {
+				t.Errorf("the dispatcher queueing its Job in another queue: %v", err)
+			}
+			annotateNamespace(ctx, t, cfg, ns, "runwarden.dev/allowed-queues", "team-a, team-b")
+			annotateNamespace(ctx, t, cfg, ns, "runwarden.dev/allowed-priority-classes", "urgent")
+			// The API server's policies read the namespace from its cache.
+			listed := func(ctx context.Context) (bool, error) {
+				return dc.Create(ctx, inQueue("team-b", "urgent"), client.DryRunAll) == nil, nil
+			}
+			if err := harness.WaitFor(ctx, "the namespace's queue lists to be read", time.Minute, listed); err != nil {
+				t.Fatal(err)
+			}
+			for _, tt := range []struct{ queue, class, want string }{
+				{queue: "runners", want: queueRefused("team-a, team-b") + " (namespace annotation runwarden.dev/allowed-queues, else the default runners), not runners"},
+				{queue: "team-a", class: "routine", want: "have WorkloadPriorityClass urgent (namespace annotation runwarden.dev/allowed-priority-classes, else the default routine), not routine"},
+			} {
+				if err := dc.Create(ctx, inQueue(tt.queue, tt.class), client.DryRunAll); err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("the dispatcher's Job in queue %q, class %q under the namespace's lists: %v, want %q", tt.queue, tt.class, err, tt.want)
+				}
+			}
+			if err := dc.Patch(ctx, awaiting.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"kueue.x-k8s.io/queue-name":"team-a"}}}`))); err != nil {
+				t.Errorf("the dispatcher queueing its Job in a queue the namespace lists: %v", err)
 			}
 			for what, mut := range map[string]func(*corev1.PodSpec){
 				"env": func(s *corev1.PodSpec) {
@@ -716,12 +879,33 @@ func TestSecurityDispatcherBounds(t *testing.T) {
 			if err := dc.Create(ctx, token); err == nil || !strings.Contains(err.Error(), "a Secret of the dispatcher is Opaque") {
 				t.Errorf("the dispatcher minting a service-account token Secret: %v", err)
 			}
-			values := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: own.Name, Namespace: ns}, Type: corev1.SecretTypeOpaque, StringData: map[string]string{"TF_VAR_token": "x"}}
-			if err := dc.Create(ctx, values.DeepCopy()); err == nil || !strings.Contains(err.Error(), "a Secret of the dispatcher is made owned by the Job of its name alone") {
-				t.Errorf("the dispatcher's Secret without an owner: %v", err)
+			ownedBy := func(name string, j *batchv1.Job) *corev1.Secret {
+				return &corev1.Secret{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{job.LabelTaskID: "t"},
+						OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}}},
+					Type: corev1.SecretTypeOpaque, StringData: map[string]string{"TF_VAR_token": "x"},
+				}
 			}
-			values.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: own.Name, UID: own.UID, Controller: ptr.To(true)}}
-			if err := dc.Create(ctx, values); err != nil {
+			unowned := ownedBy(job.SecretName(own.Name), own)
+			unowned.OwnerReferences = nil
+			unlabelled := ownedBy(job.SecretName(own.Name), own)
+			unlabelled.Labels = nil
+			for _, tt := range []struct {
+				what string
+				s    *corev1.Secret
+				want string
+			}{
+				{what: "without an owner", s: unowned, want: "a Secret of the dispatcher is made owned by its Job alone (rw-secret-<the Job's name>)"},
+				{what: "named like its Job, as tasks' Secrets once were", s: ownedBy(own.Name, own), want: "a Secret of the dispatcher is named rw-secret-<its Job name>, not " + own.Name},
+				{what: "named after the Vault token", s: ownedBy("vault-token", own), want: "is named rw-secret-<its Job name>, not vault-token"},
+				{what: "owned by another Job than its name says", s: ownedBy(job.SecretName("rw-other"), own), want: "is made owned by its Job alone"},
+				{what: "without its task's label", s: unlabelled, want: "a Secret of the dispatcher is labelled with its task (runwarden.dev/task-id)"},
+			} {
+				if err := dc.Create(ctx, tt.s); err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("the dispatcher's Secret %s: %v, want %q", tt.what, err, tt.want)
+				}
+			}
+			if err := dc.Create(ctx, ownedBy(job.SecretName(own.Name), own)); err != nil {
 				t.Errorf("the dispatcher's Opaque Secret owned by its Job: %v", err)
 			}
 			return ctx
@@ -785,14 +969,14 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			// The API server loads new policies within a few seconds.
 			enforced := func(ctx context.Context) (bool, error) {
 				err := dc.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}, Type: corev1.SecretTypeOpaque}, client.DryRunAll)
-				return err != nil && strings.Contains(err.Error(), "owned by the Job of its name"), nil
+				return err != nil && strings.Contains(err.Error(), "a Secret of the dispatcher is named rw-secret-<its Job name>, not probe"), nil
 			}
 			if err := harness.WaitFor(ctx, "the admission policies to be enforced", time.Minute, enforced); err != nil {
 				t.Fatal(err)
 			}
 
 			// Another user of the namespace plants a Secret under the name
-			// of a task's Secret (the Job's name, from the task ID).
+			// of a task's Secret (rw-secret- and the Job's name, from the task ID).
 			planter := harness.User{Name: "team-admin-" + ns[len(ns)-6:]}
 			if err := planter.Grant(ctx, cfg, ns, "team-admin", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}}); err != nil {
 				t.Fatal(err)
@@ -802,7 +986,7 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 				t.Fatal(err)
 			}
 			planted := &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: job.Name("planted"), Namespace: ns},
+				ObjectMeta: metav1.ObjectMeta{Name: job.SecretName(job.Name("planted")), Namespace: ns},
 				Type:       corev1.SecretTypeOpaque, StringData: map[string]string{"TF_VAR_token": "planted-value"},
 			}
 			if err := pc.Create(ctx, planted); err != nil {
@@ -826,7 +1010,7 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			delete(plantedJob.Spec.Template.Labels, "runwarden.dev/runner")
 			plantedJob.Annotations = map[string]string{job.AnnotationTaskID: "planted-job", job.AnnotationAwaitingSecret: "true"}
 			plantedJob.Spec.Suspend = ptr.To(true)
-			plantedJob.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: plantedJob.Name}}}}
+			plantedJob.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: job.SecretName(plantedJob.Name)}}}}
 			if err := jc.Create(ctx, plantedJob); err != nil {
 				t.Fatal(err)
 			}
@@ -850,7 +1034,7 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 				t.Fatalf("%d Jobs for the task with a secret value", len(jobs))
 			}
 			var secret corev1.Secret
-			if err := cfg.Client().Resources(ns).Get(ctx, jobs[0].Name, ns, &secret); err != nil {
+			if err := cfg.Client().Resources(ns).Get(ctx, job.SecretName(jobs[0].Name), ns, &secret); err != nil {
 				t.Fatalf("the task's Secret: %v", err)
 			}
 			if owner := metav1.GetControllerOf(&secret); owner == nil || owner.UID != jobs[0].UID || len(secret.OwnerReferences) != 1 {
@@ -892,8 +1076,8 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			if gotJob.Labels["runwarden.dev/dispatcher"] != "" || !ptr.Deref(gotJob.Spec.Suspend, false) || gotJob.Annotations[job.AnnotationAwaitingSecret] != "true" {
 				t.Errorf("the planted Job was adopted or resumed: labels %v, suspend %v, annotations %v", gotJob.Labels, gotJob.Spec.Suspend, gotJob.Annotations)
 			}
-			if err := cfg.Client().Resources(ns).Get(ctx, plantedJob.Name, ns, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-				t.Errorf("a Secret was made under the planted Job's name: %v", err)
+			if err := cfg.Client().Resources(ns).Get(ctx, job.SecretName(plantedJob.Name), ns, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+				t.Errorf("a Secret was made for the planted Job: %v", err)
 			}
 			var pods corev1.PodList
 			if err := cfg.Client().Resources(ns).List(ctx, &pods); err != nil {
@@ -982,4 +1166,266 @@ func TestSecurityPlantedLogConfigMap(t *testing.T) {
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
+}
+
+// TestSecurityPlantedPod: another user of the namespace, who may create
+// and change pods (not Jobs), plants a pod with a running task's Job's
+// job-name label, a forged owner reference to that Job and the task's
+// annotation, whose image cannot be pulled. The dispatcher counts only the
+// pods the Job controller made for the Job (job.IsPodOf): the task is not
+// ended by the planted pod's ErrImagePull, and its record and kept log are
+// the real runner pod's. The same user cannot rewrite the record the
+// webhook wrote on the runner pod, nor make that pod another task's.
+func TestSecurityPlantedPod(t *testing.T) {
+	f := features.New("planted pod").
+		Setup(secretsSetup).
+		Assess("a planted pod neither ends nor describes the task", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			r := cfg.Client().Resources(ns)
+			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
+				t.Fatal(err)
+			}
+			w := startWebhookWith(ctx, t, cfg, "{}\n")
+			// The runner goes on once the test says so: it asks the host,
+			// on the real node's gateway, until it answers 200.
+			g := startGate(t)
+			rt := runnerTask(ns, "planted", fmt.Sprintf(`echo "$GREETING from the runner"; until wget -q -O /dev/null %s 2>/dev/null; do sleep 1; done; echo released`, g.url))
+			if err := r.Create(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			d := startDispatcher(ctx, t, cfg, ns)
+
+			// The task's Job and its own pod, the runner running.
+			var j batchv1.Job
+			var own corev1.Pod
+			running := func(ctx context.Context) (bool, error) {
+				cur := &v1alpha1.RunnerTask{}
+				if err := r.Get(ctx, rt.Name, ns, cur); err != nil || cur.Status.JobName == "" {
+					return false, nil
+				}
+				if terminalPhase(cur.Status.Phase) {
+					return false, fmt.Errorf("the task ended before it could be attacked: %s %s: %s", cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
+				}
+				if err := r.Get(ctx, cur.Status.JobName, ns, &j); err != nil {
+					return false, nil
+				}
+				var pods corev1.PodList
+				if err := r.List(ctx, &pods, resources.WithLabelSelector(batchv1.JobNameLabel+"="+j.Name)); err != nil {
+					return false, nil
+				}
+				for _, p := range pods.Items {
+					for _, s := range p.Status.ContainerStatuses {
+						if job.IsPodOf(&j, &p) && s.Name == job.RunnerContainer && s.State.Running != nil {
+							own = p
+							return true, nil
+						}
+					}
+				}
+				return false, nil
+			}
+			if err := harness.WaitFor(ctx, "the task's runner to run", 2*time.Minute, running); err != nil {
+				t.Fatalf("%v\ndispatcher log:\n%s\nwebhook log:\n%s", err, tail(d.log.String(), 3000), tail(w.log.String(), 3000))
+			}
+			if own.Annotations[admissionAnnotationSpecDigest] == "" {
+				t.Fatalf("the runner pod carries no record of the webhook: %v", own.Annotations)
+			}
+
+			planter := harness.User{Name: "pod-planter-" + ns[len(ns)-6:]}
+			if err := planter.Grant(ctx, cfg, ns, "pod-planter", rbacv1.PolicyRule{
+				APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "create", "update", "patch"},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			pc, err := planter.Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			planted := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: j.Name + "-planted", Namespace: ns,
+					// The Job's labels as anyone reading it sees them, the
+					// dispatcher's among them (its cache holds only pods
+					// with it). Not batch.kubernetes.io/controller-uid: the
+					// Job's selector, which would have the Job controller
+					// adopt the pod (see docs/security.md).
+					Labels: map[string]string{
+						batchv1.JobNameLabel: j.Name, "job-name": j.Name,
+						job.LabelDispatcher: j.Labels[job.LabelDispatcher], job.LabelTaskID: j.Labels[job.LabelTaskID],
+					},
+					Annotations: map[string]string{job.AnnotationTaskID: kube.TaskID(rt), admissionAnnotationSpecDigest: "sha256:planted"},
+					OwnerReferences: []metav1.OwnerReference{{
+						APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: types.UID("forged-" + string(j.UID)), Controller: ptr.To(true),
+					}},
+				},
+				Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers:    []corev1.Container{{Name: job.RunnerContainer, Image: "registry.example.com/planted:1", Command: []string{"true"}}},
+				},
+			}
+			harness.OnRealNode(&planted.Spec)
+			// The node has no registry: the pull fails, and the pod shows it.
+			planted.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
+			if err := pc.Create(ctx, planted); err != nil {
+				t.Fatalf("planting a pod with the Job's job-name label: %v", err)
+			}
+			pulling := func(ctx context.Context) (bool, error) {
+				p := &corev1.Pod{}
+				if err := r.Get(ctx, planted.Name, ns, p); err != nil {
+					return false, nil
+				}
+				for _, s := range p.Status.ContainerStatuses {
+					if w := s.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+						return true, nil
+					}
+				}
+				return false, nil
+			}
+			if err := harness.WaitFor(ctx, "the planted pod to show ErrImagePull", 2*time.Minute, pulling); err != nil {
+				t.Fatal(err)
+			}
+			// Have the dispatcher look at the task with the planted pod's
+			// status in its cache: a change to the planted pod after that
+			// status reaches it after it (the task's annotation maps the
+			// pod to the task), twice, each waited for by a reconcile.
+			for i := range 2 {
+				before := reconciles(d, "runnertask")
+				p := &corev1.Pod{}
+				if err := pc.Get(ctx, client.ObjectKeyFromObject(planted), p); err != nil {
+					t.Fatal(err)
+				}
+				patched := p.DeepCopy()
+				patched.Annotations["round"] = fmt.Sprint(i)
+				if err := pc.Patch(ctx, patched, client.MergeFrom(p)); err != nil {
+					t.Fatal(err)
+				}
+				looked := func(context.Context) (bool, error) { return reconciles(d, "runnertask") > before, nil }
+				if err := harness.WaitFor(ctx, "the dispatcher to look at the task again", time.Minute, looked); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cur := &v1alpha1.RunnerTask{}
+			if err := r.Get(ctx, rt.Name, ns, cur); err != nil {
+				t.Fatal(err)
+			}
+			if terminalPhase(cur.Status.Phase) {
+				t.Fatalf("the planted pod ended the task: %s %s: %s", cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
+			}
+			if err := r.Get(ctx, j.Name, ns, &batchv1.Job{}); err != nil {
+				t.Fatalf("the task's Job after the planted pod: %v", err)
+			}
+
+			// The record the webhook wrote on the runner pod is not the
+			// planter's to change; other annotations are.
+			// Nor may it make the runner pod another task's (its task label,
+			// its controller reference): the dispatcher tells a Job's pods
+			// by them.
+			change := func(f func(p *corev1.Pod)) error {
+				p := &corev1.Pod{}
+				if err := pc.Get(ctx, client.ObjectKeyFromObject(&own), p); err != nil {
+					t.Fatal(err)
+				}
+				patched := p.DeepCopy()
+				f(patched)
+				return pc.Patch(ctx, patched, client.MergeFrom(p))
+			}
+			for _, c := range []struct {
+				what, want string
+				f          func(p *corev1.Pod)
+			}{
+				{"rewriting the runner pod's spec digest", "the annotation runwarden.dev/spec-digest of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.Annotations[admissionAnnotationSpecDigest] = "sha256:planted"
+				}},
+				{"removing the runner pod's mutations", "the annotation runwarden.dev/mutations of a runner pod cannot be changed", func(p *corev1.Pod) {
+					delete(p.Annotations, "runwarden.dev/mutations")
+				}},
+				{"adding warnings to the runner pod's record", "the annotation runwarden.dev/warnings of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.Annotations["runwarden.dev/warnings"] = "all is well"
+				}},
+				{"changing the runner pod's task label", "the label runwarden.dev/task-id of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.Labels[job.LabelTaskID] = "another-task"
+				}},
+				{"giving the runner pod another controller", "the controller reference of a runner pod cannot be changed", func(p *corev1.Pod) {
+					p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "rw-another", UID: "another-uid", Controller: ptr.To(true)}}
+				}},
+			} {
+				if err := change(c.f); err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%s: %v", c.what, err)
+				}
+			}
+			if err := change(func(p *corev1.Pod) { p.Annotations["note"] = "x" }); err != nil {
+				t.Errorf("a note on the runner pod: %v", err)
+			}
+
+			g.release()
+			got := waitPhase(ctx, t, cfg, rt, d)
+			if got.Status.Phase != v1alpha1.PhaseSucceeded {
+				t.Fatalf("task planted: %s %s: %s", got.Status.Phase, got.Status.Reason, got.Status.Message)
+			}
+			if rec := got.Status.Record; rec == nil || rec.Pod != own.Name || rec.SpecDigest != own.Annotations[admissionAnnotationSpecDigest] {
+				t.Errorf("the task's record %+v; want the runner pod %s's, spec digest %s", rec, own.Name, own.Annotations[admissionAnnotationSpecDigest])
+			}
+			var kept corev1.ConfigMap
+			if err := r.Get(ctx, got.Status.LogConfigMap, ns, &kept); err != nil {
+				t.Fatalf("the kept log %q: %v", got.Status.LogConfigMap, err)
+			}
+			if kept.Data["log"] != "hello from the runner\nreleased\n" {
+				t.Errorf("the kept log %q, want the runner's", kept.Data["log"])
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// admissionAnnotationSpecDigest is the webhook's record of a runner pod's
+// spec (webhook/admission.AnnotationSpecDigest).
+const admissionAnnotationSpecDigest = "runwarden.dev/spec-digest"
+
+// gate answers 503 until released, then 200: a runner on the real node
+// waits on it (its gateway is the host).
+type gate struct {
+	url      string
+	released chan struct{}
+	once     sync.Once
+}
+
+func startGate(t *testing.T) *gate {
+	t.Helper()
+	l, err := net.Listen("tcp", realNodeGateway+":0")
+	if err != nil {
+		t.Fatalf("listening on the real node's gateway: %v", err)
+	}
+	g := &gate{url: "http://" + l.Addr().String() + "/", released: make(chan struct{})}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-g.released:
+			w.WriteHeader(http.StatusOK)
+		default:
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return g
+}
+
+func (g *gate) release() { g.once.Do(func() { close(g.released) }) }
+
+// reconciles is how many reconciles of the named controller the dispatcher
+// has ended, by its metrics.
+func reconciles(d *dispatcherProcess, controller string) int {
+	resp, err := http.Get("http://" + d.metrics + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	n := 0
+	for _, l := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(l, `controller_runtime_reconcile_total{controller="`+controller+`"`) {
+			continue
+		}
+		f, _ := strconv.ParseFloat(l[strings.LastIndex(l, " ")+1:], 64)
+		n += int(f)
+	}
+	return n
 }

@@ -136,6 +136,16 @@ func Create(ctx context.Context, c client.Client, j *batchv1.Job, secret *corev1
 			return created, err
 		}
 		s := secret.DeepCopy()
+		if old := made.Annotations[AnnotationSecret]; old != s.Name {
+			// Made awaiting its Secret by an earlier dispatcher, whose
+			// Secrets were named like their Job: the chart's admission
+			// policy no longer lets that name be made. The Job never ran;
+			// it goes, and the next call makes the task's Job anew.
+			if err := deleteJob(ctx, c, made); err != nil {
+				return false, fmt.Errorf("job %s awaits secret %s, not %s (made by an earlier version); deleting it to start again: %w", made.Name, old, s.Name, err)
+			}
+			return false, fmt.Errorf("job %s awaited secret %s, not %s (made by an earlier version): deleted it, the task starts again", made.Name, old, s.Name)
+		}
 		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: made.Name, UID: made.UID, Controller: ptr.To(true)}}
 		err = c.Create(ctx, s)
 		if err == nil {
@@ -331,9 +341,11 @@ func TakeOver(ctx context.Context, c client.Client, j *batchv1.Job, taskID, disp
 }
 
 // HasSecret reports whether a Job's task has a Secret of its own (marked
-// by AnnotationSecret, as Build makes it).
+// by AnnotationSecret, as Build makes it). A Job made before Secrets took
+// SecretPrefix names a Secret of the Job's own name: that counts too.
 func HasSecret(j *batchv1.Job) bool {
-	return j.Annotations[AnnotationSecret] == j.Name
+	s := j.Annotations[AnnotationSecret]
+	return s != "" && (s == SecretName(j.Name) || s == j.Name)
 }
 
 // MarkReported marks a finished Job reported (AnnotationReported) and gives

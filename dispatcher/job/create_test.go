@@ -200,7 +200,7 @@ func withGC(t *testing.T, rec *calls, objs ...client.Object) client.Client {
 			if s, ok := obj.(*corev1.Secret); ok && len(o.DryRun) == 0 {
 				var j batchv1.Job
 				state := "no job"
-				if err := c.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Name}, &j); err == nil {
+				if err := c.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: strings.TrimPrefix(s.Name, SecretPrefix)}, &j); err == nil {
 					state = fmt.Sprintf("job suspended=%v", j.Spec.Suspend != nil && *j.Spec.Suspend)
 				}
 				rec.add("create secret (" + state + ")")
@@ -260,7 +260,7 @@ func secretOwner(t *testing.T, c client.Client, secret *corev1.Secret) types.UID
 		t.Fatalf("the task's Secret: %v", err)
 	}
 	owner := metav1.GetControllerOf(&s)
-	if owner == nil || owner.Kind != "Job" || owner.Name != s.Name || len(s.OwnerReferences) != 1 {
+	if owner == nil || owner.Kind != "Job" || SecretName(owner.Name) != s.Name || len(s.OwnerReferences) != 1 {
 		t.Fatalf("Secret owners %+v, want its Job alone", s.OwnerReferences)
 	}
 	return owner.UID
@@ -440,5 +440,51 @@ func TestCreateRefusedSecretLeavesNoJob(t *testing.T) {
 	var jobs batchv1.JobList
 	if err := c.List(t.Context(), &jobs); err != nil || len(jobs.Items) != 0 {
 		t.Fatalf("%d Jobs left (%v), want none", len(jobs.Items), err)
+	}
+}
+
+// A Job that an earlier dispatcher made awaiting its Secret, named then
+// like the Job, is never resumed: the chart's admission policy lets no
+// Secret of that name be made, nor would the Job read the one made now.
+// It is deleted, and the call fails so that the next one starts the task
+// anew; a Secret that a Job of the earlier version already runs with is
+// its own, and such a Job still counts as having one (HasSecret).
+func TestCreateDeletesAJobAwaitingAnEarlierSecretName(t *testing.T) {
+	t.Parallel()
+	j, secret, err := Build(task(), options(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := j.DeepCopy()
+	left.UID = "earlier-version"
+	left.Spec.Suspend = ptr.To(true)
+	left.Annotations[AnnotationAwaitingSecret] = "true"
+	left.Annotations[AnnotationSecret] = j.Name
+	if !HasSecret(left) {
+		t.Errorf("HasSecret of a Job whose Secret is named like it (an earlier version's): false")
+	}
+	rec := &calls{}
+	c := withGC(t, rec, left)
+	created, err := Create(t.Context(), c, j, secret, CreateOptions{SecretWait: time.Second})
+	if err == nil || created || IsPermanent(err) {
+		t.Fatalf("Create over an earlier version's Job: created %v, %v; want a passing error", created, err)
+	}
+	for _, w := range []string{"job " + j.Name + " awaited secret " + j.Name + ", not " + SecretName(j.Name), "the task starts again"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
+	}
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(j), &batchv1.Job{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the earlier version's Job: %v, want it deleted", err)
+	}
+	want := []string{"create *v1.Job", "patch *v1.Job", "patch *v1.Job", "delete *v1.Job"}
+	if !slices.Equal(rec.log, want) {
+		t.Fatalf("writes %q, want %q", rec.log, want)
+	}
+	if created, err := Create(t.Context(), c, j, secret, CreateOptions{SecretWait: time.Second}); err != nil || !created {
+		t.Fatalf("the next Create: created %v, %v", created, err)
+	}
+	if uid := secretOwner(t, c, secret); uid == "" || uid == left.UID {
+		t.Fatalf("Secret owned by %q, want the new Job", uid)
 	}
 }

@@ -54,10 +54,20 @@ const (
 	// ended, which a late delivery of the task's lease is checked against
 	// (see docs/dispatcher.md, Replicas).
 	AnnotationKeepUntil = "runwarden.dev/keep-until"
-	// AnnotationSecret marks a Job whose task has a Secret of its own,
-	// named after the Job (the value). The dispatcher's cache holds Jobs
-	// without their pod template, where the Secret is referred to.
+	// AnnotationSecret marks a Job whose task has a Secret of its own, and
+	// names it (SecretName of the Job's name). The dispatcher's cache holds
+	// Jobs without their pod template, where the Secret is referred to.
 	AnnotationSecret = "runwarden.dev/secret"
+	// NamePrefix begins every Job name the dispatcher makes (Name). The
+	// chart's admission policy refuses the dispatcher's Jobs without it.
+	NamePrefix = "rw-"
+	// SecretPrefix begins the name of every task's Secret: SecretName of
+	// its Job's name. The chart's admission policy lets a Job of the
+	// dispatcher name no Secret of its own but SecretPrefix plus its own
+	// name, and the dispatcher make no Secret but such one, and refuses
+	// the platform Secret names that begin with it: naming a Job after a
+	// platform Secret (vault-token) reads nothing of the platform's.
+	SecretPrefix = "rw-secret-"
 	// RunnerContainer is the name of the runner container.
 	RunnerContainer = "main"
 )
@@ -189,9 +199,16 @@ func Name(taskID string) string {
 		base = strings.TrimRight(base[:max], "-")
 	}
 	if base == "" {
-		return "rw-" + suffix
+		return NamePrefix + suffix
 	}
-	return "rw-" + base + "-" + suffix
+	return NamePrefix + base + "-" + suffix
+}
+
+// SecretName is the name of the Secret of the task whose Job is named
+// jobName: SecretPrefix and the Job's name, so it never equals a Secret of
+// the platform's (whose names the chart keeps from SecretPrefix).
+func SecretName(jobName string) string {
+	return SecretPrefix + jobName
 }
 
 var invalidName = regexp.MustCompile(`[^a-z0-9-]+`)
@@ -206,8 +223,8 @@ func taskLabel(id string) string {
 }
 
 // Build returns the Job for a task and, when the task has secret values,
-// the Secret they go into (named after the Job; the caller makes the Job
-// its owner once the Job exists).
+// the Secret they go into (SecretName of the Job's name; the caller makes
+// the Job its owner once the Job exists).
 func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
 	if o.Templates != nil {
 		o.Template = o.Templates()
@@ -258,14 +275,14 @@ func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
 	var secret *corev1.Secret
 	if len(t.SecretEnv) > 0 {
 		secret = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: t.Namespace, Labels: map[string]string{LabelTaskID: labels[LabelTaskID], LabelDispatcher: o.DispatcherID}},
+			ObjectMeta: metav1.ObjectMeta{Name: SecretName(name), Namespace: t.Namespace, Labels: map[string]string{LabelTaskID: labels[LabelTaskID], LabelDispatcher: o.DispatcherID}},
 			Type:       corev1.SecretTypeOpaque,
 			StringData: map[string]string{},
 		}
 		for _, k := range sortedKeys(t.SecretEnv) {
 			secret.StringData[k] = t.SecretEnv[k]
 			setEnv(main, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-				LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: k,
+				LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}, Key: k,
 			}}})
 		}
 	}

@@ -109,10 +109,10 @@ func TestBuildShape(t *testing.T) {
 		t.Errorf("secret reference not passed through: %+v", env["DB_PASSWORD"])
 	}
 	ref := env["TF_VAR_token"].ValueFrom
-	if ref == nil || ref.SecretKeyRef.Name != j.Name || ref.SecretKeyRef.Key != "TF_VAR_token" {
+	if ref == nil || ref.SecretKeyRef.Name != SecretPrefix+j.Name || ref.SecretKeyRef.Key != "TF_VAR_token" {
 		t.Errorf("secret value not referenced by secretKeyRef: %+v", env["TF_VAR_token"])
 	}
-	if s == nil || s.StringData["TF_VAR_token"] != "s3cr3t" || s.Name != j.Name {
+	if s == nil || s.StringData["TF_VAR_token"] != "s3cr3t" || s.Name != SecretPrefix+j.Name {
 		t.Errorf("secret %+v", s)
 	}
 	if out, _ := yaml.Marshal(j); strings.Contains(string(out), "s3cr3t") {
@@ -252,8 +252,14 @@ func TestHasSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if want := SecretPrefix + j.Name; secret == nil || secret.Name != want || j.Annotations[AnnotationSecret] != want {
+		t.Fatalf("the task's Secret: %v, annotated %q; want it named %s", secret, j.Annotations[AnnotationSecret], want)
+	}
+	if !strings.HasPrefix(j.Name, NamePrefix) {
+		t.Errorf("Job name %s lacks %s", j.Name, NamePrefix)
+	}
 	j.Spec.Template = corev1.PodTemplateSpec{}
-	if secret == nil || !HasSecret(j) {
+	if !HasSecret(j) {
 		t.Errorf("a task with secret values: Secret %v, HasSecret %v", secret != nil, HasSecret(j))
 	}
 	plain := task()

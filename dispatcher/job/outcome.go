@@ -141,12 +141,14 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 	if mountTimeout <= 0 {
 		mountTimeout = time.Minute
 	}
-	var pods corev1.PodList
-	// Read-only: a cache's objects are not copied.
-	if err := o.Client.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": j.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return Outcome{}, fmt.Errorf("listing pods of job %s: %w", j.Name, err)
+	// Only the Job's own pods (IsPodOf): a pod planted with its job-name
+	// label must not fail, stop or describe the task. Read-only: a cache's
+	// objects are not copied.
+	pods, err := PodsOf(ctx, o.Client, j, true)
+	if err != nil {
+		return Outcome{}, err
 	}
-	st := podState(pods.Items)
+	st := podState(pods)
 	for _, c := range j.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
@@ -164,16 +166,16 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 			case st.exit != nil && *st.exit != 0:
 				reason = ReasonNonZeroExit
 			}
-			msg := withEvents(strings.TrimSpace(c.Message+" "+st.message), o.warnings(ctx, "Pod", j.Namespace, podNames(pods.Items)))
+			msg := withEvents(strings.TrimSpace(c.Message+" "+st.message), o.warnings(ctx, "Pod", j.Namespace, podNames(pods)))
 			return Outcome{Phase: PhaseFailed, Reason: reason, Message: msg, ExitCode: st.exit, Running: st.running}, nil
 		}
 	}
 	// Fail fast on pods that cannot start.
 	if st.reason == ReasonImagePullError || st.reason == ReasonInvalidImage || st.reason == ReasonContainerConfig {
-		return Outcome{Phase: PhaseFailed, Reason: st.reason, Message: withEvents(st.message, o.warnings(ctx, "Pod", j.Namespace, podNames(pods.Items))), Stop: true}, nil
+		return Outcome{Phase: PhaseFailed, Reason: st.reason, Message: withEvents(st.message, o.warnings(ctx, "Pod", j.Namespace, podNames(pods))), Stop: true}, nil
 	}
 	now := o.now()
-	if len(pods.Items) == 0 && now.Sub(j.CreationTimestamp.Time) >= 2*time.Second {
+	if len(pods) == 0 && now.Sub(j.CreationTimestamp.Time) >= 2*time.Second {
 		// The Job controller could not create the pod because admission
 		// denied it. A webhook that could not be called is not a denial: the
 		// Job controller retries, and so does this check. (Not in a Job's
@@ -188,7 +190,7 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 			}
 		}
 	}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&
 				now.Sub(p.CreationTimestamp.Time) > unschedulable {

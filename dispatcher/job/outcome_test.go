@@ -113,14 +113,10 @@ func TestOutcomeOfInitContainers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			j := &batchv1.Job{
-				ObjectMeta: metav1.ObjectMeta{Name: "rw-t-1", Namespace: "runners", CreationTimestamp: metav1.NewTime(created)},
-				Status:     batchv1.JobStatus{Conditions: tt.conditions},
-			}
-			pod := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: "rw-t-1-abcde", Namespace: "runners", Labels: map[string]string{"batch.kubernetes.io/job-name": j.Name}, CreationTimestamp: metav1.NewTime(created)},
-				Status:     corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{tt.status}},
-			}
+			j := ownJob()
+			j.CreationTimestamp, j.Status = metav1.NewTime(created), batchv1.JobStatus{Conditions: tt.conditions}
+			pod := ownPod(j, "rw-t-1-abcde", created)
+			pod.Status = corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{tt.status}}
 			c := fake.NewClientBuilder().WithObjects(pod).WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string {
 				return []string{o.(*corev1.Event).InvolvedObject.Name}
 			}).Build()

@@ -76,18 +76,20 @@ func templateDigest(t corev1.PodTemplateSpec) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// ReadRecord reads the record of Job j from its newest pod (a cache of
-// pods is enough: their metadata and status). A Job whose pod was never
+// ReadRecord reads the record of Job j from its newest pod of its own
+// (IsPodOf; a cache of pods is enough: their metadata and status). A Job whose pod was never
 // made has a record of its template alone.
 func ReadRecord(ctx context.Context, c client.Reader, j *batchv1.Job) (*Record, error) {
 	rec := &Record{TemplateDigest: j.Annotations[AnnotationTemplateDigest]}
-	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.JobNameLabel: j.Name}); err != nil {
-		return rec, fmt.Errorf("reading the pods of job %s: %w", j.Name, err)
+	// Only the Job's own pods (IsPodOf): the record annotations of a pod
+	// planted with the Job's job-name label are the planter's words.
+	pods, err := PodsOf(ctx, c, j, false)
+	if err != nil {
+		return rec, fmt.Errorf("reading the record of job %s: %w", j.Name, err)
 	}
 	var pod *corev1.Pod
-	for i := range pods.Items {
-		if p := &pods.Items[i]; pod == nil || pod.CreationTimestamp.Before(&p.CreationTimestamp) {
+	for i := range pods {
+		if p := &pods[i]; pod == nil || pod.CreationTimestamp.Before(&p.CreationTimestamp) {
 			pod = p
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -21,16 +20,15 @@ func TestReadRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	started, finished := metav1.NewTime(time.Unix(1_700_000_100, 0)), metav1.NewTime(time.Unix(1_700_000_160, 0))
+	j.UID = "job-uid-1"
 	pod := func(name string, age time.Duration, node string) *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.Namespace, Labels: map[string]string{batchv1.JobNameLabel: j.Name},
-				CreationTimestamp: metav1.NewTime(time.Unix(1_700_000_000, 0).Add(-age)),
-				Annotations: map[string]string{podAnnotationSpecDigest: "sha256:" + node, podAnnotationPolicyDigest: "p1",
-					podAnnotationMutations: "env A, volume v", podAnnotationWarnings: "w1; w2"}},
-			Spec: corev1.PodSpec{NodeName: node},
-			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "main", Image: "runner:1", ImageID: "runner@sha256:1",
-				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{StartedAt: started, FinishedAt: finished}}}}},
-		}
+		p := ownPod(j, name, time.Unix(1_700_000_000, 0).Add(-age))
+		p.Annotations = map[string]string{podAnnotationSpecDigest: "sha256:" + node, podAnnotationPolicyDigest: "p1",
+			podAnnotationMutations: "env A, volume v", podAnnotationWarnings: "w1; w2"}
+		p.Spec = corev1.PodSpec{NodeName: node}
+		p.Status = corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "main", Image: "runner:1", ImageID: "runner@sha256:1",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{StartedAt: started, FinishedAt: finished}}}}}
+		return p
 	}
 	c := fake.NewClientBuilder().WithObjects(pod("old", time.Hour, "n-old"), pod("new", 0, "n-new")).Build()
 	got, err := ReadRecord(t.Context(), c, j)

@@ -270,9 +270,21 @@ func (c labelledCache) Get(ctx context.Context, key client.ObjectKey, obj client
 // are runners, and it names the task.
 func runnerJobOf(rt *v1alpha1.RunnerTask) *batchv1.Job {
 	j := runningJob(job.Name(TaskID(rt)))
+	j.UID = "job-" + rt.UID
+	j.Labels[job.LabelTaskID] = "task-" + string(rt.UID)
 	j.Annotations = map[string]string{job.AnnotationTaskID: TaskID(rt)}
-	j.Spec.Template.Labels = map[string]string{job.LabelRunner: "true"}
+	j.Spec.Template.Labels = map[string]string{job.LabelRunner: "true", job.LabelTaskID: j.Labels[job.LabelTaskID]}
 	return j
+}
+
+// runnerPodOf is a pod as the Job controller makes it for j: its
+// controller reference and the template's labels (job.IsPodOf).
+func runnerPodOf(j *batchv1.Job, name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: name, Namespace: j.Namespace,
+		Labels:          map[string]string{batchv1.JobNameLabel: j.Name, job.LabelRunner: "true", job.LabelTaskID: j.Labels[job.LabelTaskID]},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}},
+	}}
 }
 
 // A Job of a task's name that is not its runner Job, whoever labelled it,

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
@@ -48,7 +50,7 @@ func TestFinishedTaskKeepsItsLog(t *testing.T) {
 			rt := runnerTask("a", "uid-a")
 			j := runnerJobOf(rt)
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-x", Namespace: "runners", Labels: map[string]string{batchv1.JobNameLabel: j.Name}}}
+			pod := runnerPodOf(j, j.Name+"-x")
 			api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, j, pod).Build()
 			r := New(Options{Client: api, Jobs: job.Options{DispatcherID: "d1"}, Logs: fakeLogs{c.log}, KeepLogBytes: 16})
 			if err := r.finish(t.Context(), rt, j, job.Outcome{Phase: job.PhaseSucceeded, Reason: job.ReasonCompleted}); err != nil {
@@ -72,6 +74,79 @@ func TestFinishedTaskKeepsItsLog(t *testing.T) {
 			}
 			if owner := metav1.GetControllerOf(&cm); owner == nil || owner.UID != rt.UID {
 				t.Errorf("the log's owner %+v, want the RunnerTask", owner)
+			}
+		})
+	}
+}
+
+// podLogs serves each pod's log.
+type podLogs map[string][]byte
+
+func (f podLogs) Tail(_ context.Context, _, pod, _ string, limit int) ([]byte, error) {
+	log, ok := f[pod]
+	if !ok {
+		return nil, apierrors.NewNotFound(corev1.Resource("pods"), pod)
+	}
+	return log[max(len(log)-limit, 0):], nil
+}
+
+func (f podLogs) Follow(_ context.Context, _, pod, _ string) (io.ReadCloser, error) {
+	log, ok := f[pod]
+	if !ok {
+		return nil, apierrors.NewNotFound(corev1.Resource("pods"), pod)
+	}
+	return io.NopCloser(bytes.NewReader(log)), nil
+}
+
+// A pod planted with the job-name label of a task's Job, newer than the
+// Job's own pod, is neither the task's record nor the pod whose log is
+// kept: whoever may create pods writes that label, any owner reference
+// and any record annotation (job.IsPodOf).
+func TestKeptLogAndRecordAreTheJobsOwnPods(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		plant func(p *corev1.Pod)
+	}{
+		{"the job-name label alone", func(p *corev1.Pod) {
+			p.Labels, p.OwnerReferences = map[string]string{batchv1.JobNameLabel: p.Labels[batchv1.JobNameLabel]}, nil
+		}},
+		{"a forged owner reference with another UID", func(p *corev1.Pod) { p.OwnerReferences[0].UID = "forged" }},
+		{"no runner label", func(p *corev1.Pod) { delete(p.Labels, job.LabelRunner) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rt := runnerTask("a", "uid-a")
+			j := runnerJobOf(rt)
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+			own := runnerPodOf(j, j.Name+"-own")
+			own.CreationTimestamp = metav1.NewTime(time.Unix(1_700_000_000, 0))
+			own.Annotations = map[string]string{"runwarden.dev/spec-digest": "sha256:own"}
+			own.Spec.NodeName = "node-own"
+			planted := runnerPodOf(j, j.Name+"-planted")
+			planted.CreationTimestamp = metav1.NewTime(own.CreationTimestamp.Add(time.Minute))
+			planted.Annotations = map[string]string{"runwarden.dev/spec-digest": "sha256:planted"}
+			planted.Spec.NodeName = "node-planted"
+			c.plant(planted)
+			api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, j, own, planted).Build()
+			logs := podLogs{own.Name: []byte("applied\n"), planted.Name: []byte("all went well\n")}
+			r := New(Options{Client: api, Jobs: job.Options{DispatcherID: "d1"}, Logs: logs, KeepLogBytes: 1024})
+			if err := r.finish(t.Context(), rt, j, job.Outcome{Phase: job.PhaseSucceeded, Reason: job.ReasonCompleted}); err != nil {
+				t.Fatal(err)
+			}
+			var got v1alpha1.RunnerTask
+			if err := api.Get(t.Context(), key("a"), &got); err != nil {
+				t.Fatal(err)
+			}
+			if rec := got.Status.Record; rec == nil || rec.Pod != own.Name || rec.SpecDigest != "sha256:own" || rec.Node != "node-own" {
+				t.Errorf("record %+v, want the Job's own pod %s", rec, own.Name)
+			}
+			var cm corev1.ConfigMap
+			if err := api.Get(t.Context(), key(got.Status.LogConfigMap), &cm); err != nil {
+				t.Fatalf("the kept log %q: %v", got.Status.LogConfigMap, err)
+			}
+			if cm.Data["log"] != "applied\n" {
+				t.Errorf("kept log %q, want the Job's own pod's", cm.Data["log"])
 			}
 		})
 	}
@@ -101,7 +176,7 @@ func TestPlantedLogConfigMapIsNeverTaken(t *testing.T) {
 			rt := runnerTask("a", "uid-a")
 			j := runnerJobOf(rt)
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-x", Namespace: "runners", Labels: map[string]string{batchv1.JobNameLabel: j.Name}}}
+			pod := runnerPodOf(j, j.Name+"-x")
 			planted := &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{
 					Name: c.plant(j.Name), Namespace: "runners",
@@ -175,7 +250,7 @@ func TestLogIsKeptOnceAcrossTries(t *testing.T) {
 	rt := runnerTask("a", "uid-a")
 	j := runnerJobOf(rt)
 	j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-x", Namespace: "runners", Labels: map[string]string{batchv1.JobNameLabel: j.Name}}}
+	pod := runnerPodOf(j, j.Name+"-x")
 	updates := 0
 	api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, j, pod).
 		WithInterceptorFuncs(interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, o client.Object, opts ...client.SubResourceUpdateOption) error {
@@ -220,5 +295,82 @@ func TestLogConfigMapPrefixIsNeverCut(t *testing.T) {
 	id := strings.Repeat("n", 63) + "/" + strings.Repeat("t", 253) + "/0b9e5b7c-6d46-4b7e-9d0a-3c1c7b0e2f11"
 	if p := LogConfigMapPrefix(job.Name(id)); len(p) > 58 {
 		t.Errorf("log ConfigMap prefix %q: %d characters, more than the API server keeps (58)", p, len(p))
+	}
+}
+
+// A pod that cannot pull its image ends the task (ImagePullError) and
+// stops its Job only if it is the Job's own: one planted with the Job's
+// job-name label (and the task's annotation, so the dispatcher looks at
+// once) leaves the task running and its Job as it was.
+func TestPlantedPodDoesNotEndTheTask(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		plant func(j *batchv1.Job, p *corev1.Pod)
+		want  v1alpha1.Phase
+	}{
+		{"the Job's own pod (control)", func(*batchv1.Job, *corev1.Pod) {}, v1alpha1.PhaseFailed},
+		{"the job-name label alone", func(j *batchv1.Job, p *corev1.Pod) {
+			p.Labels, p.OwnerReferences = map[string]string{batchv1.JobNameLabel: j.Name}, nil
+		}, v1alpha1.PhaseRunning},
+		{"a forged owner reference with another UID", func(_ *batchv1.Job, p *corev1.Pod) { p.OwnerReferences[0].UID = "forged" }, v1alpha1.PhaseRunning},
+		{"no runner label", func(_ *batchv1.Job, p *corev1.Pod) { delete(p.Labels, job.LabelRunner) }, v1alpha1.PhaseRunning},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rt := runnerTask("a", "uid-a")
+			api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt).
+				WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string { return []string{o.(*corev1.Event).InvolvedObject.Name} }).Build()
+			r := New(Options{Client: api, Jobs: job.Options{DispatcherID: "d1"}})
+			reconcileTask := func() *v1alpha1.RunnerTask {
+				t.Helper()
+				if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key("a")}); err != nil {
+					t.Fatalf("reconcile: %v", err)
+				}
+				got := &v1alpha1.RunnerTask{}
+				if err := api.Get(t.Context(), key("a"), got); err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+			if got := reconcileTask(); got.Status.Phase != v1alpha1.PhaseRunning {
+				t.Fatalf("phase %q, want Running", got.Status.Phase)
+			}
+			j := &batchv1.Job{}
+			if err := api.Get(t.Context(), key(job.Name(TaskID(rt))), j); err != nil {
+				t.Fatal(err)
+			}
+			if j.UID == "" {
+				// The API server gives every object a UID; so must the
+				// client here, or no pod would be the Job's.
+				j.UID = "job-uid-a"
+				if err := api.Update(t.Context(), j); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := runnerPodOf(j, j.Name+"-pulling")
+			p.Annotations = map[string]string{job.AnnotationTaskID: TaskID(rt)}
+			p.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+				Name: job.RunnerContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "pull access denied"}},
+			}}}
+			c.plant(j, p)
+			if err := api.Create(t.Context(), p); err != nil {
+				t.Fatal(err)
+			}
+			got := reconcileTask()
+			if got.Status.Phase != c.want {
+				t.Fatalf("phase %q reason %q (%s), want %s", got.Status.Phase, got.Status.Reason, got.Status.Message, c.want)
+			}
+			if c.want == v1alpha1.PhaseFailed {
+				if got.Status.Reason != job.ReasonImagePullError {
+					t.Errorf("reason %q, want %s", got.Status.Reason, job.ReasonImagePullError)
+				}
+				return
+			}
+			after := &batchv1.Job{}
+			if err := api.Get(t.Context(), client.ObjectKeyFromObject(j), after); err != nil || after.DeletionTimestamp != nil || ptr.Deref(after.Spec.Suspend, false) {
+				t.Errorf("the Job after the planted pod: %v, deleted at %v, suspended %v; want it running as it was", err, after.DeletionTimestamp, after.Spec.Suspend)
+			}
+		})
 	}
 }

@@ -85,9 +85,9 @@ func TestRunner(ctx context.Context, o TestRunnerOptions) error {
 			return fmt.Errorf("reading the test runner Job: %w", err)
 		}
 	}
-	var pods corev1.PodList
-	if err := o.Client.List(ctx, &pods, client.InNamespace(o.Namespace), client.MatchingLabels{"job-name": j.Name}); err == nil {
-		for _, p := range pods.Items {
+	// The log of the Job's own pod only (job.IsPodOf).
+	if pods, err := job.PodsOf(ctx, o.Client, j, false); err == nil {
+		for _, p := range pods {
 			// The container has ended: following its log reads it whole.
 			if rc, err := o.Logs.Follow(ctx, o.Namespace, p.Name, job.RunnerContainer); err == nil {
 				if o.Out != nil {

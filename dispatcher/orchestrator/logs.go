@@ -10,6 +10,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
@@ -29,47 +30,69 @@ const (
 // order, in chunks of at most MaxLogChunk bytes: memory per stream is
 // bounded by two chunks.
 type logStream struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+	// stopped is closed by stop; done when the stream ended.
+	stopped chan struct{}
+	done    chan struct{}
 
 	mu      sync.Mutex
 	opened  bool
 	finalAt time.Time
 }
 
-func (l *logStream) stop() { l.cancel() }
+func (l *logStream) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.stopped:
+	default:
+		close(l.stopped)
+	}
+}
 
 // streamLogs starts streaming the task's log once, if log streaming is on.
-func (s *Source) streamLogs(t *task, j *batchv1.Job) {
+// Start runs the stream, until the task is let go or the source stops.
+func (s *Source) streamLogs(ctx context.Context, t *task, j *batchv1.Job) {
 	if s.opts.Logs == nil {
 		return
 	}
-	root := s.rootCtx()
-	s.mu.Lock()
-	if t.logs != nil {
-		s.mu.Unlock()
+	l := s.leases.openLogs(t, func() *logStream {
+		return &logStream{stopped: make(chan struct{}), done: make(chan struct{})}
+	})
+	if l == nil {
 		return
 	}
-	sctx, cancel := context.WithCancel(root)
-	l := &logStream{cancel: cancel, done: make(chan struct{})}
-	t.logs = l
-	s.mu.Unlock()
 	// The caller goes on using j (a patch decodes into it): copy what the
-	// stream needs.
-	namespace, name := j.Namespace, j.Name
-	go func() {
+	// stream needs, which is what tells the Job's own pods (job.IsPodOf).
+	own := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name, UID: j.UID,
+		Labels: map[string]string{job.LabelTaskID: j.Labels[job.LabelTaskID]}}}
+	run := func(root context.Context) {
 		defer close(l.done)
+		sctx, cancel := context.WithCancel(root)
+		var watch sync.WaitGroup
+		defer watch.Wait()
 		defer cancel()
-		s.runLogs(sctx, t, l, namespace, name)
-	}()
+		watch.Go(func() {
+			select {
+			case <-l.stopped:
+				cancel()
+			case <-sctx.Done():
+			}
+		})
+		s.runLogs(sctx, t, l, own)
+	}
+	select {
+	case s.streams <- run:
+	case <-s.stopped:
+		close(l.done)
+	case <-ctx.Done():
+		close(l.done)
+	}
 }
 
 // logsPending tells whether the final report should wait for the log: the
 // stream is open and has not ended, within a grace period.
 func (s *Source) logsPending(t *task) bool {
-	s.mu.Lock()
-	l := t.logs
-	s.mu.Unlock()
+	l := s.leases.logStream(t)
 	if l == nil {
 		return false
 	}
@@ -84,25 +107,26 @@ func (s *Source) logsPending(t *task) bool {
 		return false
 	}
 	if l.finalAt.IsZero() {
-		l.finalAt = s.opts.Now()
+		l.finalAt = s.clock.Now()
 	}
-	return s.opts.Now().Sub(l.finalAt) < logGrace
+	return s.clock.Now().Sub(l.finalAt) < logGrace
 }
 
-func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, namespace, jobName string) {
+func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, j *batchv1.Job) {
+	namespace := j.Namespace
 	var offset int64
 	failures := 0
 	for ctx.Err() == nil && failures < openAttempts {
-		pod := s.runnerPod(ctx, namespace, jobName)
+		pod := s.runnerPod(ctx, j)
 		if pod == "" {
 			failures++
-			sleep(ctx, s.opts.Backoff.Delay(failures, nil))
+			s.wait(ctx, s.opts.Backoff.Delay(failures, nil))
 			continue
 		}
 		rc, err := s.opts.Logs.Follow(ctx, namespace, pod, job.RunnerContainer)
 		if err != nil {
 			failures++
-			sleep(ctx, s.opts.Backoff.Delay(failures, nil))
+			s.wait(ctx, s.opts.Backoff.Delay(failures, nil))
 			continue
 		}
 		l.mu.Lock()
@@ -110,7 +134,6 @@ func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, namespace, 
 		l.mu.Unlock()
 		failures = 0
 		n, err := s.copyLog(ctx, t, rc, offset)
-		_ = rc.Close()
 		offset = n
 		if err != nil {
 			// The orchestrator refused the log (a gap or a bad chunk):
@@ -118,7 +141,7 @@ func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, namespace, 
 			s.log.Error(err, "streaming the runner log stopped", "task", t.id)
 			return
 		}
-		if s.containerDone(ctx, namespace, pod) {
+		if s.containerDone(ctx, j, pod) {
 			if err := s.sendChunk(ctx, t, LogChunk{Offset: offset, Final: true}); err != nil && ctx.Err() == nil {
 				s.log.Error(err, "sending the end of the runner log", "task", t.id)
 			}
@@ -126,23 +149,19 @@ func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, namespace, 
 		}
 		// The stream broke while the container runs: open it again and
 		// skip what was sent.
-		sleep(ctx, time.Second)
+		s.wait(ctx, time.Second)
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-}
-
-func (s *Source) runnerPod(ctx context.Context, namespace, jobName string) string {
-	var pods corev1.PodList
-	if err := s.opts.Kube.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": jobName}, client.UnsafeDisableDeepCopy); err != nil {
+// runnerPod names the scheduled pod of Job j's own (job.IsPodOf): the log
+// of a pod planted with the Job's job-name label is never sent as the
+// task's.
+func (s *Source) runnerPod(ctx context.Context, j *batchv1.Job) string {
+	pods, err := job.PodsOf(ctx, s.opts.Kube, j, true)
+	if err != nil {
 		return ""
 	}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.Spec.NodeName != "" {
 			return p.Name
 		}
@@ -150,9 +169,11 @@ func (s *Source) runnerPod(ctx context.Context, namespace, jobName string) strin
 	return ""
 }
 
-func (s *Source) containerDone(ctx context.Context, namespace, pod string) bool {
+// containerDone tells whether the runner container of pod, Job j's, has
+// ended; a pod gone, or of that name but no longer j's, has.
+func (s *Source) containerDone(ctx context.Context, j *batchv1.Job, pod string) bool {
 	p := &corev1.Pod{}
-	if err := s.opts.Kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: pod}, p); err != nil {
+	if err := s.opts.Kube.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: pod}, p); err != nil || !job.IsPodOf(j, p) {
 		return true // gone
 	}
 	for _, c := range p.Status.ContainerStatuses {
@@ -165,8 +186,16 @@ func (s *Source) containerDone(ctx context.Context, namespace, pod string) bool 
 
 // copyLog reads the log, skipping the first skip bytes (sent before the
 // stream broke), and sends the rest in chunks. It returns the offset
-// reached.
-func (s *Source) copyLog(ctx context.Context, t *task, r io.Reader, skip int64) (int64, error) {
+// reached, once it closed r and its reader ended.
+func (s *Source) copyLog(ctx context.Context, t *task, r io.ReadCloser, skip int64) (int64, error) {
+	var reader sync.WaitGroup
+	quit := make(chan struct{})
+	defer reader.Wait()
+	defer func() {
+		// Before the wait: the reader's send and read in flight end.
+		close(quit)
+		_ = r.Close()
+	}()
 	if skip > 0 {
 		n, err := io.CopyN(io.Discard, r, skip)
 		if err != nil {
@@ -176,7 +205,7 @@ func (s *Source) copyLog(ctx context.Context, t *task, r io.Reader, skip int64) 
 	offset := skip
 	reads := make(chan []byte)
 	readErr := make(chan error, 1)
-	go func() {
+	reader.Go(func() {
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := r.Read(buf)
@@ -185,7 +214,7 @@ func (s *Source) copyLog(ctx context.Context, t *task, r io.Reader, skip int64) 
 				copy(b, buf[:n])
 				select {
 				case reads <- b:
-				case <-ctx.Done():
+				case <-quit:
 					return
 				}
 			}
@@ -194,7 +223,7 @@ func (s *Source) copyLog(ctx context.Context, t *task, r io.Reader, skip int64) 
 				return
 			}
 		}
-	}()
+	})
 	pending := make([]byte, 0, MaxLogChunk)
 	flush := func() error {
 		for len(pending) > 0 {
@@ -208,7 +237,7 @@ func (s *Source) copyLog(ctx context.Context, t *task, r io.Reader, skip int64) 
 		pending = make([]byte, 0, MaxLogChunk)
 		return nil
 	}
-	tick := time.NewTicker(flushEvery)
+	tick := s.clock.NewTicker(flushEvery)
 	defer tick.Stop()
 	for {
 		select {
@@ -221,7 +250,7 @@ func (s *Source) copyLog(ctx context.Context, t *task, r io.Reader, skip int64) 
 					return offset, err
 				}
 			}
-		case <-tick.C:
+		case <-tick.C():
 			if err := flush(); err != nil {
 				return offset, err
 			}
@@ -239,10 +268,9 @@ func (s *Source) copyLog(ctx context.Context, t *task, r io.Reader, skip int64) 
 // unreachable or the lease is being handed back; a refusal is returned.
 func (s *Source) sendChunk(ctx context.Context, t *task, c LogChunk) error {
 	for attempt := 0; ; attempt++ {
-		s.mu.Lock()
-		c.Epoch = t.epoch
-		s.mu.Unlock()
-		c.IdempotencyKey = t.id + "/log/" + strconv.FormatInt(c.Offset, 10)
+		v, _ := s.leases.view(t)
+		c.Epoch = v.epoch
+		c.IdempotencyKey = v.id + "/log/" + strconv.FormatInt(c.Offset, 10)
 		err := s.opts.Client.Log(ctx, t.id, c)
 		if err == nil {
 			return nil
@@ -256,14 +284,13 @@ func (s *Source) sendChunk(ctx context.Context, t *task, c LogChunk) error {
 			// again with the new one) or is gone and not handed back yet
 			// (wait for it; a task given to another holder is forgotten,
 			// which ends this stream).
-			s.mu.Lock()
-			reissued, lost := t.epoch != c.Epoch, t.lost
-			s.mu.Unlock()
+			v, _ := s.leases.view(t)
+			reissued, lost := v.epoch != c.Epoch, v.lost()
 			if reissued {
 				continue
 			}
 			if lost {
-				sleep(ctx, s.opts.Backoff.Delay(attempt, err))
+				s.wait(ctx, s.opts.Backoff.Delay(attempt, err))
 				continue
 			}
 			return err
@@ -271,6 +298,6 @@ func (s *Source) sendChunk(ctx context.Context, t *task, c LogChunk) error {
 		if !IsRetryable(err) {
 			return err
 		}
-		sleep(ctx, s.opts.Backoff.Delay(attempt, err))
+		s.wait(ctx, s.opts.Backoff.Delay(attempt, err))
 	}
 }

@@ -8,35 +8,17 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+	testclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/dispatcher/runner"
 )
-
-// clock is a clock a test moves by hand.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // renewServer is a fake orchestrator that answers every renewal with
 // status (200 with a renewed lease, else an error body and, when
@@ -98,17 +80,13 @@ func (rs *renewServer) client(t *testing.T) *Client {
 // holdLeases makes s hold n running tasks whose leases of leaseSeconds are
 // due for renewal now.
 func holdLeases(s *Source, n, leaseSeconds int) []*task {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var held []*task
 	for i := range n {
 		id := "t-" + strconv.Itoa(i)
-		t := &task{
+		t, _ := s.leases.adopt(adoption{
 			id: id, key: types.NamespacedName{Namespace: "runners", Name: "rw-" + id}, leaseID: "l-" + id, epoch: 1,
-			leaseSeconds: leaseSeconds, renewAt: s.opts.Now(), sent: map[EventType]bool{},
-		}
-		s.tasks[id] = t
-		s.byJob[t.key] = id
+			seconds: leaseSeconds, phase: phaseRunning,
+		}, s.clock.Now())
 		held = append(held, t)
 	}
 	return held
@@ -135,9 +113,9 @@ func TestRenewalFailuresBackOff(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rs := newRenewServer(t, http.StatusServiceUnavailable, 30)
-			clk := &clock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+			clk := testclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 			s := New(Options{
-				Client: rs.client(t), Namespace: "runners", Now: clk.Now,
+				Client: rs.client(t), Namespace: "runners", Options: runner.Options{Clock: clk},
 				Backoff: Backoff{Base: time.Second, Max: time.Minute},
 			})
 			s.log = logr.Discard()
@@ -146,7 +124,7 @@ func TestRenewalFailuresBackOff(t *testing.T) {
 			for elapsed := time.Duration(0); elapsed <= time.Minute; elapsed += renewTick {
 				s.renewDue(t.Context(), r)
 				r.wg.Wait()
-				clk.advance(renewTick)
+				clk.Step(renewTick)
 			}
 			if got, want := int(rs.renewals.Load()), leases*tt.want; got != want {
 				t.Errorf("%d renewals of %d leases in a minute of 503s with Retry-After: 30, want %d", got, leases, want)
@@ -155,19 +133,16 @@ func TestRenewalFailuresBackOff(t *testing.T) {
 			// The orchestrator is back: the next renewal succeeds, and the
 			// one after comes a third of the lease later.
 			rs.status.Store(http.StatusOK)
-			s.mu.Lock()
-			next := held[0].renewAt
-			s.mu.Unlock()
-			clk.advance(next.Sub(clk.Now()))
+			v, _ := s.leases.view(held[0])
+			clk.Step(v.renewAt.Sub(clk.Now()))
 			s.renewDue(t.Context(), r)
 			r.wg.Wait()
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if want := clk.Now().Add(renewInterval(tt.leaseSeconds)); !held[0].renewAt.Equal(want) {
-				t.Errorf("after a renewal that succeeded, the next is due at %v, want %v", held[0].renewAt, want)
+			v, _ = s.leases.view(held[0])
+			if want := clk.Now().Add(renewInterval(tt.leaseSeconds)); !v.renewAt.Equal(want) {
+				t.Errorf("after a renewal that succeeded, the next is due at %v, want %v", v.renewAt, want)
 			}
-			if held[0].renewFailures != 0 {
-				t.Errorf("after a renewal that succeeded, %d failures are counted, want 0", held[0].renewFailures)
+			if v.renewFailures != 0 {
+				t.Errorf("after a renewal that succeeded, %d failures are counted, want 0", v.renewFailures)
 			}
 		})
 	}
@@ -235,7 +210,8 @@ func TestRenewalOfALeaseAnotherHoldsLetsItGo(t *testing.T) {
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for !s.isLost(held[0]) {
+	lost := func() bool { v, _ := s.leases.view(held[0]); return v.lost() }
+	for !lost() {
 		select {
 		case err := <-done:
 			t.Fatalf("the source stopped on a renewal answered 403 not-lease-holder: %v", err)

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,13 +76,11 @@ type Options struct {
 	// cluster. Required.
 	Kube client.Client
 	// Reader reads the API server directly, to tell a Job that is gone from
-	// one the cache has not seen yet. Default: Kube.
+	// one the cache has not seen yet, and what is not in the cache (Warning
+	// events, Kueue Workloads: see runner.NewObserver). Default: Kube.
 	Reader client.Reader
 	// Jobs says how Jobs are built. Required.
 	Jobs job.Options
-	// Observer reads Jobs' outcomes. Default: runner.NewObserver, from Kube
-	// and Reader.
-	Observer job.Observer
 	// Namespace is where tasks run; a task naming another is refused.
 	// Required.
 	Namespace string
@@ -95,19 +94,10 @@ type Options struct {
 	Logs runner.LogReader
 	// Recorder counts. Default: none.
 	Recorder Recorder
-	// Now is the clock. Default: Options.Clock's; a Now given alone is
-	// Options.Clock too.
-	Now func() time.Time
 }
 
 func (o *Options) setDefaults() {
-	if o.Clock == nil && o.Now != nil {
-		o.Clock = nowClock(o.Now)
-	}
 	o.Options.SetDefaults()
-	if o.Now == nil {
-		o.Now = o.Clock.Now
-	}
 	if o.PollWait <= 0 {
 		o.PollWait = 30 * time.Second
 	}
@@ -117,94 +107,42 @@ func (o *Options) setDefaults() {
 	if o.Reader == nil {
 		o.Reader = o.Kube
 	}
-	if o.Observer.Client == nil {
-		o.Observer = runner.NewObserver(o.Options, o.Kube, o.Reader, o.Jobs.Queueing.Kueue)
-	}
-}
-
-// nowClock is a Now function as the shared options' clock.
-type nowClock func() time.Time
-
-func (f nowClock) Now() time.Time                  { return f() }
-func (f nowClock) Since(t time.Time) time.Duration { return f().Sub(t) }
-
-// task is what the source holds for one leased task.
-type task struct {
-	id      string
-	key     types.NamespacedName
-	leaseID string
-	epoch   int64
-	// leaseSeconds is the lease's duration; it is renewed at a third.
-	leaseSeconds int
-	renewAt      time.Time
-	// renewing is set while a renewal of the lease is in flight.
-	renewing bool
-	// renewFailures counts the renewals of the lease that failed in a row;
-	// it paces the next.
-	renewFailures int
-	// recordMu serializes writes of the lease into the Job.
-	recordMu sync.Mutex
-	// lost is set when the lease is gone (410) and not handed back;
-	// lostAt is when.
-	lost   bool
-	lostAt time.Time
-	// creating is set from the lease until the Job exists (or the task is
-	// refused without one).
-	creating bool
-	// finished is set once the Job's pod no longer runs.
-	finished bool
-	// leasedAt is when this process took the lease, runningAt when it
-	// first saw the runner run (zero when it did not: a restart).
-	leasedAt, runningAt time.Time
-	// queued is set, with Kueue, while the Job waits for admission (and
-	// while it is made).
-	queued       bool
-	cancel       bool
-	cancelReason string
-	// sent holds the events acknowledged by this process.
-	sent map[EventType]bool
-	logs *logStream
 }
 
 // Source runs orchestrator tasks as Jobs.
 type Source struct {
 	opts     Options
-	capacity runner.Capacity
+	clock    clock.WithTicker
 	settler  runner.Settler
+	observer job.Observer
 	log      logr.Logger
-	mu       sync.Mutex
-	tasks    map[string]*task // by task ID
-	byJob    map[types.NamespacedName]string
-	wake     chan struct{}
+	leases   *leaseTable
 	trigger  chan event.GenericEvent
 	slots    chan struct{}
-	root     context.Context
-	// ended remembers the leases of the last maxEnded tasks this process
-	// let go (endedOrder, oldest first), so a late second delivery of one
-	// is not taken for a new task: its Job may be gone (a cancelled task's
-	// is deleted), and would be created again.
-	ended      map[string]struct{}
-	endedOrder []string
+	// goroutines are the ones Start started, directly or not; it waits for
+	// them before it returns.
+	goroutines sync.WaitGroup
+	// streams carries the log streams to start to Start, which runs them.
+	streams chan func(context.Context)
+	// stopped is closed when Start returns.
+	stopped chan struct{}
 	// retries paces the retries of Jobs whose reconcile failed.
 	retries *retryLimiter
 }
-
-// maxEnded bounds Source.ended.
-const maxEnded = 4096
 
 // New returns a Source.
 func New(opts Options) *Source {
 	opts.setDefaults()
 	return &Source{
 		opts:     opts,
-		capacity: opts.Capacity(opts.Jobs.Queueing.Kueue),
+		clock:    opts.Clock,
 		settler:  runner.Settler{Client: opts.Kube, Jobs: opts.Jobs, Options: opts.Options},
-		tasks:    map[string]*task{},
-		byJob:    map[types.NamespacedName]string{},
-		ended:    map[string]struct{}{},
-		wake:     make(chan struct{}, 1),
+		observer: runner.NewObserver(opts.Options, opts.Kube, opts.Reader, opts.Jobs.Queueing.Kueue),
+		leases:   newLeaseTable(opts.Jobs.Queueing.Kueue),
 		trigger:  make(chan event.GenericEvent, 1024),
 		slots:    make(chan struct{}, opts.Workers),
+		streams:  make(chan func(context.Context)),
+		stopped:  make(chan struct{}),
 		retries:  newRetryLimiter(opts.Backoff),
 	}
 }
@@ -242,38 +180,43 @@ func podToJob(_ context.Context, o client.Object) []reconcile.Request {
 
 // Start implements manager.Runnable: it rebuilds the in-flight set from the
 // dispatcher's Jobs, then polls and renews until ctx ends. Jobs are left
-// running when it returns.
+// running when it returns; every goroutine it started has ended.
 func (s *Source) Start(ctx context.Context) error {
-	s.mu.Lock()
-	s.root = ctx
-	s.mu.Unlock()
-	if err := s.restore(ctx); err != nil {
+	defer close(s.stopped)
+	awaiting, err := s.restore(ctx)
+	if err != nil {
 		return err
 	}
 	// Either loop ends the source when the orchestrator refuses this
 	// dispatcher; the other then stops too.
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	defer s.goroutines.Wait()
+	defer cancel() // before the wait: what runs ends
 	errc := make(chan error, 2)
-	go func() { errc <- s.renewLoop(ctx) }()
-	go func() { errc <- s.pollLoop(ctx) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		return nil
+	s.goroutines.Go(func() { s.startOver(ctx, awaiting) })
+	s.goroutines.Go(func() { errc <- s.renewLoop(ctx) })
+	s.goroutines.Go(func() { errc <- s.pollLoop(ctx) })
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+			return nil
+		case stream := <-s.streams:
+			s.goroutines.Go(func() { stream(ctx) })
+		}
 	}
 }
 
 // restore tracks every Job of this dispatcher whose outcome is not
-// reported yet, with the lease in its annotations, renewing at once.
-func (s *Source) restore(ctx context.Context) error {
+// reported yet, with the lease in its annotations, renewing at once. It
+// returns the Jobs that never got their Secret, counted until startOver
+// deleted them.
+func (s *Source) restore(ctx context.Context) ([]*batchv1.Job, error) {
 	var jobs batchv1.JobList
 	if err := s.opts.Kube.List(ctx, &jobs, client.InNamespace(s.opts.Namespace), client.MatchingLabels{job.LabelDispatcher: s.opts.Jobs.DispatcherID}); err != nil {
-		return fmt.Errorf("listing this dispatcher's jobs: %w", err)
+		return nil, fmt.Errorf("listing this dispatcher's jobs: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	n := 0
 	var awaiting []*batchv1.Job
 	for i := range jobs.Items {
@@ -282,22 +225,23 @@ func (s *Source) restore(ctx context.Context) error {
 			continue
 		}
 		if j.Annotations[job.AnnotationAwaitingSecret] != "" {
+			if id := j.Annotations[job.AnnotationTaskID]; id != "" && j.Annotations[job.AnnotationPreflight] == "" {
+				// Until it is deleted it is a Job of this dispatcher's
+				// that could run: it holds a slot.
+				s.leases.discard(id, client.ObjectKeyFromObject(j))
+			}
 			awaiting = append(awaiting, j)
 			continue
 		}
 		if j.Annotations[AnnotationReported] != "" {
 			continue
 		}
-		t := s.adoptLocked(j)
-		if t != nil {
+		if t, _ := s.adopt(j); t != nil {
 			n++
 		}
 	}
 	s.log.Info("restored in-flight tasks from their Jobs", "tasks", n)
-	if len(awaiting) > 0 {
-		go s.startOver(ctx, awaiting)
-	}
-	return nil
+	return awaiting, nil
 }
 
 // startOver deletes each Job that never got its Secret (the process stopped
@@ -305,9 +249,10 @@ func (s *Source) restore(ctx context.Context) error {
 // lease back: the Secret's values came with the lease and are not kept
 // anywhere, so the task starts again from a new lease. A Secret made for
 // the Job goes with it. A lease that cannot be handed back expires on its
-// own.
+// own. The Job holds a slot until it is gone.
 func (s *Source) startOver(ctx context.Context, jobs []*batchv1.Job) {
 	for _, j := range jobs {
+		id := j.Annotations[job.AnnotationTaskID]
 		err := s.opts.Kube.Delete(ctx, j, client.Preconditions{UID: &j.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 		if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 			if ctx.Err() == nil {
@@ -315,8 +260,9 @@ func (s *Source) startOver(ctx context.Context, jobs []*batchv1.Job) {
 			}
 			continue
 		}
+		s.leases.discarded(id)
 		epoch, _ := strconv.ParseInt(j.Annotations[AnnotationLeaseEpoch], 10, 64)
-		l := Lease{LeaseID: j.Annotations[AnnotationLeaseID], Epoch: epoch, Task: Task{ID: j.Annotations[job.AnnotationTaskID]}}
+		l := Lease{LeaseID: j.Annotations[AnnotationLeaseID], Epoch: epoch, Task: Task{ID: id}}
 		s.log.Info("a Job never got its Secret before the dispatcher stopped; deleted it and handing its lease back", "job", j.Name, "task", l.Task.ID)
 		if l.LeaseID != "" {
 			s.release(ctx, l)
@@ -324,76 +270,44 @@ func (s *Source) startOver(ctx context.Context, jobs []*batchv1.Job) {
 	}
 }
 
-// adoptLocked tracks a Job's task from its annotations. s.mu is held.
-func (s *Source) adoptLocked(j *batchv1.Job) *task {
+// adopt tracks a Job's task from its annotations, and returns one view of
+// its lease; nil for a Job that is no task's.
+func (s *Source) adopt(j *batchv1.Job) (*task, lease) {
 	id := j.Annotations[job.AnnotationTaskID]
 	if id == "" || j.Annotations[job.AnnotationPreflight] != "" {
 		// Not a task's Job: the preflight's, left by a restart during it.
-		return nil
+		return nil, lease{}
 	}
-	if t := s.tasks[id]; t != nil {
-		return t
+	if t, l, ok := s.leases.held(id); ok {
+		return t, l
 	}
 	if j.Annotations[job.AnnotationAwaitingSecret] != "" {
 		// Never resumed: without its lease's Secret values it cannot run.
 		// restore deletes it; if that failed, the task's next start does.
-		return nil
+		return nil, lease{}
 	}
 	epoch, _ := strconv.ParseInt(j.Annotations[AnnotationLeaseEpoch], 10, 64)
 	secs, _ := strconv.Atoi(j.Annotations[AnnotationLeaseSeconds])
-	t := &task{
-		id: id, key: client.ObjectKeyFromObject(j), leaseID: j.Annotations[AnnotationLeaseID], epoch: epoch,
-		leaseSeconds: secs, renewAt: s.opts.Now(), finished: job.Finished(j), sent: map[EventType]bool{},
-		queued: s.opts.Jobs.Queueing.Kueue && ptr.Deref(j.Spec.Suspend, false) && j.Annotations[AnnotationOutcome] == "",
-	}
-	s.tasks[id] = t
-	s.byJob[t.key] = id
-	return t
-}
-
-// inFlightLocked is the load of the tasks held (see runner.Capacity).
-// s.mu is held.
-func (s *Source) inFlightLocked() (load runner.Load, lost bool) {
-	for _, t := range s.tasks {
-		load = s.capacity.Add(load, t.slot(), 1)
-		lost = lost || t.lost
-	}
-	return load, lost
-}
-
-// slot is what the task holds against the limits.
-func (t *task) slot() runner.Slot {
+	suspended := ptr.Deref(j.Spec.Suspend, false)
+	p := phaseRunning
 	switch {
-	case t.creating:
-		return runner.Making
-	case t.finished:
-		return runner.None
-	case t.queued:
-		return runner.Queued
-	default:
-		return runner.Running
+	case job.Finished(j), suspended && j.Annotations[AnnotationOutcome] != "":
+		// Ended, or stopped with its outcome recorded: it no longer runs.
+		p = phaseFinished
+	case s.opts.Jobs.Queueing.Kueue && suspended:
+		p = phaseQueued
 	}
+	return s.leases.adopt(adoption{
+		id: id, key: client.ObjectKeyFromObject(j), leaseID: j.Annotations[AnnotationLeaseID], epoch: epoch, seconds: secs, phase: p,
+	}, s.clock.Now())
 }
 
-// freeLocked is how many leases a poll may ask for (runner.Capacity.Free).
-// s.mu is held.
-func (s *Source) freeLocked() (free, inFlight int, lost bool) {
-	load, lost := s.inFlightLocked()
-	return s.capacity.Free(load), load.Running, lost
-}
-
-func (s *Source) notify() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *Source) enqueue(key types.NamespacedName) {
+// enqueue has the Job at key reconciled, unless ctx ends first (the
+// controller no longer reads the channel once stopping).
+func (s *Source) enqueue(ctx context.Context, key types.NamespacedName) {
 	select {
 	case s.trigger <- event.GenericEvent{Object: &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
-	case <-s.rootCtx().Done():
-		// Stopping: the controller no longer reads the channel.
+	case <-ctx.Done():
 	}
 }
 
@@ -407,37 +321,26 @@ const minPollInterval = time.Second
 func (s *Source) pollLoop(ctx context.Context) error {
 	failures := 0
 	for ctx.Err() == nil {
-		s.mu.Lock()
-		free, inFlight, lost := s.freeLocked()
-		// Every task held, the ones whose Job is being created too: an
-		// expired lease of any of them comes back here, never elsewhere.
-		running := make([]string, 0, len(s.tasks))
-		for id := range s.tasks {
-			running = append(running, id)
-		}
-		s.mu.Unlock()
+		free, inFlight, lost, held := s.leases.capacity(s.opts.MaxConcurrent, s.opts.MaxQueued)
 		s.opts.Recorder.Running(inFlight)
 		if free == 0 && !lost {
 			// Full: wait for a task to finish; look again now and then.
 			select {
 			case <-ctx.Done():
-			case <-s.wake:
-			case <-time.After(s.opts.RequeueAfter):
+			case <-s.leases.freed():
+			case <-s.clock.After(s.opts.RequeueAfter):
 			}
 			continue
 		}
-		polled := time.Now()
-		leases, err := s.opts.Client.Poll(ctx, free, s.opts.MaxConcurrent, running, s.opts.PollWait)
+		polled := s.clock.Now()
+		leases, err := s.opts.Client.Poll(ctx, free, s.opts.MaxConcurrent, held, s.opts.PollWait)
 		if err == nil {
-			s.opts.Recorder.Polled(time.Now())
+			s.opts.Recorder.Polled(s.clock.Now())
 		}
 		if err == nil && len(leases) == 0 {
 			// An orchestrator (or a proxy) that answers at once instead of
 			// holding the poll would be polled in a tight loop.
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Until(polled.Add(minPollInterval))):
-			}
+			s.wait(ctx, polled.Add(minPollInterval).Sub(s.clock.Now()))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -450,16 +353,26 @@ func (s *Source) pollLoop(ctx context.Context) error {
 			d := s.opts.Backoff.Delay(failures, err)
 			failures++
 			s.log.Error(err, "polling the orchestrator failed; retrying", "in", d.Round(time.Millisecond).String(), "failures", failures)
-			select {
-			case <-ctx.Done():
-			case <-time.After(d):
-			}
+			s.wait(ctx, d)
 			continue
 		}
 		failures = 0
 		s.take(ctx, leases, free)
 	}
 	return nil
+}
+
+// wait waits d on the source's clock, or until ctx ends.
+func (s *Source) wait(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := s.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C():
+	}
 }
 
 // refused is the error that stops the source when the orchestrator refuses
@@ -471,66 +384,47 @@ func refused(err error) error {
 // take starts the tasks of new leases and updates re-issued ones. New
 // leases beyond free, the capacity the poll asked for, are handed back
 // unused: an orchestrator that sends more must not run this dispatcher past
-// --max-concurrent.
+// --max-concurrent. What it starts is among s.goroutines.
 func (s *Source) take(ctx context.Context, leases []Lease, free int) {
-	now := s.opts.Now()
+	now := s.clock.Now()
 	var fresh []*task
 	var leasesOf, extra []Lease
-	s.mu.Lock()
 	for _, l := range leases {
-		if l.Task.ID == "" || l.LeaseID == "" {
+		t, d, held, record := s.leases.take(l, now, s.opts.PollWait, len(fresh) < free)
+		switch d {
+		case deliveredMalformed:
 			s.log.Error(nil, "the orchestrator sent a lease without a task or lease ID; ignored", "task", l.Task.ID, "lease", l.LeaseID)
-			continue
-		}
-		t := s.tasks[l.Task.ID]
-		if _, ok := s.ended[l.LeaseID]; ok && t == nil {
+		case deliveredEnded:
 			s.log.Info("a lease of a task that has ended was delivered again; ignored", "task", l.Task.ID, "lease", l.LeaseID)
-			continue
-		}
-		if t == nil && !l.ExpiresAt.IsZero() && now.After(l.ExpiresAt.Add(s.opts.PollWait)) {
+		case deliveredExpired:
 			// Its events would be refused, and the record of its task's end
 			// (keepFor) may be gone: not started. The orchestrator hands the
 			// task out again if it has not ended. A clock far ahead of the
 			// orchestrator's has every lease look like this.
 			s.log.Info("a lease arrived expired (a late delivery, or this clock is ahead of the orchestrator's); ignored", "task", l.Task.ID, "lease", l.LeaseID, "expiresAt", l.ExpiresAt, "now", now.UTC())
-			continue
-		}
-		switch {
-		case t != nil && t.leaseID == l.LeaseID:
+		case deliveredDuplicate:
 			// A duplicate delivery of a lease already held.
-			continue
-		case t != nil && l.Epoch < t.epoch:
+		case deliveredOlder:
 			// A late delivery of a lease older than the one held: the task
 			// was handed back since, and the orchestrator refuses the older
 			// epoch's events.
-			s.log.Info("a lease older than the one held was delivered; ignored", "task", l.Task.ID, "lease", l.LeaseID, "epoch", l.Epoch, "heldLease", t.leaseID, "heldEpoch", t.epoch)
-			continue
-		case t != nil:
+			s.log.Info("a lease older than the one held was delivered; ignored", "task", l.Task.ID, "lease", l.LeaseID, "epoch", l.Epoch, "heldLease", held.leaseID, "heldEpoch", held.epoch)
+		case deliveredReissued:
 			// Handed back (a new epoch) after the lease expired: carry on
 			// with the Job there is.
-			t.leaseID, t.epoch, t.leaseSeconds, t.lost = l.LeaseID, l.Epoch, l.LeaseSeconds, false
-			t.renewAt, t.renewFailures = now.Add(renewInterval(l.LeaseSeconds)), 0
-			if !t.creating {
-				go s.recordLease(ctx, t)
+			if record {
+				s.goroutines.Go(func() { s.recordLease(ctx, t) })
 			}
-			continue
-		}
-		if len(fresh) >= free {
+		case deliveredBeyond:
 			extra = append(extra, l)
-			continue
+		case deliveredFresh:
+			fresh = append(fresh, t)
+			leasesOf = append(leasesOf, l)
 		}
-		t = &task{
-			id: l.Task.ID, leaseID: l.LeaseID, epoch: l.Epoch, leaseSeconds: l.LeaseSeconds,
-			renewAt: now.Add(renewInterval(l.LeaseSeconds)), creating: true, queued: s.opts.Jobs.Queueing.Kueue, sent: map[EventType]bool{}, leasedAt: now,
-		}
-		s.tasks[t.id] = t
-		fresh = append(fresh, t)
-		leasesOf = append(leasesOf, l)
 	}
-	s.mu.Unlock()
 	for _, l := range extra {
 		s.log.Info("the orchestrator sent more leases than the capacity asked for; handing this one back", "task", l.Task.ID, "lease", l.LeaseID, "asked", free)
-		go s.release(ctx, l)
+		s.goroutines.Go(func() { s.release(ctx, l) })
 	}
 	s.opts.Recorder.Leased(len(fresh))
 	for i, t := range fresh {
@@ -539,10 +433,10 @@ func (s *Source) take(ctx context.Context, leases []Lease, free int) {
 		case <-ctx.Done():
 			return
 		}
-		go func() {
+		s.goroutines.Go(func() {
 			defer func() { <-s.slots }()
 			s.start(ctx, t, leasesOf[i])
-		}()
+		})
 	}
 }
 
@@ -568,23 +462,23 @@ func renewInterval(leaseSeconds int) time.Duration {
 	return leaseDuration(leaseSeconds) / 3
 }
 
-// recordLease writes the task's current lease into its Job's annotations.
-// Writes for one task are serialized and each writes the lease current when
-// it is sent, so the last to land holds the newest lease even when the task
-// is handed back twice in quick succession.
+// recordLease writes the task's current lease into its Job's annotations,
+// if no write is in flight for the task (that one writes it next). Writes
+// for one task go one at a time, each writing the lease current when it is
+// sent, until the last holds the newest lease: the task may be handed back
+// twice in quick succession.
 func (s *Source) recordLease(ctx context.Context, t *task) {
-	t.recordMu.Lock()
-	defer t.recordMu.Unlock()
-	s.mu.Lock()
-	l := Lease{LeaseID: t.leaseID, Epoch: t.epoch, LeaseSeconds: t.leaseSeconds}
-	key := t.key
-	s.mu.Unlock()
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": leaseAnnotations(l)}})
-	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-	if err := s.opts.Kube.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
-		s.log.Error(err, "recording the re-issued lease on the Job", "job", key.Name)
+	for again := true; again; {
+		v, _ := s.leases.view(t)
+		l := Lease{LeaseID: v.leaseID, Epoch: v.epoch, LeaseSeconds: v.seconds}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": leaseAnnotations(l)}})
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: v.key.Namespace, Name: v.key.Name}}
+		if err := s.opts.Kube.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+			s.log.Error(err, "recording the re-issued lease on the Job", "job", v.key.Name)
+		}
+		again = s.leases.recorded(t, v.epoch) && ctx.Err() == nil
+		s.enqueue(ctx, v.key)
 	}
-	s.enqueue(key)
 }
 
 func leaseAnnotations(l Lease) map[string]string {
@@ -626,16 +520,10 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 	key := client.ObjectKeyFromObject(j)
 	if s.endedBefore(ctx, key, l) {
 		s.log.Info("a lease of a task that has ended was delivered again (its Job is the record); ignored", "task", t.id, "lease", l.LeaseID, "job", key.Name)
-		s.mu.Lock()
-		s.forgetLocked(t)
-		s.mu.Unlock()
-		s.notify()
+		s.leases.forget(t)
 		return
 	}
-	s.mu.Lock()
-	t.key = key
-	s.byJob[key] = t.id
-	s.mu.Unlock()
+	s.leases.bind(t, key)
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		err := s.create(ctx, j, secret)
 		if err == nil {
@@ -644,12 +532,7 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 		if job.IsPermanent(err) {
 			// The API server will never take this Job (say, the task's
 			// resources do not validate): the task fails, the slot frees.
-			s.mu.Lock()
-			if s.byJob[key] == t.id {
-				delete(s.byJob, key)
-			}
-			t.creating = false
-			s.mu.Unlock()
+			s.leases.unbind(t)
 			if errors.Is(err, job.ErrSecretTaken) || errors.Is(err, job.ErrJobTaken) {
 				s.refuse(ctx, t, fmt.Errorf("%w: %w", job.ErrInvalidTask, err))
 			} else {
@@ -660,23 +543,19 @@ func (s *Source) start(ctx context.Context, t *task, l Lease) {
 		}
 		d := s.opts.Backoff.Delay(attempt, nil)
 		s.log.Error(err, "creating the task's Job failed; retrying", "task", t.id, "in", d.Round(time.Millisecond).String())
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d):
-		}
+		s.wait(ctx, d)
 	}
-	s.mu.Lock()
-	t.creating = false
-	reissued := t.epoch != l.Epoch
-	s.mu.Unlock()
-	if reissued && ctx.Err() == nil {
+	if ctx.Err() != nil {
+		return
+	}
+	v := s.leases.created(t)
+	if v.epoch != l.Epoch && s.leases.record(t) {
 		// Handed back while the Job was being created: the Job holds the
 		// first lease.
 		s.recordLease(ctx, t)
 		return
 	}
-	s.enqueue(key)
+	s.enqueue(ctx, key)
 }
 
 // endedBefore tells whether the Job at key records that lease l ended: it
@@ -736,7 +615,8 @@ func plainEnv(t Task) error {
 
 // refuse reports a task that can never run as failed, without a Job.
 func (s *Source) refuse(ctx context.Context, t *task, cause error) {
-	s.log.Info("task refused", "task", t.id, "reason", cause.Error())
+	id := t.id
+	s.log.Info("task refused", "task", id, "reason", cause.Error())
 	e := Event{Type: EventFailed, Reason: job.ReasonRefused, Message: cause.Error()}
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		err := s.report(ctx, t, e)
@@ -747,36 +627,27 @@ func (s *Source) refuse(ctx context.Context, t *task, cause error) {
 			// Sending it again cannot help (say, the orchestrator does not
 			// know the task): the lease expires and the task is the
 			// orchestrator's again.
-			s.log.Error(err, "the orchestrator refused the report of a refused task; letting the task go", "task", t.id)
+			s.log.Error(err, "the orchestrator refused the report of a refused task; letting the task go", "task", id)
 			break
 		}
-		d := s.opts.Backoff.Delay(attempt, err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d):
-		}
+		s.wait(ctx, s.opts.Backoff.Delay(attempt, err))
 	}
 	s.opts.Recorder.Finished(job.PhaseFailed, job.ReasonRefused)
-	s.mu.Lock()
-	s.forgetLocked(t)
-	s.mu.Unlock()
-	s.notify()
+	s.leases.forget(t)
 }
 
 // report sends an event with the task's idempotency key and current epoch.
 func (s *Source) report(ctx context.Context, t *task, e Event) error {
-	s.mu.Lock()
-	e.Epoch = t.epoch
-	s.mu.Unlock()
-	e.IdempotencyKey = t.id + "/" + string(e.Type)
+	v, _ := s.leases.view(t)
+	e.Epoch = v.epoch
+	e.IdempotencyKey = v.id + "/" + string(e.Type)
 	if e.Type.Final() {
-		e.IdempotencyKey = t.id + "/final"
+		e.IdempotencyKey = v.id + "/final"
 	}
 	if e.Time.IsZero() {
-		e.Time = s.opts.Now().UTC()
+		e.Time = s.clock.Now().UTC()
 	}
-	err := s.opts.Client.Report(ctx, t.id, e)
+	err := s.opts.Client.Report(ctx, v.id, e)
 	if err != nil {
 		s.opts.Recorder.SourceError("report")
 	}
@@ -811,7 +682,7 @@ func (s *Source) renewLoop(ctx context.Context) error {
 	defer r.wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // before the wait: the renewals in flight end
-	tick := time.NewTicker(renewTick)
+	tick := s.clock.NewTicker(renewTick)
 	defer tick.Stop()
 	for {
 		select {
@@ -819,34 +690,19 @@ func (s *Source) renewLoop(ctx context.Context) error {
 			return nil
 		case err := <-r.refused:
 			return err
-		case <-tick.C:
+		case <-tick.C():
 		}
 		s.renewDue(ctx, r)
 	}
 }
 
-// renewDue starts the renewals due by s.opts.Now. Renewals run side by
-// side, at most maxRenewals at once, and a slow one holds up no other:
-// each tick starts those that are due and not in flight.
+// renewDue starts the renewals due by the source's clock. Renewals run
+// side by side, at most maxRenewals at once, and a slow one holds up no
+// other: each tick starts those that are due and not in flight.
 func (s *Source) renewDue(ctx context.Context, r *renewals) {
-	now := s.opts.Now()
-	var due []*task
-	s.mu.Lock()
-	for _, t := range s.tasks {
-		if !t.lost && !t.renewing && t.leaseID != "" && !now.Before(t.renewAt) {
-			t.renewAt = now.Add(renewInterval(t.leaseSeconds))
-			t.renewing = true
-			due = append(due, t)
-		}
-	}
-	s.mu.Unlock()
-	for _, t := range due {
+	for _, t := range s.leases.due(s.clock.Now()) {
 		r.wg.Go(func() {
-			defer func() {
-				s.mu.Lock()
-				t.renewing = false
-				s.mu.Unlock()
-			}()
+			defer s.leases.renewed(t)
 			select {
 			case r.sem <- struct{}{}:
 			case <-ctx.Done():
@@ -866,10 +722,8 @@ func (s *Source) renewDue(ctx context.Context, r *renewals) {
 // renew renews a task's lease. It returns an error only when the
 // orchestrator refused this dispatcher, which ends the source.
 func (s *Source) renew(ctx context.Context, t *task) error {
-	s.mu.Lock()
-	leaseID, epoch, key, creating := t.leaseID, t.epoch, t.key, t.creating
-	s.mu.Unlock()
-	resp, err := s.opts.Client.Renew(ctx, leaseID, epoch)
+	v, _ := s.leases.view(t)
+	resp, err := s.opts.Client.Renew(ctx, v.leaseID, v.epoch)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -879,18 +733,39 @@ func (s *Source) renew(ctx context.Context, t *task) error {
 		if IsFatal(err) {
 			return refused(err)
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if t.leaseID != leaseID {
-			return nil // re-issued meanwhile
+		s.renewFailed(t, v.leaseID, err)
+		return nil
+	}
+	var first bool
+	s.leases.update(t, func(l *lease) {
+		if l.leaseID == v.leaseID {
+			l.renewFailures = 0
+		}
+		first = resp.Cancel && l.cancel == nil
+		if resp.Cancel {
+			l.cancel = &cancellation{reason: resp.CancelReason}
+		}
+	})
+	if first && v.phase != phaseCreating {
+		s.enqueue(ctx, v.key)
+	}
+	return nil
+}
+
+// renewFailed takes in a renewal of lease leaseID that failed with err: a
+// lease gone waits to be handed back, another failure paces the next try.
+func (s *Source) renewFailed(t *task, leaseID string, err error) {
+	now := s.clock.Now()
+	var d time.Duration
+	v := s.leases.update(t, func(l *lease) {
+		if l.leaseID != leaseID {
+			return // re-issued meanwhile
 		}
 		if IsGone(err) {
 			// Expired: the orchestrator hands it back to this dispatcher
 			// (the task is in every poll's running list) with a new epoch.
-			t.lost, t.lostAt = true, s.opts.Now()
-			s.log.Info("lease gone; waiting for the orchestrator to hand the task back", "task", t.id)
-			s.notify()
-			return nil
+			l.lostAt = now
+			return
 		}
 		// Unreachable, overloaded, or this renewal refused: back off per
 		// lease as polls and reports do, honouring Retry-After, but wait no
@@ -901,25 +776,17 @@ func (s *Source) renew(ctx context.Context, t *task) error {
 		// Backoff.Max) could let the lease expire, and the task would wait
 		// for the orchestrator to hand it back. Past that the orchestrator
 		// gets no more renewals than when they succeed.
-		d := min(s.opts.Backoff.Delay(t.renewFailures, err), renewInterval(t.leaseSeconds))
-		t.renewFailures++
-		t.renewAt = s.opts.Now().Add(d)
-		s.log.V(1).Info("renewing the lease failed; retrying", "task", t.id, "in", d.Round(time.Millisecond).String(), "failures", t.renewFailures, "error", err.Error())
-		return nil
+		d = min(s.opts.Backoff.Delay(l.renewFailures, err), renewInterval(l.seconds))
+		l.renewFailures++
+		l.renewAt = now.Add(d)
+	})
+	switch {
+	case v.leaseID != leaseID:
+	case IsGone(err):
+		s.log.Info("lease gone; waiting for the orchestrator to hand the task back", "task", v.id)
+	default:
+		s.log.V(1).Info("renewing the lease failed; retrying", "task", v.id, "in", d.Round(time.Millisecond).String(), "failures", v.renewFailures, "error", err.Error())
 	}
-	s.mu.Lock()
-	if t.leaseID == leaseID {
-		t.renewFailures = 0
-	}
-	first := resp.Cancel && !t.cancel
-	if resp.Cancel {
-		t.cancel, t.cancelReason = true, resp.CancelReason
-	}
-	s.mu.Unlock()
-	if first && !creating {
-		s.enqueue(key)
-	}
-	return nil
 }
 
 // Reconcile implements reconcile.Reconciler for one of the dispatcher's
@@ -939,73 +806,42 @@ func (s *Source) reconcileJob(ctx context.Context, req reconcile.Request) (recon
 	if err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
 	}
-	s.mu.Lock()
-	id, tracked := s.byJob[req.NamespacedName]
-	t := s.tasks[id]
+	t, v, tracked := s.leases.lookup(req.NamespacedName)
 	if apierrors.IsNotFound(err) {
-		creating := t != nil && t.creating
-		s.mu.Unlock()
-		if !tracked || t == nil || creating {
-			return reconcile.Result{}, nil
-		}
-		if err := s.opts.Reader.Get(ctx, req.NamespacedName, j); err == nil {
-			// Created, not in the cache yet: its events will come.
-			return reconcile.Result{RequeueAfter: time.Second}, nil
-		} else if !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, err
-		}
-		// Someone deleted the Job before its outcome was reported.
-		return s.finish(ctx, t, nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonFailed, Message: "the Job was deleted before it finished"})
+		return s.jobGone(ctx, req, t, v, tracked)
 	}
 	if j.Annotations[AnnotationReported] != "" {
-		if t != nil && !t.creating {
-			s.forgetLocked(t)
+		if tracked && v.phase != phaseCreating {
+			s.leases.forget(t)
 		}
-		s.mu.Unlock()
-		if j.Annotations[AnnotationOutcome] != "" && j.DeletionTimestamp == nil {
-			// Stopped and reported: a suspended Job never finishes, so
-			// neither its TTL nor the history limits would ever remove it.
-			// It goes once it is no longer the record of its ended lease.
-			if keep := job.KeepUntil(j).Sub(s.opts.Now()); keep > 0 {
-				return reconcile.Result{RequeueAfter: keep}, nil
-			}
-			if err := s.opts.Kube.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-				return reconcile.Result{}, err
-			}
-			return reconcile.Result{}, nil
-		}
-		// The mark is in the cache now: prune again, so Jobs marked at
-		// nearly the same moment (each prune saw only its own mark) are
-		// counted together.
-		return s.pruneHistory(ctx, j)
+		return s.reported(ctx, j)
 	}
-	if t == nil || t.id != j.Annotations[job.AnnotationTaskID] {
-		t = s.adoptLocked(j)
+	if !tracked || v.id != j.Annotations[job.AnnotationTaskID] {
+		t, v = s.adopt(j)
 	}
-	if t == nil || t.creating {
-		s.mu.Unlock()
+	if t == nil || v.phase == phaseCreating {
 		return reconcile.Result{}, nil
 	}
-	lost, cancel, reason := t.lost, t.cancel, t.cancelReason
-	s.mu.Unlock()
 
 	out, err := s.outcome(ctx, j)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	s.mu.Lock()
-	admitted := t.queued && !out.Queued
-	t.queued = out.Queued
-	s.mu.Unlock()
-	if admitted {
-		// A slot in the queue freed: the poll may ask for more.
-		s.notify()
-	}
-	if lost && out.Phase == "" {
+	s.leases.update(t, func(l *lease) {
+		// Admitted (a slot in the queue frees: the poll may ask for
+		// more), or evicted.
+		switch {
+		case l.phase == phaseQueued && !out.Queued:
+			l.phase = phaseRunning
+		case l.phase == phaseRunning && out.Queued:
+			l.phase = phaseQueued
+		}
+	})
+	if v.lost() && out.Phase == "" {
 		// Wait for the orchestrator to hand the lease back; the Job runs on.
 		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
 	}
-	if lost {
+	if v.lost() {
 		// Over, with the lease gone: most often because the final report
 		// was stored but its answer lost, so the orchestrator will never
 		// hand the task back. Report again: the same idempotency key is
@@ -1015,48 +851,27 @@ func (s *Source) reconcileJob(ctx context.Context, req reconcile.Request) (recon
 		// task, and this one lets go.
 		return s.finish(ctx, t, j, out)
 	}
-	if !s.sent(t, EventJobCreated) {
+	if !v.sent[EventJobCreated] {
 		if err := s.send(ctx, t, Event{Type: EventJobCreated, JobName: j.Name}); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
-	if out.Phase == "" && cancel {
+	if out.Phase == "" && v.cancel != nil {
 		msg := "cancelled by the orchestrator"
-		if reason != "" {
-			msg += ": " + reason
+		if v.cancel.reason != "" {
+			msg += ": " + v.cancel.reason
 		}
 		out = job.Outcome{Phase: job.PhaseCancelled, Reason: job.ReasonCancelled, Message: msg, Stop: true}
 	}
 	if out.Queued {
-		if !s.sent(t, EventQueued) {
-			err := s.send(ctx, t, Event{Type: EventQueued, JobName: j.Name, Reason: job.ReasonQueued, Message: out.Message})
-			if statusOf(err) == http.StatusBadRequest {
-				// An orchestrator of protocol 1.0 knows no queued event: it
-				// learns of the task again when it runs.
-				s.log.Info("the orchestrator refused a queued event (protocol 1.0); not sent again", "task", t.id, "error", err.Error())
-				s.mu.Lock()
-				t.sent[EventQueued] = true
-				s.mu.Unlock()
-			} else if err != nil {
-				return reconcile.Result{}, err
-			}
-		}
-		// Admission and eviction change the Job, which is watched.
-		return reconcile.Result{RequeueAfter: 6 * s.opts.RequeueAfter}, nil
+		return s.queued(ctx, t, v, j, out)
 	}
 	if out.Running || out.Phase != "" {
-		s.streamLogs(t, j)
+		s.streamLogs(ctx, t, j)
 	}
 	if out.Phase == "" {
-		if out.Running && !s.sent(t, EventRunning) {
-			s.mu.Lock()
-			if t.runningAt.IsZero() {
-				t.runningAt = s.opts.Now()
-				if !t.leasedAt.IsZero() {
-					s.opts.Recorder.Started(t.runningAt.Sub(t.leasedAt))
-				}
-			}
-			s.mu.Unlock()
+		if out.Running && !v.sent[EventRunning] {
+			s.running(t)
 			if err := s.send(ctx, t, Event{Type: EventRunning, JobName: j.Name}); err != nil {
 				return reconcile.Result{}, err
 			}
@@ -1066,15 +881,81 @@ func (s *Source) reconcileJob(ctx context.Context, req reconcile.Request) (recon
 	return s.finish(ctx, t, j, out)
 }
 
+// jobGone reconciles a Job that is not in the cache: one created but not
+// seen yet, or one deleted before its outcome was reported.
+func (s *Source) jobGone(ctx context.Context, req reconcile.Request, t *task, v lease, tracked bool) (reconcile.Result, error) {
+	if !tracked || v.phase == phaseCreating {
+		return reconcile.Result{}, nil
+	}
+	j := &batchv1.Job{}
+	if err := s.opts.Reader.Get(ctx, req.NamespacedName, j); err == nil {
+		// Created, not in the cache yet: its events will come.
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	} else if !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	// Someone deleted the Job before its outcome was reported.
+	return s.finish(ctx, t, nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonFailed, Message: "the Job was deleted before it finished"})
+}
+
+// reported reconciles a Job whose outcome the orchestrator acknowledged.
+func (s *Source) reported(ctx context.Context, j *batchv1.Job) (reconcile.Result, error) {
+	if j.Annotations[AnnotationOutcome] != "" && j.DeletionTimestamp == nil {
+		// Stopped and reported: a suspended Job never finishes, so
+		// neither its TTL nor the history limits would ever remove it.
+		// It goes once it is no longer the record of its ended lease.
+		if keep := job.KeepUntil(j).Sub(s.clock.Now()); keep > 0 {
+			return reconcile.Result{RequeueAfter: keep}, nil
+		}
+		if err := s.opts.Kube.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{}, nil
+	}
+	// The mark is in the cache now: prune again, so Jobs marked at
+	// nearly the same moment (each prune saw only its own mark) are
+	// counted together.
+	return s.pruneHistory(ctx, j)
+}
+
+// queued reports a Job waiting in Kueue.
+func (s *Source) queued(ctx context.Context, t *task, v lease, j *batchv1.Job, out job.Outcome) (reconcile.Result, error) {
+	if !v.sent[EventQueued] {
+		err := s.send(ctx, t, Event{Type: EventQueued, JobName: j.Name, Reason: job.ReasonQueued, Message: out.Message})
+		if statusOf(err) == http.StatusBadRequest {
+			// An orchestrator of protocol 1.0 knows no queued event: it
+			// learns of the task again when it runs.
+			s.log.Info("the orchestrator refused a queued event (protocol 1.0); not sent again", "task", v.id, "error", err.Error())
+			s.leases.update(t, func(l *lease) { l.sent[EventQueued] = true })
+		} else if err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	// Admission and eviction change the Job, which is watched.
+	return reconcile.Result{RequeueAfter: 6 * s.opts.RequeueAfter}, nil
+}
+
+// running notes when the runner was first seen running.
+func (s *Source) running(t *task) {
+	now := s.clock.Now()
+	first := false
+	v := s.leases.update(t, func(l *lease) {
+		if l.runningAt.IsZero() {
+			l.runningAt, first = now, true
+		}
+	})
+	if first && !v.leasedAt.IsZero() {
+		s.opts.Recorder.Started(v.runningAt.Sub(v.leasedAt))
+	}
+}
+
 // awaitingReissue tells whether the task's lease is gone recently enough
 // that the orchestrator may still hand it back to this dispatcher: within a
 // lease (a newer lease issued meanwhile expires) and a poll (the next poll
 // lists the task as running), twice over.
-func (s *Source) awaitingReissue(t *task) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	wait := 2 * (leaseDuration(t.leaseSeconds) + s.opts.PollWait)
-	return t.lost && s.opts.Now().Before(t.lostAt.Add(wait))
+func (s *Source) awaitingReissue(v lease) bool {
+	wait := 2 * (leaseDuration(v.seconds) + s.opts.PollWait)
+	return v.lost() && s.clock.Now().Before(v.lostAt.Add(wait))
 }
 
 // keepFor is how long a Job stays once its task's final event is
@@ -1084,22 +965,8 @@ func (s *Source) awaitingReissue(t *task) bool {
 // carries it may be held for a poll wait; take ignores a lease that arrives
 // more than a poll wait past its expiry. Neither leader of several replicas
 // remembers ended leases in memory alone.
-func (s *Source) keepFor(t *task) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return leaseDuration(t.leaseSeconds) + s.opts.PollWait
-}
-
-func (s *Source) isLost(t *task) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return t.lost
-}
-
-func (s *Source) sent(t *task, e EventType) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return t.sent[e]
+func (s *Source) keepFor(v lease) time.Duration {
+	return leaseDuration(v.seconds) + s.opts.PollWait
 }
 
 // send reports a non-final event once per process; the orchestrator
@@ -1109,9 +976,7 @@ func (s *Source) send(ctx context.Context, t *task, e Event) error {
 	if err != nil && !IsConflict(err) {
 		return err
 	}
-	s.mu.Lock()
-	t.sent[e.Type] = true
-	s.mu.Unlock()
+	s.leases.update(t, func(l *lease) { l.sent[e.Type] = true })
 	return nil
 }
 
@@ -1124,65 +989,41 @@ func (s *Source) outcome(ctx context.Context, j *batchv1.Job) (job.Outcome, erro
 			return out, nil
 		}
 	}
-	return s.opts.Observer.Outcome(ctx, j)
+	return s.observer.Outcome(ctx, j)
 }
 
 // finish stops the Job's pod when the outcome came before the Job's end
-// (recording the outcome on the Job first), reports the outcome, marks the
-// Job reported, and frees the slot.
+// (recording the outcome on the Job first), frees the slot once the Job can
+// no longer run, reports the outcome, and marks the Job reported.
 func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Outcome) (reconcile.Result, error) {
-	s.mu.Lock()
-	t.finished = true
-	s.mu.Unlock()
-	s.notify()
-	if j != nil && out.Stop && j.Annotations[AnnotationOutcome] == "" {
-		// Kueue starts a suspended Job again while its Workload stays
-		// admitted: deactivate the Workload first.
-		if err := job.Deactivate(ctx, s.opts.Kube, s.opts.Reader, j); err != nil {
-			return reconcile.Result{}, err
-		}
-		// Record the outcome, then suspend the Job: its pod stops, the Job
-		// stays as the record until the report is acknowledged.
-		rec, _ := json.Marshal(job.Outcome{Phase: out.Phase, Reason: out.Reason, Message: out.Message, ExitCode: out.ExitCode})
-		patch, _ := json.Marshal(map[string]any{
-			"metadata": map[string]any{"annotations": map[string]string{AnnotationOutcome: string(rec)}},
-			"spec":     map[string]any{"suspend": true},
-		})
-		if err := s.opts.Kube.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			return reconcile.Result{}, client.IgnoreNotFound(err)
-		}
+	if gone, err := s.stop(ctx, j, out); err != nil || gone {
+		// A Job gone meanwhile: the reconcile of its deletion reports it.
+		return reconcile.Result{}, err
 	}
+	// The Job can no longer run: its pod ended, or it is suspended with its
+	// outcome recorded, or it is gone. Its slot frees.
+	s.leases.update(t, func(l *lease) { l.phase = phaseFinished })
 	if wait := s.logsPending(t); wait {
 		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
 	}
-	e := Event{Type: EventSucceeded, Reason: out.Reason, Message: out.Message, ExitCode: out.ExitCode}
-	switch out.Phase {
-	case job.PhaseFailed:
-		e.Type = EventFailed
-	case job.PhaseCancelled:
-		e.Type = EventCancelled
+	e, err := s.finalEvent(ctx, j, out)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
-	if j != nil {
-		e.JobName = j.Name
-		rec, err := job.ReadRecord(ctx, s.opts.Kube, j)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		e.Record = wireRecord(rec)
-	}
-	err := s.report(ctx, t, e)
+	err = s.report(ctx, t, e)
+	v, _ := s.leases.view(t)
 	switch {
 	case err == nil:
-	case IsConflict(err) && j != nil && s.awaitingReissue(t):
+	case IsConflict(err) && j != nil && s.awaitingReissue(v):
 		// The lease is gone and the orchestrator holds a newer one: most
 		// often this dispatcher's own, issued in a poll whose answer was
 		// lost. The orchestrator hands an expired lease back to the
 		// dispatcher that lists the task as running, which this one does
 		// until it lets go: letting go now would have the task handed to
 		// any dispatcher once that lease expires, and run twice.
-		s.log.Info("the outcome was refused as stale while the lease is gone; waiting for the orchestrator to hand it back", "task", t.id)
+		s.log.Info("the outcome was refused as stale while the lease is gone; waiting for the orchestrator to hand it back", "task", v.id)
 		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
-	case IsConflict(err) && (j == nil || s.isLost(t)):
+	case IsConflict(err) && (j == nil || v.lost()):
 		// A stale lease, and no Job left to report from or the lease gone
 		// for longer than a hand-back takes: no final event is stored under
 		// the task's key (a stored one is answered as stored, whatever the
@@ -1191,16 +1032,13 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		// for ever if no holder ever comes back to it. (An orchestrator that
 		// refuses a repeated final event with an older epoch as stale ends
 		// here too, though the task is over.)
-		s.log.Info("the outcome was refused as stale and the lease was not handed back; another holder has the task, and its Job is left unmarked", "task", t.id)
+		s.log.Info("the outcome was refused as stale and the lease was not handed back; another holder has the task, and its Job is left unmarked", "task", v.id)
 		if j != nil && j.Spec.TTLSecondsAfterFinished == nil {
 			if err := job.GiveTTL(ctx, s.opts.Kube, j, s.opts.Jobs); err != nil {
 				return reconcile.Result{}, err
 			}
 		}
-		s.mu.Lock()
-		s.forgetLocked(t)
-		s.mu.Unlock()
-		s.notify()
+		s.leases.forget(t)
 		return reconcile.Result{}, nil
 	default:
 		// A conflict here is a lease handed back with a new epoch that
@@ -1213,26 +1051,68 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 		// delivery of its lease can come any more (see keepFor); a stopped
 		// one (suspended: it never finishes, so its TTL would not remove it)
 		// is deleted then by Reconcile.
-		if err := s.settler.Mark(ctx, j, s.opts.Now().Add(s.keepFor(t))); err != nil {
+		if err := s.settler.Mark(ctx, j, s.clock.Now().Add(s.keepFor(v))); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
 	s.opts.Recorder.Finished(out.Phase, out.Reason)
-	s.mu.Lock()
-	ranFrom := t.runningAt
-	s.mu.Unlock()
-	if !ranFrom.IsZero() {
-		s.opts.Recorder.Ran(out.Phase, s.opts.Now().Sub(ranFrom))
+	if !v.runningAt.IsZero() {
+		s.opts.Recorder.Ran(out.Phase, s.clock.Now().Sub(v.runningAt))
 	}
-	s.log.Info("task finished", "task", t.id, "phase", out.Phase, "reason", out.Reason)
-	s.mu.Lock()
-	s.forgetLocked(t)
-	s.mu.Unlock()
-	s.notify()
+	s.log.Info("task finished", "task", v.id, "phase", out.Phase, "reason", out.Reason)
+	s.leases.forget(t)
 	if j == nil {
 		return reconcile.Result{}, nil
 	}
 	return s.pruneHistory(ctx, j)
+}
+
+// finalEvent is the final event of outcome out, with the record of the
+// Job's run when there is a Job.
+func (s *Source) finalEvent(ctx context.Context, j *batchv1.Job, out job.Outcome) (Event, error) {
+	e := Event{Type: EventSucceeded, Reason: out.Reason, Message: out.Message, ExitCode: out.ExitCode}
+	switch out.Phase {
+	case job.PhaseFailed:
+		e.Type = EventFailed
+	case job.PhaseCancelled:
+		e.Type = EventCancelled
+	}
+	if j == nil {
+		return e, nil
+	}
+	e.JobName = j.Name
+	rec, err := job.ReadRecord(ctx, s.opts.Kube, j)
+	if err != nil {
+		return e, err
+	}
+	e.Record = wireRecord(rec)
+	return e, nil
+}
+
+// stop stops the Job's pod when the outcome came before the Job's end: it
+// records the outcome on the Job and suspends it, in one write, so the
+// outcome survives a restart and the Job stays as the record until the
+// report is acknowledged. The Job of an outcome recorded already is
+// suspended. gone says the Job went meanwhile.
+func (s *Source) stop(ctx context.Context, j *batchv1.Job, out job.Outcome) (gone bool, err error) {
+	if j == nil || !out.Stop || j.Annotations[AnnotationOutcome] != "" {
+		return false, nil
+	}
+	// Kueue starts a suspended Job again while its Workload stays
+	// admitted: deactivate the Workload first.
+	if err := job.Deactivate(ctx, s.opts.Kube, s.opts.Reader, j); err != nil {
+		return false, err
+	}
+	rec, _ := json.Marshal(job.Outcome{Phase: out.Phase, Reason: out.Reason, Message: out.Message, ExitCode: out.ExitCode})
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{AnnotationOutcome: string(rec)}},
+		"spec":     map[string]any{"suspend": true},
+	})
+	err = s.opts.Kube.Patch(ctx, j, client.RawPatch(types.MergePatchType, patch))
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, err
 }
 
 // pruneHistory deletes the oldest reported Jobs beyond the history limits
@@ -1243,43 +1123,4 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 func (s *Source) pruneHistory(ctx context.Context, j *batchv1.Job) (reconcile.Result, error) {
 	requeue, err := s.settler.Prune(ctx, j)
 	return reconcile.Result{RequeueAfter: requeue}, err
-}
-
-// forgetLocked stops tracking a task. s.mu is held.
-func (s *Source) forgetLocked(t *task) {
-	if t.logs != nil {
-		t.logs.stop()
-	}
-	if s.tasks[t.id] == t {
-		delete(s.tasks, t.id)
-		s.endedLocked(t.leaseID)
-	}
-	if s.byJob[t.key] == t.id {
-		delete(s.byJob, t.key)
-	}
-}
-
-// endedLocked remembers the lease of a task let go. s.mu is held.
-func (s *Source) endedLocked(leaseID string) {
-	if leaseID == "" {
-		return
-	}
-	if _, ok := s.ended[leaseID]; ok {
-		return
-	}
-	if len(s.endedOrder) == maxEnded {
-		delete(s.ended, s.endedOrder[0])
-		s.endedOrder = s.endedOrder[1:]
-	}
-	s.ended[leaseID] = struct{}{}
-	s.endedOrder = append(s.endedOrder, leaseID)
-}
-
-func (s *Source) rootCtx() context.Context {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.root == nil {
-		return context.Background()
-	}
-	return s.root
 }

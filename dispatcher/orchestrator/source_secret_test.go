@@ -2,6 +2,8 @@ package orchestrator_test
 
 import (
 	"context"
+	"crypto/rand"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
@@ -21,6 +25,17 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/runner"
 	"github.com/runwarden/runwarden/internal/resolve"
 )
+
+// withUIDs gives each object created a UID, as the API server does (the
+// fake client does not): a Job's pods are told by its UID (job.IsPodOf).
+func withUIDs() interceptor.Funcs {
+	return interceptor.Funcs{Create: func(ctx context.Context, c crclient.WithWatch, o crclient.Object, opts ...crclient.CreateOption) error {
+		if o.GetUID() == "" {
+			o.SetUID(types.UID(rand.Text()))
+		}
+		return c.Create(ctx, o, opts...)
+	}}
+}
 
 // A leased task whose pod's secret resolver fails (a reference the store
 // denies) ends, at the orchestrator, with a Failed event of reason
@@ -51,7 +66,7 @@ func TestSourceReportsSecretResolutionFailure(t *testing.T) {
 
 	kube := fake.NewClientBuilder().WithIndex(&corev1.Event{}, "involvedObject.name", func(o crclient.Object) []string {
 		return []string{o.(*corev1.Event).InvolvedObject.Name}
-	}).Build()
+	}).WithInterceptorFuncs(withUIDs()).Build()
 	s := orchestrator.New(orchestrator.Options{
 		Client: c, Kube: kube, Namespace: "runners", Options: runner.Options{MaxConcurrent: 1}, PollWait: time.Second,
 		Jobs: job.Options{
@@ -81,6 +96,8 @@ func TestSourceReportsSecretResolutionFailure(t *testing.T) {
 	// server does.)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-abcde", Namespace: j.Namespace, Labels: map[string]string{"batch.kubernetes.io/job-name": j.Name},
+			// As the Job controller makes the Job's pod (job.IsPodOf).
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}},
 			// As runwarden's webhook records an admitted runner pod.
 			Annotations: map[string]string{"runwarden.dev/spec-digest": "sha256:" + strings.Repeat("ab", 32), "runwarden.dev/policy-digest": "0123456789ab",
 				"runwarden.dev/mutations": "env AWS_ROLE_ARN, secret references resolved in the pod"}},
@@ -90,6 +107,7 @@ func TestSourceReportsSecretResolutionFailure(t *testing.T) {
 			Name: resolve.InitContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: termination + "\n"}},
 		}}},
 	}
+	maps.Copy(pod.Labels, j.Spec.Template.Labels)
 	status := pod.Status
 	if err := kube.Create(t.Context(), pod); err != nil {
 		t.Fatal(err)

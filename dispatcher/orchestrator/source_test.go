@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -31,41 +33,37 @@ func TestTakeIgnoresEndedAndMalformedLeases(t *testing.T) {
 	t.Parallel()
 	s := New(Options{})
 	s.log = logr.Discard()
-	s.mu.Lock()
-	s.endedLocked("l-1")
-	s.mu.Unlock()
+	ended, _, _, _ := s.leases.take(Lease{LeaseID: "l-1", Epoch: 1, Task: Task{ID: "t-1"}}, s.clock.Now(), time.Minute, true)
+	s.leases.forget(ended)
 	s.take(t.Context(), []Lease{
 		{LeaseID: "l-1", Epoch: 1, Task: Task{ID: "t-1"}},
 		{LeaseID: "", Epoch: 1, Task: Task{ID: "t-2"}},
 		{LeaseID: "l-3", Epoch: 1, Task: Task{ID: ""}},
 	}, 10)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.tasks) != 0 {
-		t.Errorf("tasks taken: %v", s.tasks)
+	if _, _, _, held := s.leases.capacity(10, 100); len(held) != 0 {
+		t.Errorf("tasks taken: %v", held)
 	}
 }
 
 // The memory of ended leases keeps the newest maxEnded.
 func TestEndedLeasesAreBounded(t *testing.T) {
 	t.Parallel()
-	s := New(Options{})
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	// One goroutine: the table is not shared, so its lock is not needed.
+	lt := newLeaseTable(false)
 	for i := range maxEnded + 10 {
-		s.endedLocked(fmt.Sprintf("l-%d", i))
+		lt.rememberLocked(fmt.Sprintf("l-%d", i))
 	}
-	s.endedLocked("l-20") // already held: no second entry
-	if len(s.ended) != maxEnded || len(s.endedOrder) != maxEnded {
-		t.Fatalf("%d ended leases held (%d in order), want %d", len(s.ended), len(s.endedOrder), maxEnded)
+	lt.rememberLocked("l-20") // already held: no second entry
+	if n, order := len(lt.ended), len(lt.endedOrder); n != maxEnded || order != maxEnded {
+		t.Fatalf("%d ended leases held (%d in order), want %d", n, order, maxEnded)
 	}
 	for _, id := range []string{"l-0", "l-9"} {
-		if _, ok := s.ended[id]; ok {
+		if lt.hasEnded(id) {
 			t.Errorf("oldest lease %s still held", id)
 		}
 	}
 	for _, id := range []string{"l-10", fmt.Sprintf("l-%d", maxEnded+9)} {
-		if _, ok := s.ended[id]; !ok {
+		if !lt.hasEnded(id) {
 			t.Errorf("lease %s forgotten", id)
 		}
 	}
@@ -80,18 +78,16 @@ func TestPreflightJobIsNotAdopted(t *testing.T) {
 	mk := func(name string, ann map[string]string) *batchv1.Job {
 		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "runners", Annotations: ann}}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if got := s.adoptLocked(mk("rw-preflight", map[string]string{job.AnnotationTaskID: "preflight/d-1/0a1b2c3d", job.AnnotationPreflight: "true"})); got != nil {
-		t.Errorf("the preflight Job was adopted as task %q", got.id)
+	if got, v := s.adopt(mk("rw-preflight", map[string]string{job.AnnotationTaskID: "preflight/d-1/0a1b2c3d", job.AnnotationPreflight: "true"})); got != nil {
+		t.Errorf("the preflight Job was adopted as task %q", v.id)
 	}
-	if got := s.adoptLocked(mk("rw-t-1", map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "2"})); got == nil || got.id != "t-1" || got.epoch != 2 {
-		t.Errorf("a task's Job was not adopted: %+v", got)
+	if got, v := s.adopt(mk("rw-t-1", map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "2"})); got == nil || v.id != "t-1" || v.epoch != 2 {
+		t.Errorf("a task's Job was not adopted: %+v", v)
 	}
 	// A Job awaiting its Secret never ran, and the Secret's values are
 	// gone with the process that had them: it is started over, not tracked.
-	if got := s.adoptLocked(mk("rw-t-2", map[string]string{job.AnnotationTaskID: "t-2", AnnotationLeaseID: "l-2", job.AnnotationAwaitingSecret: "true"})); got != nil {
-		t.Errorf("a Job awaiting its Secret was adopted as task %q", got.id)
+	if got, v := s.adopt(mk("rw-t-2", map[string]string{job.AnnotationTaskID: "t-2", AnnotationLeaseID: "l-2", job.AnnotationAwaitingSecret: "true"})); got != nil {
+		t.Errorf("a Job awaiting its Secret was adopted as task %q", v.id)
 	}
 }
 
@@ -138,16 +134,12 @@ func TestTakeKeepsTheNewerLease(t *testing.T) {
 	s.log = logr.Discard()
 	// creating: the Job is not there yet, so a lease taken is not written
 	// to it.
-	held := &task{id: "t-1", leaseID: "l-3", epoch: 3, leaseSeconds: 60, creating: true, sent: map[EventType]bool{}}
-	s.mu.Lock()
-	s.tasks["t-1"] = held
-	s.mu.Unlock()
+	held, _, _, _ := s.leases.take(Lease{LeaseID: "l-3", Epoch: 3, LeaseSeconds: 60, Task: Task{ID: "t-1"}}, s.clock.Now(), time.Minute, true)
 	check := func(when, leaseID string, epoch int64) {
 		t.Helper()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.tasks["t-1"] != held || held.leaseID != leaseID || held.epoch != epoch {
-			t.Errorf("%s: holding lease %s epoch %d, want %s epoch %d", when, held.leaseID, held.epoch, leaseID, epoch)
+		got, v, _ := s.leases.held("t-1")
+		if got != held || v.leaseID != leaseID || v.epoch != epoch {
+			t.Errorf("%s: holding lease %s epoch %d, want %s epoch %d", when, v.leaseID, v.epoch, leaseID, epoch)
 		}
 	}
 	s.take(t.Context(), []Lease{{LeaseID: "l-2", Epoch: 2, LeaseSeconds: 60, Task: Task{ID: "t-1"}}}, 10)
@@ -192,10 +184,8 @@ func TestTakeHandsBackLeasesBeyondTheCapacityAskedFor(t *testing.T) {
 			t.Fatal("the leases were not handed back")
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.tasks) != 0 {
-		t.Errorf("tasks taken beyond the capacity: %v", s.tasks)
+	if _, _, _, held := s.leases.capacity(10, 100); len(held) != 0 {
+		t.Errorf("tasks taken beyond the capacity: %v", held)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -256,7 +246,7 @@ func FuzzLeaseToJob(f *testing.F) {
 				if e.ValueFrom == nil {
 					continue
 				}
-				if e.ValueFrom.SecretKeyRef == nil || secret == nil || e.ValueFrom.SecretKeyRef.Name != secret.Name || secret.Name != j.Name {
+				if e.ValueFrom.SecretKeyRef == nil || secret == nil || e.ValueFrom.SecretKeyRef.Name != secret.Name || secret.Name != job.SecretName(j.Name) {
 					t.Fatalf("env %s of the Job reads %+v, not the task's own Secret", e.Name, e.ValueFrom)
 				}
 			}
@@ -296,10 +286,7 @@ func TestStartIgnoresALeaseItsJobRecordsAsEnded(t *testing.T) {
 	s := New(Options{Kube: kube, Namespace: "runners", Jobs: opts})
 	s.log = logr.Discard()
 	l := Lease{LeaseID: "l-1", Epoch: 1, LeaseSeconds: 60, Task: Task{ID: "t-1", Command: []string{"true"}}}
-	tk := &task{id: "t-1", leaseID: "l-1", epoch: 1, creating: true, sent: map[EventType]bool{}}
-	s.mu.Lock()
-	s.tasks["t-1"] = tk
-	s.mu.Unlock()
+	tk, _, _, _ := s.leases.take(l, s.clock.Now(), time.Minute, true)
 	s.start(t.Context(), tk, l)
 	var jobs batchv1.JobList
 	if err := kube.List(t.Context(), &jobs); err != nil {
@@ -308,10 +295,8 @@ func TestStartIgnoresALeaseItsJobRecordsAsEnded(t *testing.T) {
 	if len(jobs.Items) != 1 || jobs.Items[0].Annotations[AnnotationReported] != "true" {
 		t.Errorf("Jobs after the late lease: %+v, want the reported one alone, untouched", jobs.Items)
 	}
-	s.mu.Lock()
-	_, held := s.tasks["t-1"]
-	_, remembered := s.ended["l-1"]
-	s.mu.Unlock()
+	_, _, held := s.leases.held("t-1")
+	remembered := s.leases.hasEnded("l-1")
 	if held || !remembered {
 		t.Errorf("task held %v, lease remembered as ended %v; want let go and remembered", held, remembered)
 	}
@@ -329,7 +314,7 @@ func TestStartIgnoresALeaseItsJobRecordsAsEnded(t *testing.T) {
 func TestTakeIgnoresLeasesExpiredOnArrival(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	s := New(Options{PollWait: 30 * time.Second, Now: func() time.Time { return now }, Options: runner.Options{Workers: 1}})
+	s := New(Options{PollWait: 30 * time.Second, Options: runner.Options{Clock: testclock.NewFakeClock(now), Workers: 1}})
 	s.log = logr.Discard()
 	s.slots <- struct{}{} // no start runs: the test looks at what take holds
 	ctx, cancel := context.WithCancel(t.Context())
@@ -339,9 +324,9 @@ func TestTakeIgnoresLeasesExpiredOnArrival(t *testing.T) {
 		{LeaseID: "l-2", Epoch: 1, LeaseSeconds: 60, ExpiresAt: now.Add(-29 * time.Second), Task: Task{ID: "t-2"}},
 		{LeaseID: "l-3", Epoch: 1, LeaseSeconds: 60, ExpiresAt: now.Add(time.Minute), Task: Task{ID: "t-3"}},
 	}, 10)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.tasks["t-1"]; ok || len(s.tasks) != 2 {
-		t.Errorf("tasks taken: %v; want t-2 and t-3", s.tasks)
+	_, _, _, held := s.leases.capacity(10, 100)
+	slices.Sort(held)
+	if diff := cmp.Diff([]string{"t-2", "t-3"}, held); diff != "" {
+		t.Errorf("tasks taken (-want +got):\n%s", diff)
 	}
 }

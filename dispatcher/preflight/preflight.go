@@ -117,8 +117,9 @@ func tryOnce(ctx context.Context, o Options) (bool, string, error) {
 	warning := ""
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		var pods corev1.PodList
-		if err := o.Client.List(ctx, &pods, client.InNamespace(o.Namespace), client.MatchingLabels{"batch.kubernetes.io/job-name": j.Name}); err == nil && len(pods.Items) > 0 {
+		// Only the Job's own pod proves admission (job.IsPodOf), not one
+		// planted with its job-name label.
+		if pods, err := job.PodsOf(ctx, o.Client, j, false); err == nil && len(pods) > 0 {
 			return true, "", nil
 		}
 		var events corev1.EventList

@@ -45,8 +45,9 @@ type Options struct {
 	// removes them anyway). Default: 50 and 100.
 	SucceededHistory, FailedHistory int
 	// Clock tells the time wherever it decides something (status times,
-	// timeouts, history). Default: the real clock.
-	Clock clock.PassiveClock
+	// timeouts, history) and paces what a source waits for (polls,
+	// renewals, retries). Default: the real clock.
+	Clock clock.WithTicker
 }
 
 // SetDefaults fills in the defaults of the fields left zero. Sources call

@@ -46,7 +46,7 @@ func jobs(t *testing.T, c client.Client) map[string]map[string]string {
 // Settle says when that is.
 func TestSettleMarksAndPrunesByTheClock(t *testing.T) {
 	t.Parallel()
-	clk := clocktesting.NewFakePassiveClock(start)
+	clk := clocktesting.NewFakeClock(start)
 	keep := start.Add(90 * time.Second).Format(time.RFC3339)
 	c := fake.NewClientBuilder().WithObjects(
 		finishedJob("old-kept", start.Add(-3*time.Hour), map[string]string{job.AnnotationReported: "true", job.AnnotationKeepUntil: keep}),
@@ -93,7 +93,7 @@ func TestSettleMarksOnce(t *testing.T) {
 	first := start.Add(time.Minute).Format(time.RFC3339)
 	j := finishedJob("done", start, map[string]string{job.AnnotationReported: "true", job.AnnotationKeepUntil: first})
 	c := fake.NewClientBuilder().WithObjects(j).Build()
-	s := Settler{Client: c, Jobs: job.Options{DispatcherID: "d"}, Options: Options{Clock: clocktesting.NewFakePassiveClock(start)}}
+	s := Settler{Client: c, Jobs: job.Options{DispatcherID: "d"}, Options: Options{Clock: clocktesting.NewFakeClock(start)}}
 	s.Options.SetDefaults()
 	if _, err := s.Settle(t.Context(), j, start.Add(time.Hour)); err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestSettleMarksOnce(t *testing.T) {
 func TestNewObserverReadsWorkloadsOnlyWithKueue(t *testing.T) {
 	t.Parallel()
 	cache, api := fake.NewClientBuilder().Build(), fake.NewClientBuilder().Build()
-	clk := clocktesting.NewFakePassiveClock(start)
+	clk := clocktesting.NewFakeClock(start)
 	o := Options{Clock: clk}
 	o.SetDefaults()
 	for _, kueue := range []bool{false, true} {

@@ -153,6 +153,10 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 	switch {
 	case old != nil && (old.Labels[RunnerLabel] == "true") != claimed:
 		return denied(fmt.Sprintf("runwarden: the label %s cannot be added to or removed from a pod: a pod is a runner from its creation, or never", RunnerLabel)), nil
+	case old != nil && claimed && identityChanged(old, pod) != "":
+		return denied(fmt.Sprintf("runwarden: %s of a runner pod cannot be changed: with it the dispatcher tells whose task the pod is", identityChanged(old, pod))), nil
+	case old != nil && claimed && recordChanged(old, pod) != "":
+		return denied(fmt.Sprintf("runwarden: the annotation %s of a runner pod cannot be changed: it is the webhook's record of what it admitted, written at the pod's creation and read by the dispatcher into the task's record", recordChanged(old, pod))), nil
 	case old == nil && claimed:
 		why, err := h.earned(ctx, look, pod, req.User, &res)
 		if err != nil {
@@ -170,7 +174,7 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 		return Result{}, err
 	}
 	res.NotChecked = append(res.NotChecked, notChecked...)
-	in.Runner, in.OldPod, in.SubResource = res.Runner, old, req.SubResource
+	in.Runner, in.OldPod, in.SubResource, in.ConfigJSON = res.Runner, old, req.SubResource, h.configJSON
 	if h.opts.Resolver != nil {
 		in.ResolverImage = h.opts.Resolver.Image
 	}
@@ -278,6 +282,7 @@ func (h *Handler) earned(ctx context.Context, look Lookups, pod *corev1.Pod, use
 	}
 	j, err := look.Job(ctx, pod.Namespace, ref.Name)
 	switch {
+	case err == nil:
 	case errors.Is(err, ErrNotChecked):
 		res.NotChecked = append(res.NotChecked, fmt.Sprintf("whether the pod's Job %s (UID %s) exists and was made by runwarden's dispatcher: %v; the runner label is taken as earned", ref.Name, ref.UID, err))
 		return "", nil
@@ -285,7 +290,7 @@ func (h *Handler) earned(ctx context.Context, look Lookups, pod *corev1.Pod, use
 		return err.Error(), nil
 	case apierrors.IsNotFound(err):
 		return fmt.Sprintf("its Job %s does not exist", ref.Name), nil
-	case err != nil:
+	default:
 		return "", fmt.Errorf("reading Job %s/%s: %w", pod.Namespace, ref.Name, err)
 	}
 	switch {

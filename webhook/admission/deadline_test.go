@@ -33,7 +33,7 @@ decision := {"deny": [], "warnings": [sprintf("%d", [n])], "mutations": {}} if {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, taskJob()).Build()
+	reader := fake.NewClientBuilder().WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: "team-a"}}, taskJob()).Build()
 	h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: map[string]any{"slow": true}, Mutate: true})
 	resp := h.Handle(t.Context(), request(t, runnerPod("registry.example.com/runner:1")))
 	if resp.Allowed || resp.Result == nil || resp.Result.Code != http.StatusInternalServerError || !strings.Contains(resp.Result.Message, "ran past its deadline") {

@@ -7,6 +7,7 @@ package admission
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -31,6 +33,10 @@ const RunnerLabel = contract.LabelRunner
 
 // DispatcherLabel is on every Job runwarden's dispatcher makes.
 const DispatcherLabel = contract.LabelDispatcher
+
+// TaskIDLabel is on a runner pod from its Job's template: with the pod's
+// controller reference, it tells the dispatcher whose task the pod is.
+const TaskIDLabel = contract.LabelTaskID
 
 // DefaultJobControllerUsers are the users the Job controller of
 // kube-controller-manager creates pods as: its own service account with
@@ -56,8 +62,8 @@ type Options struct {
 	// Reader reads namespaces and service accounts (from a cache) for
 	// Handle. Required for Handle; Admit reads through its Lookups.
 	Reader client.Reader
-	// Config is the platform configuration handed to the policies.
-	// Default: empty.
+	// Config is the platform configuration handed to the policies; it is
+	// encoded once, in New, and must not change after. Default: empty.
 	Config map[string]any
 	// Mutate, when false, only validates: denials and warnings, no patch
 	// (for a ValidatingWebhookConfiguration). Default: false.
@@ -92,6 +98,9 @@ type Options struct {
 type Handler struct {
 	opts    Options
 	lookups Lookups
+	// configJSON is opts.Config's encoding (nil if it has none), handed
+	// to every input so that it is not encoded on every admission.
+	configJSON json.RawMessage
 }
 
 var _ admission.Handler = (*Handler)(nil)
@@ -111,7 +120,13 @@ func New(opts Options) *Handler {
 		}
 		opts.Resolver = &r
 	}
-	return &Handler{opts: opts, lookups: ClusterLookups(opts.Reader, opts.Jobs)}
+	h := &Handler{opts: opts, lookups: ClusterLookups(opts.Reader, opts.Jobs)}
+	if b, err := json.Marshal(opts.Config); err == nil {
+		// Otherwise every evaluation reports the error when it encodes the
+		// input.
+		h.configJSON = b
+	}
+	return h
 }
 
 // Handle implements admission.Handler.
@@ -173,6 +188,25 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	return resp, res.Outcome
 }
 
+// identityChanged names what of a runner pod's identity an update changes,
+// or is "": its task label, or its controller reference (given another
+// owner, or one when it had none). The garbage collector and the Job
+// controller may still remove the reference (orphaning, releasing).
+func identityChanged(old, pod *corev1.Pod) string {
+	if old.Labels[TaskIDLabel] != pod.Labels[TaskIDLabel] {
+		return "the label " + TaskIDLabel
+	}
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil {
+		return ""
+	}
+	was := metav1.GetControllerOfNoCopy(old)
+	if was == nil || was.UID != ref.UID || was.Kind != ref.Kind || was.APIVersion != ref.APIVersion || was.Name != ref.Name {
+		return "the controller reference"
+	}
+	return ""
+}
+
 // decodePod decodes a pod of the request. The API server sends admission
 // requests as JSON; the pod is decoded straight from it as the API
 // machinery's JSON serializer decodes (case-sensitive, integers kept),
@@ -204,7 +238,7 @@ func buildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user str
 	in := &policy.Input{
 		Operation:  op,
 		Pod:        pod,
-		Namespace:  policy.NamespaceInfo{Name: pod.Namespace, Labels: map[string]string{}, Annotations: map[string]string{}},
+		Namespace:  policy.NamespaceInfo{Name: pod.Namespace},
 		User:       policy.UserInfo{Username: user, Groups: groups},
 		Config:     cfg,
 		SecretRefs: policy.PodSecretRefs(pod),
@@ -214,6 +248,8 @@ func buildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user str
 	}
 	var notChecked []string
 	switch ns, err := look.Namespace(ctx, pod.Namespace); {
+	case err == nil:
+		in.Namespace.Labels, in.Namespace.Annotations = ns.Labels, ns.Annotations
 	case errors.Is(err, ErrNotChecked):
 		notChecked = append(notChecked, fmt.Sprintf("namespace %s: %v; the policies see it without labels or annotations", pod.Namespace, err))
 	case apierrors.IsNotFound(err):
@@ -221,21 +257,18 @@ func buildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user str
 		// behind. The namespace's limits (secret stores, patterns) are
 		// unknown, so the pod is refused rather than given none.
 		return nil, nil, fmt.Errorf("namespace %s could not be read: the webhook's cache does not hold it yet, so its limits are unknown; retry: %w", pod.Namespace, err)
-	case err != nil:
-		return nil, nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
 	default:
-		in.Namespace.Labels = orEmpty(ns.Labels)
-		in.Namespace.Annotations = orEmpty(ns.Annotations)
+		return nil, nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
 	}
 	saName := pod.Spec.ServiceAccountName
 	if saName == "" {
 		saName = "default"
 	}
-	in.ServiceAccount = policy.ObjectInfo{Name: saName, Annotations: map[string]string{}}
+	in.ServiceAccount = policy.ObjectInfo{Name: saName}
 	sa, err := look.ServiceAccount(ctx, pod.Namespace, saName)
 	switch {
 	case err == nil:
-		in.ServiceAccount.Annotations = orEmpty(sa.Annotations)
+		in.ServiceAccount.Annotations = sa.Annotations
 	case errors.Is(err, ErrNotChecked):
 		notChecked = append(notChecked, fmt.Sprintf("service account %s/%s: %v; the policies see it without annotations", pod.Namespace, saName, err))
 	case apierrors.IsNotFound(err) && op == string(admissionv1.Create):
@@ -257,6 +290,10 @@ func buildInput(ctx context.Context, look Lookups, pod *corev1.Pod, op, user str
 	if note != "" {
 		notChecked = append(notChecked, note)
 	}
+	// The objects' maps are handed to the policies as they are (not
+	// copied); an empty map only where there is none.
+	in.Namespace.Labels, in.Namespace.Annotations = orEmpty(in.Namespace.Labels), orEmpty(in.Namespace.Annotations)
+	in.ServiceAccount.Annotations = orEmpty(in.ServiceAccount.Annotations)
 	return in, notChecked, nil
 }
 

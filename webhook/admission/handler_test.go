@@ -510,7 +510,10 @@ func TestRunnerStatusIsEarned(t *testing.T) {
 // TestValidatingChecksEveryChange: the validating handler decides on every
 // pod of the namespace and every way to change one: other pods get the shape
 // rules, an update is checked as the pod it makes, the runner label cannot
-// be added or removed, and an ephemeral container on a runner pod is refused.
+// be added or removed, nor a runner pod's record annotations (the
+// webhook's, written at its creation) added, removed or changed, nor its
+// task label or controller reference (but for its removal), and an
+// ephemeral container on a runner pod is refused.
 func TestValidatingChecksEveryChange(t *testing.T) {
 	t.Parallel()
 	update := func(t *testing.T, old, pod *corev1.Pod, sub string) admission.Request {
@@ -527,6 +530,13 @@ func TestValidatingChecksEveryChange(t *testing.T) {
 		if privileged {
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 		}
+		return p
+	}
+	// recorded is a runner pod as the webhook admitted it, its record
+	// written.
+	recorded := func() *corev1.Pod {
+		p := runnerPod("registry.example.com/runner:1")
+		p.Annotations = map[string]string{AnnotationSpecDigest: "sha256:1", AnnotationPolicyDigest: "p1", AnnotationMutations: "env A", AnnotationWarnings: "w1"}
 		return p
 	}
 	tests := []struct {
@@ -576,6 +586,66 @@ func TestValidatingChecksEveryChange(t *testing.T) {
 			pod := plain(false)
 			pod.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "registry.example.com/debug:1"}}}
 			return update(t, plain(false), pod, "ephemeralcontainers")
+		}},
+		{name: "an update that keeps a runner's record", allowed: true, req: func(t *testing.T) admission.Request {
+			old, pod := recorded(), recorded()
+			pod.Annotations["note"] = "x"
+			return update(t, old, pod, "")
+		}},
+		{name: "a runner's spec digest rewritten", want: "annotation " + AnnotationSpecDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			pod := recorded()
+			pod.Annotations[AnnotationSpecDigest] = "sha256:forged"
+			return update(t, recorded(), pod, "")
+		}},
+		{name: "a runner's policy digest rewritten", want: "annotation " + AnnotationPolicyDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			pod := recorded()
+			pod.Annotations[AnnotationPolicyDigest] = "forged"
+			return update(t, recorded(), pod, "")
+		}},
+		{name: "a runner's mutations removed", want: "annotation " + AnnotationMutations + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			pod := recorded()
+			delete(pod.Annotations, AnnotationMutations)
+			return update(t, recorded(), pod, "")
+		}},
+		{name: "warnings added to a runner's record", want: "annotation " + AnnotationWarnings + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			pod := recorded()
+			pod.Annotations[AnnotationWarnings] = "all is well"
+			return update(t, recorded(), pod, "")
+		}},
+		{name: "a record written on a runner that had none", want: "annotation " + AnnotationSpecDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			pod := runnerPod("registry.example.com/runner:1")
+			pod.Annotations = map[string]string{AnnotationSpecDigest: "sha256:forged"}
+			return update(t, runnerPod("registry.example.com/runner:1"), pod, "")
+		}},
+		{name: "a runner's task label changed", want: "the label " + TaskIDLabel + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			old, pod := recorded(), recorded()
+			old.Labels[TaskIDLabel], pod.Labels[TaskIDLabel] = "t-1", "t-2"
+			return update(t, old, pod, "")
+		}},
+		{name: "a task label added to a runner", want: "the label " + TaskIDLabel + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			pod := recorded()
+			pod.Labels[TaskIDLabel] = "t-2"
+			return update(t, recorded(), pod, "")
+		}},
+		{name: "a runner given to another Job", want: "the controller reference of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			pod := recorded()
+			pod.OwnerReferences[0].UID, pod.OwnerReferences[0].Name = "job-uid-2", "task-2"
+			return update(t, recorded(), pod, "")
+		}},
+		{name: "a controller given to a runner that had none", want: "the controller reference of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			old := recorded()
+			old.OwnerReferences = nil
+			return update(t, old, recorded(), "")
+		}},
+		{name: "a runner's controller reference removed (orphaned)", allowed: true, req: func(t *testing.T) admission.Request {
+			pod := recorded()
+			pod.OwnerReferences = nil
+			return update(t, recorded(), pod, "")
+		}},
+		{name: "record annotations on a plain pod", allowed: true, req: func(t *testing.T) admission.Request {
+			pod := plain(false)
+			pod.Annotations = map[string]string{AnnotationSpecDigest: "sha256:anything"}
+			return update(t, plain(false), pod, "")
 		}},
 		{name: "a status update", allowed: true, req: func(t *testing.T) admission.Request {
 			return update(t, runnerPod("registry.example.com/runner:1"), runnerPod("evil.example.net/runner:1"), "status")

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -32,6 +31,23 @@ const (
 	AnnotationWarnings = contract.AnnotationWarnings
 )
 
+// recordAnnotations are the annotations of the webhook's record.
+var recordAnnotations = [...]string{AnnotationSpecDigest, AnnotationPolicyDigest, AnnotationMutations, AnnotationWarnings}
+
+// recordChanged names the first record annotation an update of a pod adds,
+// removes or changes, or is "": once the webhook wrote the record at the
+// pod's creation, no one may rewrite it.
+func recordChanged(old, pod *corev1.Pod) string {
+	for _, k := range recordAnnotations {
+		was, had := old.Annotations[k]
+		is, has := pod.Annotations[k]
+		if had != has || was != is {
+			return k
+		}
+	}
+	return ""
+}
+
 // maxRecord bounds each recorded annotation's value.
 const maxRecord = 4096
 
@@ -51,46 +67,42 @@ func SpecDigest(spec corev1.PodSpec) string {
 // MutationNames names what a decision's mutations change: kinds and names,
 // never values, sorted.
 func MutationNames(m policy.Mutations) []string {
-	seen := map[string]bool{}
-	add := func(format string, args ...any) { seen[fmt.Sprintf(format, args...)] = true }
+	names := make([]string, 0, len(m.Labels)+len(m.Annotations)+len(m.NodeSelector)+len(m.Tolerations)+
+		len(m.NodeAffinity)+len(m.Volumes)+len(m.Env)+len(m.EnvFrom)+len(m.VolumeMounts))
 	for k := range m.Labels {
-		add("label %s", k)
+		names = append(names, "label "+k)
 	}
 	for k := range m.Annotations {
-		add("annotation %s", k)
+		names = append(names, "annotation "+k)
 	}
 	for k := range m.NodeSelector {
-		add("nodeSelector %s", k)
+		names = append(names, "nodeSelector "+k)
 	}
 	for _, t := range m.Tolerations {
-		add("toleration %s", t.Key)
+		names = append(names, "toleration "+t.Key)
 	}
 	for _, r := range m.NodeAffinity {
-		add("nodeAffinity %s", r.Key)
+		names = append(names, "nodeAffinity "+r.Key)
 	}
 	for _, v := range m.Volumes {
-		add("volume %s", v.Name)
+		names = append(names, "volume "+v.Name)
 	}
 	for _, e := range m.Env {
-		add("env %s", e.Env.Name)
+		names = append(names, "env "+e.Env.Name)
 	}
 	for _, e := range m.EnvFrom {
 		switch {
 		case e.EnvFrom.SecretRef != nil:
-			add("envFrom secret %s", e.EnvFrom.SecretRef.Name)
+			names = append(names, "envFrom secret "+e.EnvFrom.SecretRef.Name)
 		case e.EnvFrom.ConfigMapRef != nil:
-			add("envFrom configMap %s", e.EnvFrom.ConfigMapRef.Name)
+			names = append(names, "envFrom configMap "+e.EnvFrom.ConfigMapRef.Name)
 		}
 	}
 	for _, v := range m.VolumeMounts {
-		add("volumeMount %s", v.VolumeMount.Name)
+		names = append(names, "volumeMount "+v.VolumeMount.Name)
 	}
-	names := make([]string, 0, len(seen))
-	for n := range seen {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // record writes the webhook's record of a shaped runner pod into its

@@ -36,6 +36,7 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 			paths = append(paths, p)
 		}
 	}
+	aliases := inputAliases(modules)
 	for name, m := range modules {
 		if strings.HasSuffix(name, "_test.rego") {
 			continue
@@ -43,6 +44,13 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 		// object.get(<input ref>, <constant key or path>, default) reads the
 		// input ref extended by the key; the bare ref is not read otherwise.
 		handled := map[*ast.Term]bool{}
+		// An alias's own definition reads nothing by itself: its uses do.
+		for _, a := range aliases {
+			if a.module == name {
+				handled[a.def.Head.Value.Value.(ast.Call)[1]] = true
+			}
+			aliasReads(m, a, add)
+		}
 		// A builtin is called in two forms: as a term (x := time.now_ns())
 		// and as a statement whose last argument is the output
 		// (time.now_ns(x), http.send(req, resp)); the second is an
@@ -62,7 +70,7 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 			if nondeterministic(fn) {
 				ok = false
 			}
-			if fn != "object.get" || len(call) != 4 {
+			if fn != "object.get" || len(call) != 4 || handled[call[1]] {
 				return false
 			}
 			base, isInput := groundInputPrefix(call[1])
@@ -85,7 +93,165 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 			return false
 		})
 	}
-	return paths, ok
+	return coveringPaths(paths), ok
+}
+
+// coveringPaths leaves out each path below another one: reading "config"
+// covers "config.mode".
+func coveringPaths(paths [][]string) [][]string {
+	return slices.DeleteFunc(slices.Clone(paths), func(p []string) bool {
+		return slices.ContainsFunc(paths, func(q []string) bool { return len(q) < len(p) && slices.Equal(q, p[:len(q)]) })
+	})
+}
+
+// inputAlias is a rule that names one part of the input and nothing else,
+// `name := object.get(input, <constant path>, <constant default>)`, defined
+// once in its package: a policy that reads name["key"] reads the input at
+// path.key, not the whole part. Without this, a rule such as
+// `pod_annotations_in := object.get(input, ["pod", "metadata",
+// "annotations"], {})` would put every pod annotation, the task's own
+// (runwarden.dev/task-id) among them, in the cache key, and no two runner
+// pods would share a decision.
+type inputAlias struct {
+	module string    // the file that defines it
+	def    *ast.Rule // its definition
+	pkg    ast.Ref   // its package, data.<package>
+	name   ast.Var   // its name in its package
+	full   ast.Ref   // data.<package>.<name>
+	path   []string  // the input path it names
+}
+
+// inputAliases finds the input aliases of the modules (tests left out).
+func inputAliases(modules map[string]*ast.Module) []inputAlias {
+	defs := map[string]int{} // rules per data.<package>.<name>, any kind
+	var out []inputAlias
+	for file, m := range modules {
+		if strings.HasSuffix(file, "_test.rego") {
+			continue
+		}
+		for _, r := range m.Rules {
+			ref := r.Head.Ref()
+			if len(ref) == 0 {
+				continue
+			}
+			name, isVar := ref[0].Value.(ast.Var)
+			if !isVar {
+				continue
+			}
+			full := m.Package.Path.Append(ast.StringTerm(string(name)))
+			defs[full.String()]++
+			if len(ref) != 1 || r.Default || r.Else != nil || len(r.Head.Args) > 0 || r.Head.Key != nil || r.Head.Value == nil {
+				continue
+			}
+			if len(r.Body) != 1 || !r.Body[0].Equal(ast.NewExpr(ast.BooleanTerm(true))) {
+				continue
+			}
+			call, isCall := r.Head.Value.Value.(ast.Call)
+			if !isCall || len(call) != 4 || call[0].Value.String() != "object.get" || !ast.IsConstant(call[3].Value) {
+				continue
+			}
+			base, isInput := groundInputPrefix(call[1])
+			if !isInput || len(base) != len(call[1].Value.(ast.Ref))-1 {
+				continue
+			}
+			key, constant := constantPath(call[2])
+			if !constant {
+				continue
+			}
+			out = append(out, inputAlias{module: file, def: r, pkg: m.Package.Path, name: name, full: full, path: append(slices.Clone(base), key...)})
+		}
+	}
+	// A name defined by more than one rule (an else, a default, another
+	// file) is not an alias.
+	return slices.DeleteFunc(out, func(a inputAlias) bool { return defs[a.full.String()] != 1 })
+}
+
+// aliasReads adds the input paths module m reads through alias a: the
+// alias's path extended by the constant keys of a["key"] or
+// object.get(a, <constant key or path>, default); any other use (the alias
+// whole, a dynamic key, a reference to its package that may reach it)
+// reads the whole path.
+func aliasReads(m *ast.Module, a inputAlias, add func([]string)) {
+	samePackage := m.Package.Path.Equal(a.pkg)
+	// isAlias reports whether t names the alias: its name in its own
+	// package, data.<package>.<name> anywhere.
+	isAlias := func(t *ast.Term) bool {
+		if v, isVar := t.Value.(ast.Var); isVar {
+			return samePackage && v.Equal(a.name)
+		}
+		ref, isRef := t.Value.(ast.Ref)
+		return isRef && ref.Equal(a.full)
+	}
+	extended := func(keys []string) []string { return append(slices.Clone(a.path), keys...) }
+	handled := map[*ast.Term]bool{}
+	visit := func(t *ast.Term) bool {
+		if handled[t] {
+			return false
+		}
+		switch v := t.Value.(type) {
+		case ast.Call:
+			if len(v) == 4 && v[0].Value.String() == "object.get" && isAlias(v[1]) {
+				if key, constant := constantPath(v[2]); constant {
+					add(extended(key))
+					handled[v[1]] = true
+				}
+			}
+		case ast.Ref:
+			if samePackage && isAlias(v[0]) {
+				if keys := constantKeys(v[1:]); len(keys) > 0 {
+					add(extended(keys))
+					handled[v[0]] = true
+				}
+				return false
+			}
+			if !v[0].Equal(ast.DefaultRootDocument) {
+				return false
+			}
+			// data.<...>: a reference past the alias reads its keys; one
+			// that stops before it, or goes on with a dynamic key before
+			// reaching it, may read it whole.
+			keys := constantKeys(v[1:])
+			full := constantKeys(a.full[1:])
+			n := min(len(keys), len(full))
+			if !slices.Equal(keys[:n], full[:n]) {
+				return false
+			}
+			if len(keys) > len(full) {
+				add(extended(keys[len(full):]))
+				handled[t] = true
+				return true
+			}
+			add(a.path)
+			return true
+		case ast.Var:
+			if isAlias(t) {
+				add(a.path)
+			}
+		}
+		return false
+	}
+	for _, imp := range m.Imports {
+		ast.WalkTerms(imp, visit)
+	}
+	for _, r := range m.Rules {
+		if r != a.def {
+			ast.WalkTerms(r, visit)
+		}
+	}
+}
+
+// constantKeys is the longest prefix of string keys of a reference's
+// elements.
+func constantKeys(elems []*ast.Term) []string {
+	var keys []string
+	for _, k := range elems {
+		s, isString := k.Value.(ast.String)
+		if !isString {
+			break
+		}
+		keys = append(keys, string(s))
+	}
+	return keys
 }
 
 // nondeterministic reports whether OPA marks the named builtin as
@@ -132,27 +298,53 @@ func constantPath(t *ast.Term) ([]string, bool) {
 	return nil, false
 }
 
-// gjsonPaths turns input paths into gjson paths, escaping gjson's special
-// characters in keys.
-func gjsonPaths(paths [][]string) []string {
-	esc := strings.NewReplacer(".", `\.`, "*", `\*`, "?", `\?`, "|", `\|`, "#", `\#`, "@", `\@`, "!", `\!`, "=", `\=`, "<", `\<`, ">", `\>`, "%", `\%`)
-	out := make([]string, len(paths))
-	for i, p := range paths {
-		keys := make([]string, len(p))
-		for j, k := range p {
-			keys[j] = esc.Replace(k)
-		}
-		out[i] = strings.Join(keys, ".")
-	}
-	return out
+// projection is the input paths the policies read, as a tree of keys,
+// walked once over the input's JSON: each path ends in a leaf (no path is
+// below another, see coveringPaths).
+type projection struct {
+	paths int
+	root  *projectionNode
 }
 
-// projectionKey hashes the input's JSON at each path. encoding/json writes
-// struct fields in a fixed order and map keys sorted, so equal values give
-// equal bytes; a missing value hashes differently from any present one.
-func projectionKey(inputJSON []byte, paths []string) [32]byte {
+type projectionNode struct {
+	path     int // the index of the path ending here, or -1
+	children map[string]*projectionNode
+}
+
+func newProjection(paths [][]string) *projection {
+	p := &projection{paths: len(paths), root: &projectionNode{path: -1}}
+	for i, keys := range paths {
+		n := p.root
+		for _, k := range keys {
+			c := n.children[k]
+			if c == nil {
+				if n.children == nil {
+					n.children = map[string]*projectionNode{}
+				}
+				c = &projectionNode{path: -1}
+				n.children[k] = c
+			}
+			n = c
+		}
+		n.path = i
+	}
+	return p
+}
+
+// key hashes the input's JSON at each path, in the paths' order.
+// encoding/json writes struct fields in a fixed order and map keys sorted,
+// so equal values give equal bytes; a missing value hashes differently
+// from any present one.
+func (p *projection) key(inputJSON []byte) [32]byte {
+	var small [64]gjson.Result
+	vals := small[:0]
+	if p.paths > len(small) {
+		vals = make([]gjson.Result, p.paths)
+	}
+	vals = vals[:p.paths]
+	p.root.walk(gjson.ParseBytes(inputJSON), vals)
 	h := sha256.New()
-	for _, r := range gjson.GetManyBytes(inputJSON, paths...) {
+	for _, r := range vals {
 		if r.Exists() {
 			h.Write([]byte{1})
 			h.Write([]byte(r.Raw))
@@ -164,6 +356,26 @@ func projectionKey(inputJSON []byte, paths []string) [32]byte {
 	var k [32]byte
 	h.Sum(k[:0])
 	return k
+}
+
+// walk records in vals the values at the paths below n, one pass over the
+// object r (the first of duplicate keys, as gjson's paths read them).
+func (n *projectionNode) walk(r gjson.Result, vals []gjson.Result) {
+	if !r.IsObject() {
+		return
+	}
+	r.ForEach(func(k, v gjson.Result) bool {
+		switch c := n.children[k.Str]; {
+		case c == nil:
+		case c.path >= 0:
+			if !vals[c.path].Exists() {
+				vals[c.path] = v
+			}
+		default:
+			c.walk(v, vals)
+		}
+		return true
+	})
 }
 
 // decisionCache is a bounded map from input projections to decisions.

@@ -27,7 +27,11 @@ func TestInputReadsOfTheShippedPolicies(t *testing.T) {
 		got = append(got, strings.Join(p, "."))
 	}
 	slices.Sort(got)
-	for _, want := range []string{"config", "pod.spec.containers", "serviceAccount.annotations", "namespace.annotations", "secretRefs"} {
+	for _, want := range []string{
+		"config", "pod.spec.containers", "secretRefs",
+		"serviceAccount.annotations.eks.amazonaws.com/role-arn", "namespace.annotations.runwarden.dev/secret-stores",
+		"pod.metadata.annotations.eks.amazonaws.com/skip-containers",
+	} {
 		if !slices.Contains(got, want) {
 			t.Errorf("reads %v lack %s", got, want)
 		}
@@ -43,7 +47,10 @@ func TestInputReadsOfTheShippedPolicies(t *testing.T) {
 		if p == azureUse {
 			continue
 		}
-		if strings.HasPrefix(p, "pod.metadata.labels") || strings.HasPrefix(p, "pod.metadata.name") || p == "pod" || p == "pod.metadata" {
+		// The annotations are read by key: a pod's own (the task's id)
+		// are not in the cache key.
+		if strings.HasPrefix(p, "pod.metadata.labels") || strings.HasPrefix(p, "pod.metadata.name") || p == "pod" || p == "pod.metadata" ||
+			p == "pod.metadata.annotations" || p == "serviceAccount.annotations" || p == "namespace.annotations" {
 			t.Errorf("reads %v include %s, which the shipped policies never read", got, p)
 		}
 	}
@@ -94,8 +101,12 @@ func TestCachedDecisionsEqualFreshOnes(t *testing.T) {
 	}
 	for i := range 60 {
 		in := runnerInput()
-		in.Pod.Labels["runwarden.dev/task-id"] = fmt.Sprint(i) // never read
-		in.Pod.GenerateName = fmt.Sprintf("task-%d-", i)       // never read
+		in.Pod.Labels["runwarden.dev/task-id"] = fmt.Sprint(i)                         // never read
+		in.Pod.GenerateName = fmt.Sprintf("task-%d-", i)                               // never read
+		in.Pod.Annotations = map[string]string{"runwarden.dev/task-id": fmt.Sprint(i)} // never read
+		if i%6 == 0 {
+			in.Pod.Annotations["eks.amazonaws.com/skip-containers"] = "main" // read
+		}
 		if i%3 == 0 {
 			in.Pod.Spec.Containers[0].Image = fmt.Sprintf("r/x:%d", i%2) // read
 		}
@@ -132,7 +143,7 @@ func TestProjectionKeySeesWhatThePoliciesRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return projectionKey(b, s.paths)
+		return s.proj.key(b)
 	}
 	base := keyOf(func(*Input) {})
 	if keyOf(func(in *Input) { in.Pod.Labels["runwarden.dev/task-id"] = "7" }) != base {
@@ -142,13 +153,120 @@ func TestProjectionKeySeesWhatThePoliciesRead(t *testing.T) {
 		"repo-url annotation (a key with dots)": func(in *Input) {
 			in.Pod.Annotations = map[string]string{"runwarden.dev/repo-url": "https://x"}
 		},
-		"hostPID":  func(in *Input) { in.Pod.Spec.HostPID = true },
-		"image":    func(in *Input) { in.Pod.Spec.Containers[0].Image = "other" },
-		"config":   func(in *Input) { in.Config = map[string]any{"mode": "audit"} },
-		"sa notes": func(in *Input) { in.ServiceAccount.Annotations["x"] = "y" },
+		"hostPID": func(in *Input) { in.Pod.Spec.HostPID = true },
+		"image":   func(in *Input) { in.Pod.Spec.Containers[0].Image = "other" },
+		"config":  func(in *Input) { in.Config = map[string]any{"mode": "audit"} },
+		"sa role": func(in *Input) {
+			in.ServiceAccount.Annotations["eks.amazonaws.com/role-arn"] = "arn:aws:iam::1:role/other"
+		},
+		"skip-containers annotation": func(in *Input) {
+			in.Pod.Annotations = map[string]string{"eks.amazonaws.com/skip-containers": "main"}
+		},
 	} {
 		if keyOf(mut) == base {
 			t.Errorf("%s: a field the policies read did not change the key", name)
 		}
+	}
+	for name, mut := range map[string]func(*Input){
+		"task-id annotation": func(in *Input) { in.Pod.Annotations = map[string]string{"runwarden.dev/task-id": "7"} },
+		"sa annotation":      func(in *Input) { in.ServiceAccount.Annotations["x"] = "y" },
+		"ns annotation":      func(in *Input) { in.Namespace.Annotations["x"] = "y" },
+	} {
+		if keyOf(mut) != base {
+			t.Errorf("%s: an annotation the policies never read changed the key", name)
+		}
+	}
+}
+
+// TestInputAliases checks the reads through a rule that names a part of
+// the input (`a := object.get(input, [...], {})`): by key where every use
+// has a constant key, the whole part otherwise.
+func TestInputAliases(t *testing.T) {
+	t.Parallel()
+	const alias = `ann := object.get(input, ["pod", "metadata", "annotations"], {})
+`
+	tests := []struct {
+		name    string
+		modules map[string]string
+		want    []string
+	}{
+		{
+			name:    "constant keys",
+			modules: map[string]string{"p.rego": alias + `decision := {"deny": [], "warnings": [ann["a.b/c"], object.get(ann, "d", ""), object.get(ann, ["e"], "")], "mutations": {}}`},
+			want:    []string{"pod.metadata.annotations.a.b/c", "pod.metadata.annotations.d", "pod.metadata.annotations.e"},
+		},
+		{
+			name:    "used whole",
+			modules: map[string]string{"p.rego": alias + `decision := {"deny": [], "warnings": [json.marshal(ann)], "mutations": {}}`},
+			want:    []string{"pod.metadata.annotations"},
+		},
+		{
+			name: "dynamic key",
+			modules: map[string]string{"p.rego": alias + `k := "a"
+decision := {"deny": [], "warnings": [ann[k]], "mutations": {}}`},
+			want: []string{"pod.metadata.annotations"},
+		},
+		{
+			name:    "iterated",
+			modules: map[string]string{"p.rego": alias + `decision := {"deny": [], "warnings": [v | some v in ann], "mutations": {}}`},
+			want:    []string{"pod.metadata.annotations"},
+		},
+		{
+			name: "defined twice is no alias",
+			modules: map[string]string{"p.rego": `ann := object.get(input, ["pod", "metadata", "annotations"], {}) if input.runner
+else := {}
+decision := {"deny": [], "warnings": [ann["a"]], "mutations": {}}`},
+			want: []string{"pod.metadata.annotations", "runner"},
+		},
+		{
+			name: "by key from another package",
+			modules: map[string]string{
+				"p.rego": `decision := {"deny": [], "warnings": [data.runwarden.other.ann["a"]], "mutations": {}}`,
+				"o.rego": "package runwarden.other\n\n" + alias,
+			},
+			want: []string{"pod.metadata.annotations.a"},
+		},
+		{
+			name: "its package whole",
+			modules: map[string]string{
+				"p.rego": `decision := {"deny": [], "warnings": [json.marshal(data.runwarden.other)], "mutations": {}}`,
+				"o.rego": "package runwarden.other\n\n" + alias,
+			},
+			want: []string{"pod.metadata.annotations"},
+		},
+		{
+			name: "a local of the same name in another package is not the alias",
+			modules: map[string]string{
+				"p.rego": `decision := {"deny": [], "warnings": [ann | ann := "x"], "mutations": {}}`,
+				"o.rego": "package runwarden.other\n\n" + alias,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fsys := fstest.MapFS{}
+			for name, src := range tt.modules {
+				if !strings.HasPrefix(src, "package ") {
+					src = "package runwarden.admission\n\n" + src
+				}
+				fsys[name] = &fstest.MapFile{Data: []byte(src + "\n")}
+			}
+			s, err := Load(t.Context(), fsys, tt.name, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Cached {
+				t.Fatalf("the cache is off (reads %v)", s.reads)
+			}
+			var got []string
+			for _, p := range s.reads {
+				got = append(got, strings.Join(p, "."))
+			}
+			slices.Sort(got)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("reads (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

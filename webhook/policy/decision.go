@@ -1,6 +1,10 @@
 package policy
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"encoding/json"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // Decision is what the policies return for one pod: see docs/policy.md.
 type Decision struct {
@@ -70,7 +74,11 @@ type Input struct {
 	ServiceAccount ObjectInfo     `json:"serviceAccount"`
 	User           UserInfo       `json:"user"`
 	Config         map[string]any `json:"config"`
-	SecretRefs     []SecretRef    `json:"secretRefs"`
+	// ConfigJSON, when set, is Config's JSON encoding, made once by a
+	// caller that decides on many inputs with one configuration (the
+	// admission handler): Eval uses it instead of encoding Config again.
+	ConfigJSON json.RawMessage `json:"-"`
+	SecretRefs []SecretRef     `json:"secretRefs"`
 	// ResolverImage is the image of the init container that resolves the
 	// secret references (the webhook's --resolver-image), else empty.
 	ResolverImage string `json:"resolverImage,omitempty"`
@@ -126,4 +134,17 @@ type SecretRef struct {
 	Raw string `json:"raw"`
 	// Error says what is wrong with a malformed reference; empty otherwise.
 	Error string `json:"error"`
+}
+
+// encodeInput is the input's JSON encoding, with ConfigJSON in place of
+// Config's when set.
+func encodeInput(in *Input) ([]byte, error) {
+	if in.ConfigJSON == nil {
+		return json.Marshal(in)
+	}
+	type plain Input
+	return json.Marshal(struct {
+		*plain
+		Config json.RawMessage `json:"config"` // shadows plain's
+	}{(*plain)(in), in.ConfigJSON})
 }

@@ -65,7 +65,7 @@ type Set struct {
 	timeout time.Duration
 	query   rego.PreparedEvalQuery
 	reads   [][]string
-	paths   []string // reads as gjson paths
+	proj    *projection // reads, walked over the input's JSON
 	cache   *decisionCache
 }
 
@@ -189,7 +189,7 @@ func Load(ctx context.Context, fsys fs.FS, origin string, opts Options) (*Set, e
 		return nil, fmt.Errorf("deciding on a plain runner pod: %w", err)
 	}
 	s.reads, s.Cached = inputReads(s.modules)
-	s.paths = gjsonPaths(s.reads)
+	s.proj = newProjection(s.reads)
 	s.cache = newDecisionCache(4096)
 	return s, nil
 }
@@ -287,13 +287,13 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Optio
 // the parts of the input the policies read (see cache.go); the returned
 // decision may be shared, and must not be modified.
 func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
-	b, err := json.Marshal(in)
+	b, err := encodeInput(in)
 	if err != nil {
 		return Decision{}, fmt.Errorf("encoding the input: %w", err)
 	}
 	var k [32]byte
 	if s.Cached {
-		k = projectionKey(b, s.paths)
+		k = s.proj.key(b)
 		if d, hit := s.cache.get(k); hit {
 			return d, nil
 		}
@@ -384,7 +384,7 @@ func checkDecisionKeys(v any) error {
 
 // toValue turns the input into OPA's value form through its JSON.
 func toValue(in *Input) (ast.Value, error) {
-	b, err := json.Marshal(in)
+	b, err := encodeInput(in)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the input: %w", err)
 	}

@@ -196,6 +196,13 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "scrape interval not a duration", args: []string{"--set", "monitoring.podMonitor.interval=often"}, want: "/monitoring/podMonitor/interval"},
 		{name: "service monitor", args: []string{"--set", "monitoring.serviceMonitor.enabled=true"}, want: "'serviceMonitor' not allowed"},
 		{name: "dashboard namespace unfit", args: []string{"--set", "monitoring.dashboards.namespace=Grafana"}, want: "/monitoring/dashboards/namespace"},
+		// A task's Secret is rw-secret-<its Job's name>: a platform Secret of
+		// such a name could be read by a Job named to match.
+		{name: "store credentials named like a task's Secret", args: []string{"--set", "webhook.platform.secretStores.vault.enabled=true", "--set", "webhook.platform.secretStores.vault.address=https://vault:8200",
+			"--set", "webhook.platform.secretStores.vault.secretName=rw-secret-rw-vault"}, want: "Secret rw-secret-rw-vault of the platform (the runner pod template, webhook.platform.secretStores or credentialSets) begins with rw-secret-"},
+		{name: "credential set named like a task's Secret", args: []string{"--set-json", `webhook.platform.credentialSets=[{"name":"github","secretName":"rw-secret-github"}]`}, want: "Secret rw-secret-github of the platform"},
+		{name: "pull secret named like a task's Secret", args: []string{"--set", "images.pullSecrets[0].name=rw-secret-regcred"}, want: "Secret rw-secret-regcred of the platform"},
+		{name: "kueue's users not a list", args: []string{"--set", "queueing.kueue.controllerUsers=kueue"}, want: "/queueing/kueue/controllerUsers"},
 		{name: "example memory quota not a quantity", args: []string{"--set", "queueing.kueue.examples.memory=lots"}, want: "/queueing/kueue/examples/memory"},
 	}
 	for _, tt := range tests {

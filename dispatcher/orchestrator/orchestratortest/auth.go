@@ -48,7 +48,7 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 		if !ok {
 			return "", errors.New("unknown access token")
 		}
-		if !time.Now().Before(exp) {
+		if !s.clock.Now().Before(exp) {
 			return "", errors.New("expired access token")
 		}
 		return o.DispatcherID, nil
@@ -81,6 +81,7 @@ func (s *Server) verifyJWT(raw string) (string, error) {
 		jwt.WithRequiredClaim(jwt.IssuedAtKey),
 		jwt.WithRequiredClaim(jwt.JwtIDKey),
 		jwt.WithMaxDelta(maxJWTLifetime, jwt.ExpirationKey, jwt.IssuedAtKey),
+		jwt.WithClock(jwt.ClockFunc(s.clock.Now)),
 	)
 	if err != nil {
 		return "", fmt.Errorf("bad JWT: %w", err)
@@ -91,7 +92,7 @@ func (s *Server) verifyJWT(raw string) (string, error) {
 	}
 	jti, _ := tok.JwtID()
 	exp, _ := tok.Expiration()
-	if err := s.spendJTI(jti, exp, time.Now()); err != nil {
+	if err := s.spendJTI(jti, exp, s.clock.Now()); err != nil {
 		return "", err
 	}
 	return sub, nil
@@ -139,7 +140,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request, _ string) {
 	ttl := s.opts.ExchangeTTL
 	access := rand.Text()
 	s.mu.Lock()
-	s.issued[access] = time.Now().Add(ttl)
+	s.issued[access] = s.clock.Now().Add(ttl)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, orchestrator.TokenResponse{
 		AccessToken: access,

@@ -210,7 +210,7 @@ func (s *Server) preFault(e Endpoint) (fault, time.Duration) {
 	if !f.appliesTo(e) {
 		return faultNone, 0
 	}
-	if f.Unreachable || time.Now().Before(f.UnreachableUntil) {
+	if f.Unreachable || s.clock.Now().Before(f.UnreachableUntil) {
 		s.stats.Unreachable++
 		return faultUnreachable, 0
 	}

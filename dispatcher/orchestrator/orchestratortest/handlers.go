@@ -45,10 +45,10 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, caller string) {
 			fmt.Sprintf("dispatcherId %q is not the authenticated dispatcher %q", req.DispatcherID, caller))
 		return
 	}
-	deadline := time.Now().Add(min(time.Duration(req.WaitSeconds)*time.Second, s.opts.MaxWait))
+	deadline := s.clock.Now().Add(min(time.Duration(req.WaitSeconds)*time.Second, s.opts.MaxWait))
 	for {
 		s.mu.Lock()
-		now := time.Now()
+		now := s.clock.Now()
 		s.expireLocked(now)
 		leases, rec := s.leasesLocked(&req, now)
 		next := s.nextExpiryLocked()
@@ -62,18 +62,18 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, caller string) {
 			writeJSON(w, http.StatusOK, orchestrator.PollResponse{Leases: leases})
 			return
 		}
-		wait := time.Until(deadline)
+		wait := deadline.Sub(s.clock.Now())
 		if wait <= 0 {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
 		if !next.IsZero() {
-			wait = min(wait, time.Until(next)+expiryMargin)
+			wait = min(wait, next.Sub(s.clock.Now())+expiryMargin)
 		}
-		timer := time.NewTimer(wait)
+		timer := s.clock.NewTimer(wait)
 		select {
 		case <-wake:
-		case <-timer.C:
+		case <-timer.C():
 		case <-s.closed:
 			timer.Stop()
 			w.WriteHeader(http.StatusNoContent)
@@ -154,7 +154,7 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, caller, leaseID s
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.clock.Now()
 	s.expireLocked(now)
 	t, ok := s.byLease[leaseID]
 	switch {
@@ -189,7 +189,7 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, caller, le
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.expireLocked(time.Now())
+	s.expireLocked(s.clock.Now())
 	t, ok := s.byLease[leaseID]
 	switch {
 	case !ok || !t.rec.Leased || t.lease.LeaseID != leaseID:
@@ -252,7 +252,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, caller, taskID s
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.expireLocked(time.Now())
+	s.expireLocked(s.clock.Now())
 	t, ok := s.tasks[taskID]
 	if !ok {
 		writeError(w, http.StatusNotFound, codeNotFound, "no task "+taskID)
@@ -324,7 +324,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, caller, taskID str
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.expireLocked(time.Now())
+	s.expireLocked(s.clock.Now())
 	t, ok := s.tasks[taskID]
 	if !ok {
 		writeError(w, http.StatusNotFound, codeNotFound, "no task "+taskID)

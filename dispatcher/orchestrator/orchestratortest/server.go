@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 )
 
@@ -68,12 +70,17 @@ type Options struct {
 	// Logf, when set, is told about every request and every injected
 	// fault (t.Logf fits).
 	Logf func(format string, args ...any)
+	// Clock tells the time of leases, expiries, tokens and faults, and
+	// paces held polls. Default: the real clock. A test that steps a fake
+	// one sees leases expire without waiting.
+	Clock clock.WithTicker
 }
 
 // Server is the fake orchestrator. Make one with New.
 type Server struct {
-	opts Options
-	ts   *httptest.Server
+	opts  Options
+	clock clock.WithTicker
+	ts    *httptest.Server
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -122,10 +129,14 @@ func New(opts Options) *Server {
 	if opts.ExchangeTTL <= 0 {
 		opts.ExchangeTTL = time.Hour
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	opts.Faults.Endpoints = slices.Clone(opts.Faults.Endpoints)
 	opts.Faults.Hold = slices.Clone(opts.Faults.Hold)
 	s := &Server{
 		opts:    opts,
+		clock:   opts.Clock,
 		closed:  make(chan struct{}),
 		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		faults:  opts.Faults,

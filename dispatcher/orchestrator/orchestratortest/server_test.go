@@ -21,6 +21,7 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/lestrrat-go/jwx/v3/jwt"
+	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 )
@@ -31,6 +32,53 @@ func start(t *testing.T, opts Options) *Server {
 	s.Start()
 	t.Cleanup(s.Close)
 	return s
+}
+
+// fakeClock is a clock a test steps, at a fixed start.
+func fakeClock() *testclock.FakeClock {
+	return testclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+}
+
+// waitForTimer waits until something waits on clk (a held poll's timer),
+// within a deadline.
+func waitForTimer(t *testing.T, clk *testclock.FakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing waits on the clock after 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// pollAsync polls in the background; the leases arrive on the channel.
+func pollAsync(t *testing.T, s *Server, req orchestrator.PollRequest) <-chan []orchestrator.Lease {
+	t.Helper()
+	got := make(chan []orchestrator.Lease, 1)
+	go func() {
+		r, err := send(t.Context(), s, orchestrator.PathPoll, req, "")
+		if err != nil || r.status == http.StatusNoContent {
+			got <- nil
+			return
+		}
+		var resp orchestrator.PollResponse
+		_ = json.Unmarshal(r.body, &resp)
+		got <- resp.Leases
+	}()
+	return got
+}
+
+// answer is what a poll started by pollAsync got, within a deadline.
+func answer(t *testing.T, got <-chan []orchestrator.Lease) []orchestrator.Lease {
+	t.Helper()
+	select {
+	case l := <-got:
+		return l
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poll was not answered within 10 s")
+		return nil
+	}
 }
 
 type reply struct {
@@ -193,19 +241,26 @@ func TestConcurrentPollersNeverExceedCapacity(t *testing.T) {
 
 func TestPollIsHeldUntilATaskArrives(t *testing.T) {
 	t.Parallel()
-	s := start(t, Options{MaxWait: 200 * time.Millisecond})
+	clk := fakeClock()
+	s := start(t, Options{MaxWait: 200 * time.Millisecond, Clock: clk})
 
-	began := time.Now()
-	if got := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}, WaitSeconds: 30}); got != nil {
+	held := pollAsync(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}, WaitSeconds: 30})
+	waitForTimer(t, clk)
+	clk.Step(199 * time.Millisecond)
+	select {
+	case got := <-held:
+		t.Fatalf("the poll was answered %v before MaxWait", got)
+	default:
+	}
+	clk.Step(time.Millisecond)
+	if got := answer(t, held); got != nil {
 		t.Fatalf("got %v from an empty queue", got)
 	}
-	if held := time.Since(began); held < 200*time.Millisecond || held > 2*time.Second {
-		t.Errorf("held %v, want MaxWait", held)
-	}
 
-	time.AfterFunc(50*time.Millisecond, func() { s.Add(tasks("t-1")...) })
-	got := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}, WaitSeconds: 1})
-	if len(got) != 1 {
+	held = pollAsync(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}, WaitSeconds: 1})
+	waitForTimer(t, clk)
+	s.Add(tasks("t-1")...)
+	if got := answer(t, held); len(got) != 1 {
 		t.Fatalf("held poll got %d leases", len(got))
 	}
 
@@ -238,7 +293,8 @@ func TestCloseEndsHeldPolls(t *testing.T) {
 
 func TestExpiredLeaseIsRequeuedAndReissued(t *testing.T) {
 	t.Parallel()
-	s := start(t, Options{LeaseSeconds: 1})
+	clk := fakeClock()
+	s := start(t, Options{LeaseSeconds: 1, Clock: clk})
 	s.Add(tasks("t-1", "t-2")...)
 	first := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 2, Max: 2}})
 	if len(first) != 2 {
@@ -247,11 +303,10 @@ func TestExpiredLeaseIsRequeuedAndReissued(t *testing.T) {
 
 	// A poll with no free capacity is held until the leases expire, then
 	// gets back t-1, which it runs, but not t-2.
-	began := time.Now()
-	again := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Max: 2}, Running: []string{"t-1"}, WaitSeconds: 5})
-	if held := time.Since(began); held > 3*time.Second {
-		t.Errorf("held %v after the leases expired", held)
-	}
+	held := pollAsync(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Max: 2}, Running: []string{"t-1"}, WaitSeconds: 5})
+	waitForTimer(t, clk)
+	clk.Step(time.Second + expiryMargin)
+	again := answer(t, held)
 	if len(again) != 1 || again[0].Task.ID != "t-1" || again[0].Epoch != 2 || again[0].LeaseID == first[0].LeaseID {
 		t.Fatalf("re-issued %+v, want t-1 at epoch 2 with a new lease ID", again)
 	}
@@ -284,10 +339,11 @@ func TestExpiredLeaseIsRequeuedAndReissued(t *testing.T) {
 
 func TestFinalEventOnExpiredLeaseIsAccepted(t *testing.T) {
 	t.Parallel()
-	s := start(t, Options{LeaseSeconds: 1})
+	clk := fakeClock()
+	s := start(t, Options{LeaseSeconds: 1, Clock: clk})
 	s.Add(tasks("t-1")...)
 	l := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})[0]
-	time.Sleep(1100 * time.Millisecond)
+	clk.Step(1100 * time.Millisecond)
 	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventSucceeded)), http.StatusOK, "")
 	if rec := s.Task("t-1"); rec.Queued || rec.Leased || !rec.Done() || rec.Requeues != 1 {
 		t.Errorf("t-1 %+v", rec)
@@ -385,7 +441,8 @@ func TestCancelBeforeLease(t *testing.T) {
 // orchestrator ends it itself.
 func TestCancelOfAnUnheldTaskEndsIt(t *testing.T) {
 	t.Parallel()
-	s := start(t, Options{LeaseSeconds: 1})
+	clk := fakeClock()
+	s := start(t, Options{LeaseSeconds: 1, Clock: clk})
 	s.Add(tasks("lost", "held")...)
 	leases := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 2, Max: 2}})
 	if len(leases) != 2 {
@@ -393,7 +450,7 @@ func TestCancelOfAnUnheldTaskEndsIt(t *testing.T) {
 	}
 	s.Cancel("lost", "stop")
 	s.Cancel("held", "stop")
-	time.Sleep(1100 * time.Millisecond) // both leases expire
+	clk.Step(1100 * time.Millisecond) // both leases expire
 	// The dispatcher still runs "held": it is handed back, and the renewal
 	// says cancel.
 	again := poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Running: []string{"held"}, Capacity: orchestrator.Capacity{Free: 0, Max: 2}})
@@ -408,7 +465,7 @@ func TestCancelOfAnUnheldTaskEndsIt(t *testing.T) {
 	if rec := s.Task("lost"); rec.Final != nil {
 		t.Fatalf("lost ended before a lease duration without a holder: %+v", rec.Final)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	clk.Step(1100 * time.Millisecond)
 	poll(t, s, orchestrator.PollRequest{DispatcherID: "d-1", Running: []string{"held"}, Capacity: orchestrator.Capacity{Free: 0, Max: 2}})
 	rec := s.Task("lost")
 	if !rec.EndedByOrchestrator || rec.Final == nil || rec.Final.Type != orchestrator.EventCancelled || rec.FinalStored != 1 || rec.Queued {
@@ -630,7 +687,8 @@ func TestStaticToken(t *testing.T) {
 
 func TestTokenExchange(t *testing.T) {
 	t.Parallel()
-	s := start(t, Options{ServiceAccountToken: "sa-token", ExchangeTTL: 300 * time.Millisecond})
+	clk := fakeClock()
+	s := start(t, Options{ServiceAccountToken: "sa-token", ExchangeTTL: 300 * time.Millisecond, Clock: clk})
 
 	expect(t, post(t, s, orchestrator.PathToken, orchestrator.TokenRequest{Token: "other"}), http.StatusUnauthorized, orchestrator.CodeUnauthorized)
 	r := post(t, s, orchestrator.PathToken, orchestrator.TokenRequest{Token: "sa-token"})
@@ -655,7 +713,9 @@ func TestTokenExchange(t *testing.T) {
 	check(tok.AccessToken, http.StatusNoContent)
 	check("sa-token", http.StatusUnauthorized)
 	check("", http.StatusUnauthorized)
-	time.Sleep(350 * time.Millisecond)
+	clk.Step(299 * time.Millisecond)
+	check(tok.AccessToken, http.StatusNoContent)
+	clk.Step(time.Millisecond)
 	check(tok.AccessToken, http.StatusUnauthorized)
 }
 
@@ -707,15 +767,16 @@ func TestCAFile(t *testing.T) {
 
 func TestFaultUnreachable(t *testing.T) {
 	t.Parallel()
-	s := start(t, Options{Faults: Faults{Unreachable: true}})
+	clk := fakeClock()
+	s := start(t, Options{Faults: Faults{Unreachable: true}, Clock: clk})
 	if _, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}, ""); err == nil {
 		t.Error("unreachable server answered")
 	}
-	s.SetFaults(Faults{UnreachableUntil: time.Now().Add(100 * time.Millisecond)})
+	s.SetFaults(Faults{UnreachableUntil: clk.Now().Add(100 * time.Millisecond)})
 	if _, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}, ""); err == nil {
 		t.Error("unreachable server answered")
 	}
-	time.Sleep(150 * time.Millisecond)
+	clk.Step(100 * time.Millisecond)
 	expect(t, post(t, s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}), http.StatusNoContent, "")
 	if st := s.Stats(); st.Unreachable != 2 || st.Requests[EndpointPoll] != 3 || st.Statuses[http.StatusNoContent] != 1 {
 		t.Errorf("stats %+v", st)

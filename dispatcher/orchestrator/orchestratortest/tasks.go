@@ -165,7 +165,7 @@ func (s *Server) Cancel(taskID, reason string) {
 	}
 	t.rec.Cancelled = true
 	t.rec.CancelReason = reason
-	s.endCancelledLocked(t, time.Now())
+	s.endCancelledLocked(t, s.clock.Now())
 }
 
 // Task returns a copy of the record of a task; the zero TaskRecord for an
