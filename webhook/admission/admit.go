@@ -104,9 +104,21 @@ type Result struct {
 // creation and update of a pod, and containers added to one
 // (pods/ephemeralcontainers), are; the mutating handler shapes pods at
 // creation only (changes are the validating configuration's to check).
+// checkedOperation tells the requests runwarden decides on: a pod's
+// creation, and its update or the ephemeral containers added to it.
+func checkedOperation(op admissionv1.Operation, sub string) bool {
+	switch op {
+	case admissionv1.Create:
+		return sub == ""
+	case admissionv1.Update:
+		return sub == "" || sub == "ephemeralcontainers"
+	}
+	return false
+}
+
 func (h *Handler) skip(op admissionv1.Operation, sub string) string {
 	switch {
-	case !(op == admissionv1.Create && sub == "") && !(op == admissionv1.Update && (sub == "" || sub == "ephemeralcontainers")):
+	case !checkedOperation(op, sub):
 		return "runwarden checks the creation and update of pods, and ephemeral containers"
 	case h.opts.Mutate && op != admissionv1.Create:
 		return "runwarden shapes pods at creation only"
