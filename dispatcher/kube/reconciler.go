@@ -63,7 +63,7 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
-	o.Options.SetDefaults()
+	o.SetDefaults()
 	if o.Reader == nil {
 		o.Reader = o.Client
 	}
@@ -181,7 +181,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case err != nil:
 		return reconcile.Result{}, err
 	case terminal(rt.Status.Phase):
-		return reconcile.Result{}, r.settle(ctx, rt, j)
+		return reconcile.Result{}, r.settle(ctx, j)
 	case rt.Spec.Cancel:
 		return reconcile.Result{}, r.cancel(ctx, rt, j)
 	case j == nil && (rt.Status.JobName != "" || r.wasMarked(req.NamespacedName, name)):
@@ -634,7 +634,7 @@ func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 	if rt.Status.StartTime != nil {
 		r.opts.Recorder.Ran(out.Phase, rt.Status.CompletionTime.Sub(rt.Status.StartTime.Time))
 	}
-	if err := r.settle(ctx, rt, j); err != nil {
+	if err := r.settle(ctx, j); err != nil {
 		return err
 	}
 	return r.recount(ctx, types.NamespacedName{Namespace: rt.Namespace, Name: job.Name(TaskID(rt))})
@@ -644,7 +644,7 @@ func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 // still running (a pod that cannot start, a restart between the status and
 // the stop) is stopped; a finished one is marked reported, which gives it
 // its TTL and lets the history limits count it.
-func (r *Reconciler) settle(ctx context.Context, rt *v1alpha1.RunnerTask, j *batchv1.Job) error {
+func (r *Reconciler) settle(ctx context.Context, j *batchv1.Job) error {
 	switch {
 	case j == nil || j.DeletionTimestamp != nil:
 		return nil

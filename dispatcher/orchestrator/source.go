@@ -97,7 +97,7 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
-	o.Options.SetDefaults()
+	o.SetDefaults()
 	if o.PollWait <= 0 {
 		o.PollWait = 30 * time.Second
 	}
