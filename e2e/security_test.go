@@ -1259,11 +1259,13 @@ func TestSecurityPlantedPod(t *testing.T) {
 				},
 				Spec: corev1.PodSpec{
 					RestartPolicy: corev1.RestartPolicyNever,
-					Containers:    []corev1.Container{{Name: job.RunnerContainer, Image: "registry.example.com/planted:1", Command: []string{"true"}}},
+					// A registry on a loopback port nothing listens on: the
+					// pull is refused at once, with no lookup or route to wait on.
+					Containers: []corev1.Container{{Name: job.RunnerContainer, Image: "127.0.0.1:1/planted:1", Command: []string{"true"}}},
 				},
 			}
 			harness.OnRealNode(&planted.Spec)
-			// The node has no registry: the pull fails, and the pod shows it.
+			// The pull fails, and the pod shows it.
 			planted.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
 			if err := pc.Create(ctx, planted); err != nil {
 				t.Fatalf("planting a pod with the Job's job-name label: %v", err)
