@@ -388,10 +388,6 @@ func TestSecurityVaultReferences(t *testing.T) {
 		Assess("only named key-value mounts are read", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			v := startVault(ctx, t)
-			audit := filepath.Join(t.TempDir(), "audit.log")
-			if err := v.client.Sys().EnableAuditWithOptionsWithContext(ctx, "file", &vault.EnableAuditOptions{Type: "file", Options: map[string]string{"file_path": audit}}); err != nil {
-				t.Fatal(err)
-			}
 			value, v1 := "s3cr3t-"+rand.Text(), "kv1-"+rand.Text()
 			if _, err := v.client.KVv2("secret").Put(ctx, "db", map[string]any{"password": value}); err != nil {
 				t.Fatal(err)
@@ -420,6 +416,12 @@ path "sys/mounts" { capabilities = ["read"] }
 			}
 			tok, err := v.client.Auth().Token().CreateWithContext(ctx, &vault.TokenCreateRequest{Policies: []string{"runner"}, TTL: "1h"})
 			if err != nil {
+				t.Fatal(err)
+			}
+			// Vault's audit log from here on holds what the resolvers ask,
+			// not the setup above.
+			audit := filepath.Join(t.TempDir(), "audit.log")
+			if err := v.client.Sys().EnableAuditWithOptionsWithContext(ctx, "file", &vault.EnableAuditOptions{Type: "file", Options: map[string]string{"file_path": audit}}); err != nil {
 				t.Fatal(err)
 			}
 			r := cfg.Client().Resources(ns)

@@ -1170,10 +1170,9 @@ func TestSecurityPlantedLogConfigMap(t *testing.T) {
 
 // TestSecurityPlantedPod: another user of the namespace, who may create
 // and change pods (not Jobs), plants a pod with a running task's Job's
-// job-name label, a forged owner reference to that Job and the task's
-// annotation, whose image cannot be pulled. The dispatcher counts only the
-// pods the Job controller made for the Job (job.IsPodOf): the task is not
-// ended by the planted pod's ErrImagePull, and its record and kept log are
+// job-name label and the task's labels and annotation, whose container fails (exit code 3). The dispatcher counts
+// only the pods the Job controller made for the Job (job.IsPodOf): the task
+// is not ended by the planted pod's failure, and its record and kept log are
 // the real runner pod's. The same user cannot rewrite the record the
 // webhook wrote on the runner pod, nor make that pod another task's.
 func TestSecurityPlantedPod(t *testing.T) {
@@ -1253,18 +1252,19 @@ func TestSecurityPlantedPod(t *testing.T) {
 						job.LabelDispatcher: j.Labels[job.LabelDispatcher], job.LabelTaskID: j.Labels[job.LabelTaskID],
 					},
 					Annotations: map[string]string{job.AnnotationTaskID: kube.TaskID(rt), admissionAnnotationSpecDigest: "sha256:planted"},
-					OwnerReferences: []metav1.OwnerReference{{
-						APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: types.UID("forged-" + string(j.UID)), Controller: ptr.To(true),
-					}},
+					// No owner reference: one naming the Job with another UID
+					// has the garbage collector delete the pod at once (the
+					// unit tests of job.IsPodOf cover forged ones).
 				},
 				Spec: corev1.PodSpec{
 					RestartPolicy: corev1.RestartPolicyNever,
-					Containers:    []corev1.Container{{Name: job.RunnerContainer, Image: "registry.example.com/planted:1", Command: []string{"true"}}},
+					// The runner's own image, on the node already: the planted
+					// container fails at once, as a task's failure would show.
+					Containers: []corev1.Container{{Name: job.RunnerContainer, Image: j.Spec.Template.Spec.Containers[0].Image, Command: []string{"/bin/sh", "-c", "exit 3"}}},
 				},
 			}
 			harness.OnRealNode(&planted.Spec)
-			// The node has no registry: the pull fails, and the pod shows it.
-			planted.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
+			planted.Spec.Containers[0].ImagePullPolicy = corev1.PullIfNotPresent
 			if err := pc.Create(ctx, planted); err != nil {
 				t.Fatalf("planting a pod with the Job's job-name label: %v", err)
 			}
@@ -1274,13 +1274,13 @@ func TestSecurityPlantedPod(t *testing.T) {
 					return false, nil
 				}
 				for _, s := range p.Status.ContainerStatuses {
-					if w := s.State.Waiting; w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") {
+					if f := s.State.Terminated; f != nil && f.ExitCode == 3 {
 						return true, nil
 					}
 				}
 				return false, nil
 			}
-			if err := harness.WaitFor(ctx, "the planted pod to show ErrImagePull", 2*time.Minute, pulling); err != nil {
+			if err := harness.WaitFor(ctx, "the planted pod's container to fail with exit code 3", 2*time.Minute, pulling); err != nil {
 				t.Fatal(err)
 			}
 			// Have the dispatcher look at the task with the planted pod's

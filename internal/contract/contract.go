@@ -33,8 +33,3 @@ const (
 	// AnnotationWarnings are the policies' warnings, joined by "; ".
 	AnnotationWarnings = "runwarden.dev/warnings"
 )
-
-// RecordAnnotations returns the annotations of the webhook's record.
-func RecordAnnotations() []string {
-	return []string{AnnotationSpecDigest, AnnotationPolicyDigest, AnnotationMutations, AnnotationWarnings}
-}

@@ -112,9 +112,9 @@ clientConfig:
 rules:
 - {operations: [CREATE, UPDATE], apiGroups: [""], apiVersions: [v1], resources: [pods, pods/ephemeralcontainers]}
 - {operations: [CONNECT], apiGroups: [""], apiVersions: [v1], resources: [pods/exec, pods/attach, pods/portforward]}
-# An update that changes neither the spec nor the labels and annotations
-# (the Job controller removing its finalizer from every pod it tracks)
-# needs no decision, and must not wait for the webhook.
+# An update that changes neither the spec nor the labels, annotations and
+# owner references (the Job controller removing its finalizer from every pod
+# it tracks) needs no decision, and must not wait for the webhook.
 matchConditions:
 - name: changes-what-is-checked
   expression: >-
@@ -122,7 +122,9 @@ matchConditions:
     !((!has(object.metadata.labels) && !has(oldObject.metadata.labels)) ||
       (has(object.metadata.labels) && has(oldObject.metadata.labels) && object.metadata.labels == oldObject.metadata.labels)) ||
     !((!has(object.metadata.annotations) && !has(oldObject.metadata.annotations)) ||
-      (has(object.metadata.annotations) && has(oldObject.metadata.annotations) && object.metadata.annotations == oldObject.metadata.annotations))
+      (has(object.metadata.annotations) && has(oldObject.metadata.annotations) && object.metadata.annotations == oldObject.metadata.annotations)) ||
+    !((!has(object.metadata.ownerReferences) && !has(oldObject.metadata.ownerReferences)) ||
+      (has(object.metadata.ownerReferences) && has(oldObject.metadata.ownerReferences) && object.metadata.ownerReferences == oldObject.metadata.ownerReferences))
 {{- else }}
 rules:
 - {operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}
