@@ -11,6 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 )
 
 // ownPod is a pod as the Job controller makes it for j and the webhook
@@ -162,8 +164,8 @@ func TestPlantedPodsAreIgnored(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := &Record{SpecDigest: "sha256:own", PolicyDigest: "p-own", Mutations: []string{"env A"},
-				Images: []ImageRecord{{Container: RunnerContainer, Image: "runner:1", ImageID: "runner@sha256:1"}},
+			want := &v1alpha1.TaskRecord{SpecDigest: "sha256:own", ShortSpecDigest: "own", PolicyDigest: "p-own", Mutations: []string{"env A"},
+				Images: []v1alpha1.ImageRecord{{Container: RunnerContainer, Image: "runner:1", ImageID: "runner@sha256:1"}},
 				Node:   "node-own", Pod: own.Name, StartedAt: ptr.To(metav1.NewTime(created))}
 			if diff := cmp.Diff(want, rec); diff != "" {
 				t.Errorf("record (-want +got):\n%s", diff)

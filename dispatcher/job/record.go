@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/internal/contract"
 )
 
@@ -30,42 +31,6 @@ const (
 	podAnnotationWarnings     = contract.AnnotationWarnings
 )
 
-// Record is what a task ran, kept by its source after the Job is gone: the
-// runner pod's spec as admitted, the policies that shaped it, the images
-// with the digests the node ran, where. It holds names and digests, never
-// a value.
-type Record struct {
-	// SpecDigest is the SHA-256 of the runner pod's spec as runwarden's
-	// webhook admitted it (after the template, the task, the overlays and
-	// the policies).
-	SpecDigest string `json:"specDigest,omitempty"`
-	// PolicyDigest identifies the policy set that decided.
-	PolicyDigest string `json:"policyDigest,omitempty"`
-	// TemplateDigest is the SHA-256 of the platform's pod template.
-	TemplateDigest string `json:"templateDigest,omitempty"`
-	// Mutations name what the policies changed.
-	Mutations []string `json:"mutations,omitempty"`
-	// Warnings are the policies' warnings.
-	Warnings []string `json:"warnings,omitempty"`
-	// Images are the pod's containers' images, as the node resolved them.
-	Images []ImageRecord `json:"images,omitempty"`
-	// Node ran the pod; Pod is its name.
-	Node string `json:"node,omitempty"`
-	Pod  string `json:"pod,omitempty"`
-	// StartedAt and FinishedAt are when the runner container started and
-	// ended, as the kubelet reported them.
-	StartedAt  *metav1.Time `json:"startedAt,omitempty"`
-	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
-}
-
-// ImageRecord is one container's image: the reference the pod named, and
-// the image ID (a digest) the node ran.
-type ImageRecord struct {
-	Container string `json:"container"`
-	Image     string `json:"image,omitempty"`
-	ImageID   string `json:"imageID,omitempty"`
-}
-
 // templateDigest is the SHA-256 of a pod template's JSON encoding.
 func templateDigest(t corev1.PodTemplateSpec) string {
 	b, err := json.Marshal(t)
@@ -77,10 +42,15 @@ func templateDigest(t corev1.PodTemplateSpec) string {
 }
 
 // ReadRecord reads the record of Job j from its newest pod of its own
-// (IsPodOf; a cache of pods is enough: their metadata and status). A Job whose pod was never
-// made has a record of its template alone.
-func ReadRecord(ctx context.Context, c client.Reader, j *batchv1.Job) (*Record, error) {
-	rec := &Record{TemplateDigest: j.Annotations[AnnotationTemplateDigest]}
+// (IsPodOf; a cache of pods is enough: their metadata and status). A Job
+// whose pod was never made has a record of its template alone.
+//
+// The record is the RunnerTask API's type: what a task ran is kept in one
+// shape, the one the API versions. The orchestrator protocol converts it to
+// its own wire type (orchestrator.Record), so neither API changes when the
+// other does.
+func ReadRecord(ctx context.Context, c client.Reader, j *batchv1.Job) (*v1alpha1.TaskRecord, error) {
+	rec := &v1alpha1.TaskRecord{TemplateDigest: j.Annotations[AnnotationTemplateDigest]}
 	// Only the Job's own pods (IsPodOf): the record annotations of a pod
 	// planted with the Job's job-name label are the planter's words.
 	pods, err := PodsOf(ctx, c, j, false)
@@ -98,6 +68,7 @@ func ReadRecord(ctx context.Context, c client.Reader, j *batchv1.Job) (*Record, 
 	}
 	rec.Pod, rec.Node = pod.Name, pod.Spec.NodeName
 	rec.SpecDigest = pod.Annotations[podAnnotationSpecDigest]
+	rec.ShortSpecDigest = Short(rec.SpecDigest)
 	rec.PolicyDigest = pod.Annotations[podAnnotationPolicyDigest]
 	if m := pod.Annotations[podAnnotationMutations]; m != "" {
 		rec.Mutations = strings.Split(m, ", ")
@@ -106,7 +77,7 @@ func ReadRecord(ctx context.Context, c client.Reader, j *batchv1.Job) (*Record, 
 		rec.Warnings = strings.Split(w, "; ")
 	}
 	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
-		rec.Images = append(rec.Images, ImageRecord{Container: s.Name, Image: s.Image, ImageID: s.ImageID})
+		rec.Images = append(rec.Images, v1alpha1.ImageRecord{Container: s.Name, Image: s.Image, ImageID: s.ImageID})
 		if s.Name != RunnerContainer {
 			continue
 		}

@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 )
 
 // A Job's record comes from its newest pod: the webhook's annotations, the
@@ -35,9 +37,9 @@ func TestReadRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Record{SpecDigest: "sha256:n-new", PolicyDigest: "p1", TemplateDigest: templateDigest(options(t).Template),
+	want := &v1alpha1.TaskRecord{SpecDigest: "sha256:n-new", ShortSpecDigest: "n-new", PolicyDigest: "p1", TemplateDigest: templateDigest(options(t).Template),
 		Mutations: []string{"env A", "volume v"}, Warnings: []string{"w1", "w2"},
-		Images: []ImageRecord{{Container: "main", Image: "runner:1", ImageID: "runner@sha256:1"}}, Node: "n-new", Pod: "new",
+		Images: []v1alpha1.ImageRecord{{Container: "main", Image: "runner:1", ImageID: "runner@sha256:1"}}, Node: "n-new", Pod: "new",
 		StartedAt: &started, FinishedAt: &finished}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("record (-want +got):\n%s", diff)

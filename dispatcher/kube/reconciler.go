@@ -614,7 +614,7 @@ func (r *Reconciler) finish(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 		if err != nil {
 			return err
 		}
-		rt.Status.Record = taskRecord(rec)
+		rt.Status.Record = rec
 		if rt.Status.LogConfigMap, err = r.keepLog(ctx, rt, j.Name, rec.Pod); err != nil {
 			return err
 		}
@@ -660,17 +660,4 @@ func (r *Reconciler) settle(ctx context.Context, j *batchv1.Job) error {
 	// RunnerTask's status), so there is nothing to prune again later.
 	_, err := r.settler.Settle(ctx, j, time.Time{})
 	return err
-}
-
-// taskRecord is a Job's record as a RunnerTask keeps it.
-func taskRecord(rec *job.Record) *v1alpha1.TaskRecord {
-	tr := &v1alpha1.TaskRecord{
-		SpecDigest: rec.SpecDigest, ShortSpecDigest: job.Short(rec.SpecDigest), PolicyDigest: rec.PolicyDigest,
-		TemplateDigest: rec.TemplateDigest, Mutations: rec.Mutations, Warnings: rec.Warnings, Node: rec.Node, Pod: rec.Pod,
-		StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
-	}
-	for _, i := range rec.Images {
-		tr.Images = append(tr.Images, v1alpha1.ImageRecord{Container: i.Container, Image: i.Image, ImageID: i.ImageID})
-	}
-	return tr
 }

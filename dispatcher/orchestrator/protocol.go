@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 )
 
 // Version is the protocol version this package speaks, sent in the
@@ -203,8 +203,9 @@ type ImageRecord struct {
 	ImageID   string `json:"imageID,omitempty"`
 }
 
-// wireRecord converts the dispatcher's task record to the protocol's.
-func wireRecord(r *job.Record) *Record {
+// wireRecord converts the dispatcher's task record (the RunnerTask API's
+// TaskRecord) to the protocol's.
+func wireRecord(r *v1alpha1.TaskRecord) *Record {
 	if r == nil {
 		return nil
 	}

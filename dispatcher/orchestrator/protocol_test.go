@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 )
 
 // TestWireTypesMatchTheOpenAPIFile: every protocol type has exactly the
@@ -177,9 +177,9 @@ func ownPackage(t reflect.Type, seen map[reflect.Type]bool) string {
 func TestWireRecord(t *testing.T) {
 	t.Parallel()
 	at := metav1.NewTime(time.Date(2026, 11, 26, 10, 0, 1, 500, time.FixedZone("x", 3600)))
-	got := wireRecord(&job.Record{
-		SpecDigest: "sha256:a", PolicyDigest: "p", TemplateDigest: "sha256:t", Mutations: []string{"m"}, Warnings: []string{"w"},
-		Images: []job.ImageRecord{{Container: "main", Image: "i", ImageID: "i@sha256:b"}}, Node: "n", Pod: "pod", StartedAt: &at,
+	got := wireRecord(&v1alpha1.TaskRecord{
+		SpecDigest: "sha256:a", ShortSpecDigest: "a", PolicyDigest: "p", TemplateDigest: "sha256:t", Mutations: []string{"m"}, Warnings: []string{"w"},
+		Images: []v1alpha1.ImageRecord{{Container: "main", Image: "i", ImageID: "i@sha256:b"}}, Node: "n", Pod: "pod", StartedAt: &at,
 	})
 	start := time.Date(2026, 11, 26, 9, 0, 1, 0, time.UTC)
 	want := &Record{
@@ -192,12 +192,15 @@ func TestWireRecord(t *testing.T) {
 	if wireRecord(nil) != nil {
 		t.Error("no record is sent as none")
 	}
-	// The JSON is what the record's own encoding was: the same names, the
-	// same time format.
-	a, _ := json.Marshal(got)
-	b, _ := json.Marshal(&job.Record{SpecDigest: "sha256:a", PolicyDigest: "p", TemplateDigest: "sha256:t", Mutations: []string{"m"}, Warnings: []string{"w"},
-		Images: []job.ImageRecord{{Container: "main", Image: "i", ImageID: "i@sha256:b"}}, Node: "n", Pod: "pod", StartedAt: &at})
-	if string(a) != string(b) {
-		t.Errorf("the wire record encodes as\n%s\nthe dispatcher's as\n%s", a, b)
+	// The JSON is protocol 1.1's, byte for byte: the names, the time
+	// format, and nothing of the RunnerTask's own (shortSpecDigest).
+	a, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wire = `{"specDigest":"sha256:a","policyDigest":"p","templateDigest":"sha256:t","mutations":["m"],"warnings":["w"],` +
+		`"images":[{"container":"main","image":"i","imageID":"i@sha256:b"}],"node":"n","pod":"pod","startedAt":"2026-11-26T09:00:01Z"}`
+	if string(a) != wire {
+		t.Errorf("the wire record encodes as\n%s\nwant\n%s", a, wire)
 	}
 }
