@@ -298,6 +298,9 @@ func TestOrchestratorStartsOverAfterAStopAwaitingTheSecret(t *testing.T) {
 			if err := harness.WaitFor(ctx, "the quota to be counted", time.Minute, counted); err != nil {
 				t.Fatal(err)
 			}
+			// The first Job never runs: no pod of it, ever, beside the
+			// second's (the watch's rule that no task has pods of two Jobs).
+			watch := watchJobs(ctx, t, cfg, ns, 5)
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false")
 			o.srv.Add(orchestrator.Task{ID: "stopped", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t"}})
@@ -341,6 +344,7 @@ func TestOrchestratorStartsOverAfterAStopAwaitingTheSecret(t *testing.T) {
 			if owner := metav1.GetControllerOf(&secret); owner == nil || owner.UID != jobs[0].UID {
 				t.Errorf("Secret owners %+v, want the Job %s", secret.OwnerReferences, jobs[0].UID)
 			}
+			watch.check(ctx, t)
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
