@@ -111,19 +111,14 @@ func watchJobs(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string
 			t.Fatalf("the Job watch: %v", err)
 		}
 	}
-	if _, err := w.jobInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { w.jobEvent("added", o) },
-		UpdateFunc: func(_, o any) { w.jobEvent("modified", o) },
-		DeleteFunc: func(o any) { w.jobEvent("deleted", o) },
-	}); err != nil {
-		t.Fatalf("the Job watch: %v", err)
-	}
-	if _, err := w.podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { w.podEvent("added", o) },
-		UpdateFunc: func(_, o any) { w.podEvent("modified", o) },
-		DeleteFunc: func(o any) { w.podEvent("deleted", o) },
-	}); err != nil {
-		t.Fatalf("the pod watch: %v", err)
+	for inf, handle := range map[cache.SharedIndexInformer]func(string, any){w.jobInformer: w.jobEvent, w.podInformer: w.podEvent} {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { handle("added", o) },
+			UpdateFunc: func(_, o any) { handle("modified", o) },
+			DeleteFunc: func(o any) { handle("deleted", o) },
+		}); err != nil {
+			t.Fatalf("the Job watch: %v", err)
+		}
 	}
 	go func() {
 		defer close(w.done)
@@ -170,6 +165,16 @@ func tombstone(o any) any {
 	return o
 }
 
+// note keeps what an event says of an object, by its UID: v, or nothing
+// once it is deleted.
+func note[T any](m map[types.UID]T, typ string, uid types.UID, v T) {
+	if typ == "deleted" {
+		delete(m, uid)
+		return
+	}
+	m[uid] = v
+}
+
 func (w *jobWatch) jobEvent(typ string, o any) {
 	j, ok := tombstone(o).(*batchv1.Job)
 	if !ok {
@@ -181,11 +186,7 @@ func (w *jobWatch) jobEvent(typ string, o any) {
 		return
 	}
 	w.events["Job "+typ]++
-	if typ == "deleted" {
-		delete(w.jobs, j.UID)
-	} else {
-		w.jobs[j.UID] = j
-	}
+	note(w.jobs, typ, j.UID, j)
 	id := j.Labels[contract.LabelDispatcher]
 	if id == "" {
 		return
@@ -234,11 +235,7 @@ func (w *jobWatch) podEvent(typ string, o any) {
 		return
 	}
 	w.events["Pod "+typ]++
-	if typ == "deleted" {
-		delete(w.pods, p.UID)
-	} else {
-		w.pods[p.UID] = p.ResourceVersion
-	}
+	note(w.pods, typ, p.UID, p.ResourceVersion)
 	task := p.Labels[contract.LabelTaskID]
 	owner := metav1.GetControllerOf(p)
 	if task == "" || owner == nil || owner.Kind != "Job" {
