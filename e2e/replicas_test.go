@@ -80,7 +80,7 @@ func TestDispatcherReplicasFailover(t *testing.T) {
 			if ready, _ := b.answers("/readyz")(ctx); ready {
 				t.Fatal("the second replica is ready while the first leads")
 			}
-			watch := watchJobs(ctx, t, cfg, ns, 5)
+			watch := harness.WatchJobs(ctx, t, cfg, ns, 5)
 			r := cfg.Client().Resources(ns)
 			var tasks []*v1alpha1.RunnerTask
 			submit := func(from, to int) {
@@ -130,7 +130,7 @@ func TestDispatcherReplicasFailover(t *testing.T) {
 			if len(jobs) != len(tasks) {
 				t.Errorf("%d tasks have Jobs, want %d", len(jobs), len(tasks))
 			}
-			watch.check(ctx, t)
+			watch.Check(ctx, t)
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

@@ -1,6 +1,4 @@
-//go:build e2e
-
-package e2e
+package harness
 
 import (
 	"context"
@@ -24,15 +22,14 @@ import (
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
-	"github.com/runwarden/runwarden/e2e/harness"
 	"github.com/runwarden/runwarden/internal/contract"
 )
 
-// maxViolations bounds the violations a jobWatch keeps in full; the rest
+// maxViolations bounds the violations a JobWatch keeps in full; the rest
 // are counted.
 const maxViolations = 20
 
-// jobWatch watches the Jobs and pods of a namespace for a whole run and
+// JobWatch watches the Jobs and pods of a namespace for a whole run and
 // checks two rules on every event it receives, in the order the API server
 // gave them:
 //
@@ -56,8 +53,10 @@ const maxViolations = 20
 // still reaches the handlers (a deletion as a tombstone). Only states that
 // came and went entirely within such a gap are not seen; the restarts are
 // counted and reported.
-type jobWatch struct {
+type JobWatch struct {
 	maxConcurrent int
+	client        kubernetes.Interface
+	namespace     string
 	cancel        context.CancelFunc
 	done          chan struct{}
 	jobInformer   cache.SharedIndexInformer
@@ -88,18 +87,24 @@ type podJob struct {
 	pod string
 }
 
-// watchJobs starts a jobWatch of namespace ns and returns once it has
-// listed what is there; call it before the first task. Its check, at the
+// WatchJobs starts a JobWatch of namespace ns and returns once it has
+// listed what is there; call it before the first task. Its Check, at the
 // end of the run, stops it and reports what it found.
-func watchJobs(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, maxConcurrent int) *jobWatch {
+func WatchJobs(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, maxConcurrent int) *JobWatch {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(cfg.Client().RESTConfig())
 	if err != nil {
 		t.Fatalf("a client for the Job watch: %v", err)
 	}
+	return watchJobs(ctx, t, cs, ns, maxConcurrent)
+}
+
+// watchJobs is WatchJobs through cs.
+func watchJobs(ctx context.Context, t testing.TB, cs kubernetes.Interface, ns string, maxConcurrent int) *JobWatch {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
-	w := &jobWatch{
-		maxConcurrent: maxConcurrent, cancel: cancel, done: make(chan struct{}),
+	w := &JobWatch{
+		maxConcurrent: maxConcurrent, client: cs, namespace: ns, cancel: cancel, done: make(chan struct{}),
 		jobs: map[types.UID]*batchv1.Job{}, pods: map[types.UID]string{}, taskJob: map[string]podJob{},
 		events: map[string]int{}, most: map[string]int{},
 	}
@@ -111,11 +116,11 @@ func watchJobs(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string
 			t.Fatalf("the Job watch: %v", err)
 		}
 	}
-	for inf, handle := range map[cache.SharedIndexInformer]func(string, any){w.jobInformer: w.jobEvent, w.podInformer: w.podEvent} {
+	for _, inf := range []cache.SharedIndexInformer{w.jobInformer, w.podInformer} {
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { handle("added", o) },
-			UpdateFunc: func(_, o any) { handle("modified", o) },
-			DeleteFunc: func(o any) { handle("deleted", o) },
+			AddFunc:    func(o any) { w.event("added", o) },
+			UpdateFunc: func(_, o any) { w.event("modified", o) },
+			DeleteFunc: func(o any) { w.event("deleted", o) },
 		}); err != nil {
 			t.Fatalf("the Job watch: %v", err)
 		}
@@ -136,7 +141,7 @@ func watchJobs(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string
 
 // watchEnded counts a watch that ended with an error; the reflector then
 // resumes or lists again.
-func (w *jobWatch) watchEnded(ctx context.Context, r *cache.Reflector, err error) {
+func (w *JobWatch) watchEnded(ctx context.Context, r *cache.Reflector, err error) {
 	cache.DefaultWatchErrorHandler(ctx, r, err)
 	w.mu.Lock()
 	w.restarts++
@@ -144,7 +149,7 @@ func (w *jobWatch) watchEnded(ctx context.Context, r *cache.Reflector, err error
 }
 
 // holdsSlot tells whether a Job of a dispatcher holds one of its slots
-// (see jobWatch).
+// (see JobWatch).
 func holdsSlot(j *batchv1.Job) bool {
 	switch {
 	case j.Labels[contract.LabelDispatcher] == "" || j.Annotations[job.AnnotationPreflight] != "":
@@ -175,18 +180,28 @@ func note[T any](m map[types.UID]T, typ string, uid types.UID, v T) {
 	m[uid] = v
 }
 
-func (w *jobWatch) jobEvent(typ string, o any) {
-	j, ok := tombstone(o).(*batchv1.Job)
-	if !ok {
-		return
-	}
+// event handles one event of either watch.
+func (w *JobWatch) event(typ string, o any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
 		return
 	}
-	w.events["Job "+typ]++
-	note(w.jobs, typ, j.UID, j)
+	switch o := tombstone(o).(type) {
+	case *batchv1.Job:
+		w.events["Job "+typ]++
+		note(w.jobs, typ, o.UID, o)
+		w.checkSlots(typ, o)
+	case *corev1.Pod:
+		w.events["Pod "+typ]++
+		note(w.pods, typ, o.UID, o.ResourceVersion)
+		w.checkPod(typ, o)
+	}
+}
+
+// checkSlots checks, after an event of Job j, that no more than
+// maxConcurrent Jobs of its dispatcher hold a slot. w.mu is held.
+func (w *JobWatch) checkSlots(typ string, j *batchv1.Job) {
 	id := j.Labels[contract.LabelDispatcher]
 	if id == "" {
 		return
@@ -224,18 +239,9 @@ func describeJob(j *batchv1.Job) string {
 	return s + ")"
 }
 
-func (w *jobWatch) podEvent(typ string, o any) {
-	p, ok := tombstone(o).(*corev1.Pod)
-	if !ok {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.stopped {
-		return
-	}
-	w.events["Pod "+typ]++
-	note(w.pods, typ, p.UID, p.ResourceVersion)
+// checkPod checks, after an event of pod p, that its task has pods of no
+// other Job. w.mu is held.
+func (w *JobWatch) checkPod(typ string, p *corev1.Pod) {
 	task := p.Labels[contract.LabelTaskID]
 	owner := metav1.GetControllerOf(p)
 	if task == "" || owner == nil || owner.Kind != "Job" {
@@ -252,7 +258,7 @@ func (w *jobWatch) podEvent(typ string, o any) {
 }
 
 // violate records a violation; w.mu is held.
-func (w *jobWatch) violate(v string) {
+func (w *JobWatch) violate(v string) {
 	if len(w.violations) < maxViolations {
 		w.violations = append(w.violations, v)
 		return
@@ -260,32 +266,37 @@ func (w *jobWatch) violate(v string) {
 	w.dropped++
 }
 
-// caughtUp tells whether the handlers have seen every object in the
-// informers' stores at its stored version.
-func (w *jobWatch) caughtUp() bool {
+// caughtUp tells whether the handlers have seen every Job and pod of the
+// namespace as the API server lists them now, at its listed version.
+func (w *JobWatch) caughtUp(ctx context.Context) (bool, error) {
+	jobs, err := w.client.BatchV1().Jobs(w.namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, nil // listed again until the deadline
+	}
+	pods, err := w.client.CoreV1().Pods(w.namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, nil
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	jobs, pods := w.jobInformer.GetStore().List(), w.podInformer.GetStore().List()
-	if len(jobs) != len(w.jobs) || len(pods) != len(w.pods) {
-		return false
+	if len(jobs.Items) != len(w.jobs) || len(pods.Items) != len(w.pods) {
+		return false, nil
 	}
-	for _, o := range jobs {
-		j := o.(*batchv1.Job)
+	for _, j := range jobs.Items {
 		if seen := w.jobs[j.UID]; seen == nil || seen.ResourceVersion != j.ResourceVersion {
-			return false
+			return false, nil
 		}
 	}
-	for _, o := range pods {
-		p := o.(*corev1.Pod)
-		if w.pods[p.UID] != p.ResourceVersion {
-			return false
+	for _, p := range pods.Items {
+		if rv, ok := w.pods[p.UID]; !ok || rv != p.ResourceVersion {
+			return false, nil
 		}
 	}
-	return true
+	return true, nil
 }
 
 // stop ends the watches; the handlers take no event after it.
-func (w *jobWatch) stop() {
+func (w *JobWatch) stop() {
 	w.cancel()
 	<-w.done
 	w.mu.Lock()
@@ -293,32 +304,61 @@ func (w *jobWatch) stop() {
 	w.mu.Unlock()
 }
 
-// check waits for the handlers to catch up with the watches, stops them,
-// fails t with every violation seen, and logs what was watched: the most
-// Jobs of one dispatcher that held a slot at once, and the events.
-func (w *jobWatch) check(ctx context.Context, t *testing.T) {
-	t.Helper()
-	caught := func(context.Context) (bool, error) { return w.caughtUp(), nil }
-	if err := harness.WaitFor(ctx, "the Job watch to handle every event", 30*time.Second, caught); err != nil {
-		t.Errorf("%v: the last events were not checked", err)
-	}
+// JobWatchReport is what a JobWatch saw.
+type JobWatchReport struct {
+	// Most is the most Jobs that held a slot at once, per dispatcher.
+	Most map[string]int
+	// Events counts the events handled, by kind and type ("Job added").
+	Events map[string]int
+	// Tasks is how many tasks had pods.
+	Tasks int
+	// Restarts counts the watches that ended with an error.
+	Restarts int
+	// Violations are the first violations in full; Dropped counts the
+	// rest.
+	Violations []string
+	Dropped    int
+	// Missed says the handlers did not catch up with the watches before
+	// the end: the last events were not checked.
+	Missed error
+}
+
+// Stop waits for the handlers to catch up with the watches, stops them, and
+// returns what they saw.
+func (w *JobWatch) Stop(ctx context.Context) JobWatchReport {
+	missed := WaitFor(ctx, "the Job watch to handle every event up to a list of now", 30*time.Second, w.caughtUp)
 	w.stop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, v := range w.violations {
+	return JobWatchReport{
+		Most: maps.Clone(w.most), Events: maps.Clone(w.events), Tasks: len(w.taskJob), Restarts: w.restarts,
+		Violations: slices.Clone(w.violations), Dropped: w.dropped, Missed: missed,
+	}
+}
+
+// Check stops the watch (Stop), fails t with every violation seen, and logs
+// what was watched: the most Jobs of one dispatcher that held a slot at
+// once, and the events.
+func (w *JobWatch) Check(ctx context.Context, t *testing.T) {
+	t.Helper()
+	r := w.Stop(ctx)
+	if r.Missed != nil {
+		t.Errorf("%v: the last events were not checked", r.Missed)
+	}
+	for _, v := range r.Violations {
 		t.Errorf("the Job watch saw: %s", v)
 	}
-	if w.dropped > 0 {
-		t.Errorf("the Job watch saw %d more violations", w.dropped)
+	if r.Dropped > 0 {
+		t.Errorf("the Job watch saw %d more violations", r.Dropped)
 	}
 	most := 0
-	for _, n := range w.most {
+	for _, n := range r.Most {
 		most = max(most, n)
 	}
 	var counts []string
-	for _, k := range slices.Sorted(maps.Keys(w.events)) {
-		counts = append(counts, fmt.Sprintf("%s %d", k, w.events[k]))
+	for _, k := range slices.Sorted(maps.Keys(r.Events)) {
+		counts = append(counts, fmt.Sprintf("%s %d", k, r.Events[k]))
 	}
 	t.Logf("the Job watch: at most %d Jobs of one dispatcher held a slot at once (--max-concurrent %d), per dispatcher %v; %d tasks had pods; events: %s; %d watches restarted",
-		most, w.maxConcurrent, w.most, len(w.taskJob), strings.Join(counts, ", "), w.restarts)
+		most, w.maxConcurrent, r.Most, r.Tasks, strings.Join(counts, ", "), r.Restarts)
 }
