@@ -207,8 +207,14 @@ func printEval(stdout io.Writer, passes []evalPass) int {
 		decided = len(passes) - 1
 	}
 	if decided >= 0 {
-		out, _ := yaml.Marshal(map[string]any{"decision": passes[decided].res.Decision})
+		d := passes[decided].res.Decision
+		out, _ := yaml.Marshal(map[string]any{"decision": d})
 		fmt.Fprintf(stdout, "%s", out)
+		// Each violation with what the webhook does with it (the platform
+		// configuration's enforcement).
+		for _, v := range d.Violations() {
+			fmt.Fprintf(stdout, "# action %s: %s\n", v.Action, v.Message)
+		}
 	}
 	var notChecked, outcomes []string
 	for _, p := range passes {
