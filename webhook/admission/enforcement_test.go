@@ -1,0 +1,214 @@
+package admission
+
+import (
+	"maps"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/runwarden/runwarden/policies"
+	"github.com/runwarden/runwarden/webhook/metrics"
+	"github.com/runwarden/runwarden/webhook/policy"
+)
+
+// TestHandlerActsOnEachViolation runs the shipped policies with the
+// platform's enforcement (the action per rule, and per namespace) on a pod
+// that breaks no-host-namespaces and allowed-registries, and checks what the
+// API server gets (a denial, or the pod admitted with or without
+// warnings), what runwarden_webhook_denials_total counts by rule and action,
+// and the log line of each dryrun violation. The validating handler counts
+// the violations of a pod it admits; the mutating one only of a pod it
+// denies, so that each request counts once.
+func TestHandlerActsOnEachViolation(t *testing.T) {
+	t.Parallel()
+	const (
+		hostPID    = "no-host-namespaces: the pod uses the host's namespaces (hostPID)"
+		registries = `allowed-registries: container "main" image "docker.io/library/busybox:1" is not from an allowed registry (registry.example.com)`
+	)
+	type count = [2]string
+	tests := []struct {
+		name        string
+		enforcement map[string]any // the platform configuration's enforcement
+		mode        string
+		annotations map[string]string // the namespace's
+		mutate      bool
+		denial      string // "" when admitted
+		warnings    []string
+		counts      map[count]float64
+		logged      []string // the rules of the dryrun log lines
+	}{
+		{
+			name: "enforce by default", mutate: true,
+			denial: "runwarden policy: " + hostPID + "; " + registries,
+			counts: map[count]float64{{"allowed-registries", "deny"}: 1, {"no-host-namespaces", "deny"}: 1},
+		},
+		{
+			name: "audit mode warns", mode: "audit",
+			warnings: []string{"audit: would deny: " + registries, "audit: would deny: " + hostPID}, // sorted
+			counts:   map[count]float64{{"allowed-registries", "warn"}: 1, {"no-host-namespaces", "warn"}: 1},
+		},
+		{
+			name:        "dryrun admits silently, counts and logs",
+			enforcement: map[string]any{"rules": map[string]any{"allowed-registries": "dryrun", "no-host-namespaces": "dryrun"}},
+			counts:      map[count]float64{{"allowed-registries", "dryrun"}: 1, {"no-host-namespaces", "dryrun"}: 1},
+			logged:      []string{"no-host-namespaces", "allowed-registries"},
+		},
+		{
+			name:        "the mutating handler leaves the count of an admitted pod to the validating one",
+			enforcement: map[string]any{"default": "dryrun"}, mutate: true,
+		},
+		{
+			name:        "a rule in warn, another in dryrun",
+			enforcement: map[string]any{"default": "dryrun", "rules": map[string]any{"no-host-namespaces": "warn"}},
+			warnings:    []string{"audit: would deny: " + hostPID},
+			counts:      map[count]float64{{"allowed-registries", "dryrun"}: 1, {"no-host-namespaces", "warn"}: 1},
+			logged:      []string{"allowed-registries"},
+		},
+		{
+			name: "the namespace's deny beats the rule's dryrun",
+			enforcement: map[string]any{
+				"rules":      map[string]any{"allowed-registries": "dryrun", "no-host-namespaces": "dryrun"},
+				"namespaces": map[string]any{"team-a": map[string]any{"no-host-namespaces": "deny"}},
+			},
+			mutate: true,
+			denial: "runwarden policy: " + hostPID,
+			counts: map[count]float64{{"allowed-registries", "dryrun"}: 1, {"no-host-namespaces", "deny"}: 1},
+			logged: []string{"allowed-registries"},
+		},
+		{
+			name:        "another namespace's setting does not apply",
+			enforcement: map[string]any{"default": "dryrun", "namespaces": map[string]any{"team-b": map[string]any{"no-host-namespaces": "deny"}}},
+			counts:      map[count]float64{{"allowed-registries", "dryrun"}: 1, {"no-host-namespaces", "dryrun"}: 1},
+			logged:      []string{"no-host-namespaces", "allowed-registries"},
+		},
+		{
+			name:        "namespace annotations cannot relax a rule",
+			annotations: map[string]string{"runwarden.dev/enforcement": "dryrun", "runwarden.dev/enforcement.no-host-namespaces": "dryrun", "runwarden.dev/mode": "audit"},
+			mutate:      true,
+			denial:      "runwarden policy: " + hostPID + "; " + registries,
+			counts:      map[count]float64{{"allowed-registries", "deny"}: 1, {"no-host-namespaces", "deny"}: 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := maps.Clone(platformConfig)
+			if tt.enforcement != nil {
+				cfg["enforcement"] = tt.enforcement
+			}
+			if tt.mode != "" {
+				cfg["mode"] = tt.mode
+			}
+			if err := policy.CheckEnforcement(cfg); err != nil {
+				t.Fatal(err)
+			}
+			set, err := policy.Load(t.Context(), policies.FS, "embedded", policy.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reader := fake.NewClientBuilder().WithObjects(
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Annotations: tt.annotations}},
+				&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: "team-a"}},
+				taskJob(),
+			).Build()
+			reg := prometheus.NewRegistry()
+			h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: cfg, Mutate: tt.mutate, Recorder: metrics.New(reg)})
+			var logs lines
+			ctx := log.IntoContext(t.Context(), funcr.New(logs.add, funcr.Options{}))
+
+			pod := runnerPod("docker.io/library/busybox:1")
+			pod.Name = "task-1-abcde"
+			pod.Spec.HostPID = true
+			resp := h.Handle(ctx, request(t, pod))
+
+			if tt.denial == "" && !resp.Allowed {
+				t.Errorf("denied (%s), want admitted", resp.Result.Message)
+			}
+			if tt.denial != "" && (resp.Allowed || resp.Result.Message != tt.denial) {
+				t.Errorf("allowed %v, message %q; want denied with %q", resp.Allowed, resp.Result.Message, tt.denial)
+			}
+			if diff := cmp.Diff(tt.warnings, resp.Warnings, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.counts, violationCounts(t, reg)); diff != "" {
+				t.Errorf("runwarden_webhook_denials_total (-want +got):\n%s", diff)
+			}
+			var logged []string
+			for _, l := range logs.all() {
+				if !strings.Contains(l, `"msg"="policy violation in dryrun, pod admitted"`) {
+					continue
+				}
+				for _, w := range []string{`"namespace"="team-a"`, `"pod"="task-1-abcde"`, `"job"="task-1"`, `"message"=`} {
+					if !strings.Contains(l, w) {
+						t.Errorf("dryrun log line lacks %s: %s", w, l)
+					}
+				}
+				_, rest, _ := strings.Cut(l, `"rule"="`)
+				rule, _, _ := strings.Cut(rest, `"`)
+				logged = append(logged, rule)
+			}
+			if diff := cmp.Diff(tt.logged, logged); diff != "" {
+				t.Errorf("rules logged in dryrun (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// lines collects log lines.
+type lines struct {
+	mu sync.Mutex
+	l  []string
+}
+
+func (l *lines) add(prefix, args string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.l = append(l.l, prefix+" "+args)
+}
+
+func (l *lines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.l...)
+}
+
+// violationCounts reads runwarden_webhook_denials_total by rule and action;
+// nil when nothing was counted.
+func violationCounts(t *testing.T, reg *prometheus.Registry) map[[2]string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[[2]string]float64
+	for _, f := range families {
+		if f.GetName() != "runwarden_webhook_denials_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var k [2]string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "rule":
+					k[0] = l.GetValue()
+				case "action":
+					k[1] = l.GetValue()
+				}
+			}
+			if out == nil {
+				out = map[[2]string]float64{}
+			}
+			out[k] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
