@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"encoding/json"
 	"maps"
 	"strings"
 	"sync"
@@ -10,10 +11,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/runwarden/runwarden/policies"
 	"github.com/runwarden/runwarden/webhook/metrics"
@@ -211,4 +214,77 @@ func violationCounts(t *testing.T, reg *prometheus.Registry) map[[2]string]float
 		}
 	}
 	return out
+}
+
+// TestRefusalsOutsideThePoliciesAlwaysDeny: the webhook's own refusals in
+// Go are not policy rules, and no enforcement relaxes them: with every rule
+// in dryrun, a runner label not earned, a change of a runner pod's record,
+// and an exec into a runner pod are still refused, and counted as nothing
+// else than a denial.
+func TestRefusalsOutsideThePoliciesAlwaysDeny(t *testing.T) {
+	t.Parallel()
+	cfg := maps.Clone(platformConfig)
+	cfg["enforcement"] = map[string]any{"default": "dryrun", "rules": map[string]any{"no-exec-into-runners": "dryrun"}}
+	set, err := policy.Load(t.Context(), policies.FS, "embedded", policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner := runnerPod("registry.example.com/runner:1")
+	runner.Name, runner.GenerateName = "task-1-abcde", ""
+	reader := fake.NewClientBuilder().WithObjects(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Annotations: map[string]string{"runwarden.dev/enforcement": "dryrun"}}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: "team-a"}},
+		taskJob(), runner.DeepCopy(),
+	).Build()
+	recorded := func() *corev1.Pod {
+		p := runnerPod("registry.example.com/runner:1")
+		p.Annotations = map[string]string{AnnotationSpecDigest: "sha256:1", AnnotationPolicyDigest: "p1", AnnotationMutations: "env A"}
+		return p
+	}
+	tests := []struct {
+		name   string
+		mutate bool
+		req    func(t *testing.T) admission.Request
+		want   string
+	}{
+		{name: "a runner label not earned", mutate: true, want: "it is created by alice", req: func(t *testing.T) admission.Request {
+			r := request(t, runnerPod("registry.example.com/runner:1"))
+			r.UserInfo.Username = "alice"
+			return r
+		}},
+		{name: "a runner pod's record changed", want: "the annotation " + AnnotationSpecDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+			changed := recorded()
+			changed.Annotations[AnnotationSpecDigest] = "sha256:2"
+			r := request(t, changed)
+			r.Operation = admissionv1.Update
+			raw, err := json.Marshal(recorded())
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.OldObject.Raw = raw
+			return r
+		}},
+		{name: "exec into a runner pod", want: "no-exec-into-runners", req: func(t *testing.T) admission.Request {
+			return connectRequest(t, "exec", runner.Name, &corev1.PodExecOptions{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodExecOptions"}, Container: "main", Stdout: true})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			reg := prometheus.NewRegistry()
+			h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Pods: reader, Config: cfg, Mutate: tt.mutate, Recorder: metrics.New(reg)})
+			resp := h.Handle(t.Context(), tt.req(t))
+			if resp.Allowed || !strings.Contains(resp.Result.Message, tt.want) {
+				t.Errorf("allowed %v, %q; want denied naming %q", resp.Allowed, resp.Result.Message, tt.want)
+			}
+			if len(resp.Warnings) != 0 {
+				t.Errorf("warnings %q, want none", resp.Warnings)
+			}
+			for k := range violationCounts(t, reg) {
+				if k[1] != policy.ActionDeny {
+					t.Errorf("counted %v, want denials only", k)
+				}
+			}
+		})
+	}
 }
