@@ -10,7 +10,6 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/runwarden/runwarden/policies"
-	"github.com/runwarden/runwarden/webhook/metrics"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
@@ -27,8 +25,9 @@ import (
 // platform's enforcement (the action per rule, and per namespace) on a pod
 // that breaks no-host-namespaces and allowed-registries, and checks what the
 // API server gets (a denial, or the pod admitted with or without
-// warnings), what runwarden_webhook_denials_total counts by rule and action,
-// and the log line of each dryrun violation. The validating handler counts
+// warnings), what the handler counts by rule and action (the Recorder behind
+// runwarden_webhook_denials_total), and the log line of each dryrun
+// violation. The validating handler counts
 // the violations of a pod it admits; the mutating one only of a pod it
 // denies, so that each request counts once.
 func TestHandlerActsOnEachViolation(t *testing.T) {
@@ -37,7 +36,6 @@ func TestHandlerActsOnEachViolation(t *testing.T) {
 		hostPID    = "no-host-namespaces: the pod uses the host's namespaces (hostPID)"
 		registries = `allowed-registries: container "main" image "docker.io/library/busybox:1" is not from an allowed registry (registry.example.com)`
 	)
-	type count = [2]string
 	tests := []struct {
 		name        string
 		enforcement map[string]any // the platform configuration's enforcement
@@ -46,23 +44,23 @@ func TestHandlerActsOnEachViolation(t *testing.T) {
 		mutate      bool
 		denial      string // "" when admitted
 		warnings    []string
-		counts      map[count]float64
-		logged      []string // the rules of the dryrun log lines
+		counts      map[string]int // rule/action
+		logged      []string       // the rules of the dryrun log lines
 	}{
 		{
 			name: "enforce by default", mutate: true,
 			denial: "runwarden policy: " + hostPID + "; " + registries,
-			counts: map[count]float64{{"allowed-registries", "deny"}: 1, {"no-host-namespaces", "deny"}: 1},
+			counts: map[string]int{"allowed-registries/deny": 1, "no-host-namespaces/deny": 1},
 		},
 		{
 			name: "audit mode warns", mode: "audit",
 			warnings: []string{"audit: would deny: " + registries, "audit: would deny: " + hostPID}, // sorted
-			counts:   map[count]float64{{"allowed-registries", "warn"}: 1, {"no-host-namespaces", "warn"}: 1},
+			counts:   map[string]int{"allowed-registries/warn": 1, "no-host-namespaces/warn": 1},
 		},
 		{
 			name:        "dryrun admits silently, counts and logs",
 			enforcement: map[string]any{"rules": map[string]any{"allowed-registries": "dryrun", "no-host-namespaces": "dryrun"}},
-			counts:      map[count]float64{{"allowed-registries", "dryrun"}: 1, {"no-host-namespaces", "dryrun"}: 1},
+			counts:      map[string]int{"allowed-registries/dryrun": 1, "no-host-namespaces/dryrun": 1},
 			logged:      []string{"no-host-namespaces", "allowed-registries"},
 		},
 		{
@@ -73,7 +71,7 @@ func TestHandlerActsOnEachViolation(t *testing.T) {
 			name:        "a rule in warn, another in dryrun",
 			enforcement: map[string]any{"default": "dryrun", "rules": map[string]any{"no-host-namespaces": "warn"}},
 			warnings:    []string{"audit: would deny: " + hostPID},
-			counts:      map[count]float64{{"allowed-registries", "dryrun"}: 1, {"no-host-namespaces", "warn"}: 1},
+			counts:      map[string]int{"allowed-registries/dryrun": 1, "no-host-namespaces/warn": 1},
 			logged:      []string{"allowed-registries"},
 		},
 		{
@@ -84,13 +82,13 @@ func TestHandlerActsOnEachViolation(t *testing.T) {
 			},
 			mutate: true,
 			denial: "runwarden policy: " + hostPID,
-			counts: map[count]float64{{"allowed-registries", "dryrun"}: 1, {"no-host-namespaces", "deny"}: 1},
+			counts: map[string]int{"allowed-registries/dryrun": 1, "no-host-namespaces/deny": 1},
 			logged: []string{"allowed-registries"},
 		},
 		{
 			name:        "another namespace's setting does not apply",
 			enforcement: map[string]any{"default": "dryrun", "namespaces": map[string]any{"team-b": map[string]any{"no-host-namespaces": "deny"}}},
-			counts:      map[count]float64{{"allowed-registries", "dryrun"}: 1, {"no-host-namespaces", "dryrun"}: 1},
+			counts:      map[string]int{"allowed-registries/dryrun": 1, "no-host-namespaces/dryrun": 1},
 			logged:      []string{"no-host-namespaces", "allowed-registries"},
 		},
 		{
@@ -98,7 +96,7 @@ func TestHandlerActsOnEachViolation(t *testing.T) {
 			annotations: map[string]string{"runwarden.dev/enforcement": "dryrun", "runwarden.dev/enforcement.no-host-namespaces": "dryrun", "runwarden.dev/mode": "audit"},
 			mutate:      true,
 			denial:      "runwarden policy: " + hostPID + "; " + registries,
-			counts:      map[count]float64{{"allowed-registries", "deny"}: 1, {"no-host-namespaces", "deny"}: 1},
+			counts:      map[string]int{"allowed-registries/deny": 1, "no-host-namespaces/deny": 1},
 		},
 	}
 	for _, tt := range tests {
@@ -123,8 +121,8 @@ func TestHandlerActsOnEachViolation(t *testing.T) {
 				&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: "team-a"}},
 				taskJob(),
 			).Build()
-			reg := prometheus.NewRegistry()
-			h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: cfg, Mutate: tt.mutate, Recorder: metrics.New(reg)})
+			rec := &denials{}
+			h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: cfg, Mutate: tt.mutate, Recorder: rec})
 			var logs lines
 			ctx := log.IntoContext(t.Context(), funcr.New(logs.add, funcr.Options{}))
 
@@ -142,8 +140,8 @@ func TestHandlerActsOnEachViolation(t *testing.T) {
 			if diff := cmp.Diff(tt.warnings, resp.Warnings, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("warnings (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tt.counts, violationCounts(t, reg)); diff != "" {
-				t.Errorf("runwarden_webhook_denials_total (-want +got):\n%s", diff)
+			if diff := cmp.Diff(tt.counts, rec.counts(), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("violations counted by rule/action (-want +got):\n%s", diff)
 			}
 			var logged []string
 			for _, l := range logs.all() {
@@ -184,34 +182,11 @@ func (l *lines) all() []string {
 	return append([]string(nil), l.l...)
 }
 
-// violationCounts reads runwarden_webhook_denials_total by rule and action;
-// nil when nothing was counted.
-func violationCounts(t *testing.T, reg *prometheus.Registry) map[[2]string]float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out map[[2]string]float64
-	for _, f := range families {
-		if f.GetName() != "runwarden_webhook_denials_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var k [2]string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "rule":
-					k[0] = l.GetValue()
-				case "action":
-					k[1] = l.GetValue()
-				}
-			}
-			if out == nil {
-				out = map[[2]string]float64{}
-			}
-			out[k] = m.GetCounter().GetValue()
-		}
+// counts is how many times each rule/action was counted.
+func (d *denials) counts() map[string]int {
+	out := map[string]int{}
+	for _, r := range d.rules {
+		out[r]++
 	}
 	return out
 }
@@ -219,8 +194,8 @@ func violationCounts(t *testing.T, reg *prometheus.Registry) map[[2]string]float
 // TestRefusalsOutsideThePoliciesAlwaysDeny: the webhook's own refusals in
 // Go are not policy rules, and no enforcement relaxes them: with every rule
 // in dryrun, a runner label not earned, a change of a runner pod's record,
-// and an exec into a runner pod are still refused, and counted as nothing
-// else than a denial.
+// and an exec into a runner pod are still refused, and counted as denials
+// only.
 func TestRefusalsOutsideThePoliciesAlwaysDeny(t *testing.T) {
 	t.Parallel()
 	cfg := maps.Clone(platformConfig)
@@ -271,8 +246,8 @@ func TestRefusalsOutsideThePoliciesAlwaysDeny(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			reg := prometheus.NewRegistry()
-			h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Pods: reader, Config: cfg, Mutate: tt.mutate, Recorder: metrics.New(reg)})
+			rec := &denials{}
+			h := New(Options{Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Pods: reader, Config: cfg, Mutate: tt.mutate, Recorder: rec})
 			resp := h.Handle(t.Context(), tt.req(t))
 			if resp.Allowed || !strings.Contains(resp.Result.Message, tt.want) {
 				t.Errorf("allowed %v, %q; want denied naming %q", resp.Allowed, resp.Result.Message, tt.want)
@@ -280,9 +255,9 @@ func TestRefusalsOutsideThePoliciesAlwaysDeny(t *testing.T) {
 			if len(resp.Warnings) != 0 {
 				t.Errorf("warnings %q, want none", resp.Warnings)
 			}
-			for k := range violationCounts(t, reg) {
-				if k[1] != policy.ActionDeny {
-					t.Errorf("counted %v, want denials only", k)
+			for _, k := range rec.rules {
+				if !strings.HasSuffix(k, "/"+policy.ActionDeny) {
+					t.Errorf("counted %s, want denials only", k)
 				}
 			}
 		})
