@@ -74,7 +74,9 @@ Admits a pod as the webhook does, with the same code: the mutating handler
 (the runner label's earned check, the policies, the secret references'
 resolver init container, the mutations, the record annotations), then the
 validating handler on its result, as the API server calls them. It prints
-the policies' decision and the pod as admitted. What only the cluster could
+the policies' decision, the action of each violation ("# action deny: ...",
+warn or dryrun, from the platform configuration's enforcement) and the pod
+as admitted. What only the cluster could
 tell and no file gives (the namespace, the service account, the pod's Job)
 is printed as "# NOT CHECKED: ...", with how eval went on without it.
 Exit status: 0 admitted, 1 denied, 2 bad arguments or files, 3 the
