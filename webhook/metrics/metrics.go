@@ -11,7 +11,6 @@ import (
 	"math"
 	"os"
 	"regexp"
-	"slices"
 	"sync"
 	"time"
 
@@ -143,7 +142,9 @@ func (r *Recorder) Violation(rule, action string) {
 	if !ruleName.MatchString(rule) || !r.knownRule(rule) {
 		rule = "other"
 	}
-	if !slices.Contains(policy.Actions, action) {
+	switch action {
+	case policy.ActionDeny, policy.ActionWarn, policy.ActionDryrun:
+	default:
 		action = "other"
 	}
 	r.denials.WithLabelValues(rule, action).Inc()

@@ -46,7 +46,7 @@ const (
 )
 
 // Actions are the actions, in the order of their strength.
-var Actions = []string{ActionDeny, ActionWarn, ActionDryrun}
+func Actions() []string { return []string{ActionDeny, ActionWarn, ActionDryrun} }
 
 // Violations are the decision's violations of every action: deny, then
 // warn, then dryrun, each with its action.

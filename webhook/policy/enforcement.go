@@ -66,8 +66,8 @@ func checkRuleActions(path string, v any) error {
 }
 
 func checkAction(path string, v any) error {
-	if a, ok := v.(string); ok && slices.Contains(Actions, a) {
+	if a, ok := v.(string); ok && slices.Contains(Actions(), a) {
 		return nil
 	}
-	return fmt.Errorf("%s: %v is not an action; use %s", path, v, strings.Join(Actions, ", "))
+	return fmt.Errorf("%s: %v is not an action; use %s", path, v, strings.Join(Actions(), ", "))
 }
