@@ -74,7 +74,9 @@ Admits a pod as the webhook does, with the same code: the mutating handler
 (the runner label's earned check, the policies, the secret references'
 resolver init container, the mutations, the record annotations), then the
 validating handler on its result, as the API server calls them. It prints
-the policies' decision and the pod as admitted. What only the cluster could
+the policies' decision, the action of each violation ("# action deny: ...",
+warn or dryrun, from the platform configuration's enforcement) and the pod
+as admitted. What only the cluster could
 tell and no file gives (the namespace, the service account, the pod's Job)
 is printed as "# NOT CHECKED: ...", with how eval went on without it.
 Exit status: 0 admitted, 1 denied, 2 bad arguments or files, 3 the
@@ -207,8 +209,14 @@ func printEval(stdout io.Writer, passes []evalPass) int {
 		decided = len(passes) - 1
 	}
 	if decided >= 0 {
-		out, _ := yaml.Marshal(map[string]any{"decision": passes[decided].res.Decision})
+		d := passes[decided].res.Decision
+		out, _ := yaml.Marshal(map[string]any{"decision": d})
 		fmt.Fprintf(stdout, "%s", out)
+		// Each violation with what the webhook does with it (the platform
+		// configuration's enforcement).
+		for _, v := range d.Violations() {
+			fmt.Fprintf(stdout, "# action %s: %s\n", v.Action, v.Message)
+		}
 	}
 	var notChecked, outcomes []string
 	for _, p := range passes {

@@ -193,7 +193,8 @@ func cachedKinds(platform map[string]any) []client.Object {
 	return kinds
 }
 
-// readPlatformConfig reads the platform configuration file.
+// readPlatformConfig reads the platform configuration file, and checks its
+// enforcement (the action per rule).
 func readPlatformConfig(path string) (map[string]any, error) {
 	if path == "" {
 		return map[string]any{}, nil
@@ -204,6 +205,9 @@ func readPlatformConfig(path string) (map[string]any, error) {
 	}
 	cfg := map[string]any{}
 	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("platform configuration %s: %w", path, err)
+	}
+	if err := policy.CheckEnforcement(cfg); err != nil {
 		return nil, fmt.Errorf("platform configuration %s: %w", path, err)
 	}
 	return cfg, nil

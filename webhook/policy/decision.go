@@ -8,8 +8,17 @@ import (
 
 // Decision is what the policies return for one pod: see docs/policy.md.
 type Decision struct {
-	// Deny lists the rules the pod breaks; any entry refuses the pod.
+	// Deny lists the rules the pod breaks whose action is deny; any entry
+	// refuses the pod.
 	Deny []Violation `json:"deny"`
+	// Warn lists the violations whose action is warn: the pod is admitted
+	// and Warnings carry them to the user. Absent from a set written before
+	// actions, as empty.
+	Warn []Violation `json:"warn"`
+	// Dryrun lists the violations whose action is dryrun: the pod is
+	// admitted, the user sees nothing, the webhook counts and logs them.
+	// Absent from a set written before actions, as empty.
+	Dryrun []Violation `json:"dryrun"`
 	// Warnings are shown to the user and do not refuse the pod.
 	Warnings []string `json:"warnings"`
 	// Mutations are applied to the pod by Go.
@@ -18,10 +27,42 @@ type Decision struct {
 
 // Violation is one broken rule.
 type Violation struct {
+	// Rule is the rule's stable name (docs/policy.md lists them).
 	Rule      string `json:"rule"`
 	Container string `json:"container"`
 	Field     string `json:"field"`
 	Message   string `json:"message"`
+	// Action is what the platform configuration makes of the rule in the
+	// pod's namespace: ActionDeny, ActionWarn or ActionDryrun.
+	Action string `json:"action,omitempty"`
+}
+
+// The actions a violation may have (the platform configuration's
+// enforcement).
+const (
+	ActionDeny   = "deny"
+	ActionWarn   = "warn"
+	ActionDryrun = "dryrun"
+)
+
+// Actions are the actions, in the order of their strength.
+func Actions() []string { return []string{ActionDeny, ActionWarn, ActionDryrun} }
+
+// Violations are the decision's violations of every action: deny, then
+// warn, then dryrun, each with its action.
+func (d Decision) Violations() []Violation {
+	out := make([]Violation, 0, len(d.Deny)+len(d.Warn)+len(d.Dryrun))
+	for _, l := range []struct {
+		action string
+		vs     []Violation
+	}{{ActionDeny, d.Deny}, {ActionWarn, d.Warn}, {ActionDryrun, d.Dryrun}} {
+		for _, v := range l.vs {
+			// A set written before actions names none: its list says it.
+			v.Action = l.action
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // Mutations are the changes the policies ask for. Each is applied so that

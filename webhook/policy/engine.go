@@ -353,31 +353,40 @@ func (s *Set) eval(ctx context.Context, v ast.Value) (Decision, error) {
 }
 
 // checkDecisionKeys checks that the decision has deny and warnings lists
-// and a mutations object, and no other key. json.Unmarshal reads a missing
-// key as empty and skips an unknown one, so a misspelt deny ("denials")
-// would admit every pod.
+// and a mutations object, warn and dryrun lists if any, and no other key.
+// json.Unmarshal reads a missing key as empty and skips an unknown one, so
+// a misspelt deny ("denials") would admit every pod. warn and dryrun may be
+// missing: a set written before actions has neither, and denies all it
+// finds.
 func checkDecisionKeys(v any) error {
 	m, ok := v.(map[string]any)
 	if !ok {
-		return errors.New("the decision is not an object of deny, warnings and mutations")
+		return errors.New("the decision is not an object of deny, warn, dryrun, warnings and mutations")
 	}
 	for _, k := range []string{"deny", "warnings"} {
 		if _, ok := m[k].([]any); !ok {
 			return fmt.Errorf("the decision's %s is missing or not a list", k)
 		}
 	}
+	for _, k := range []string{"warn", "dryrun"} {
+		if _, ok := m[k].([]any); !ok && m[k] != nil {
+			return fmt.Errorf("the decision's %s is not a list", k)
+		}
+	}
 	if _, ok := m["mutations"].(map[string]any); !ok {
 		return errors.New("the decision's mutations are missing or not an object")
 	}
-	if len(m) > 3 {
-		var unknown []string
-		for k := range m {
-			if k != "deny" && k != "warnings" && k != "mutations" {
-				unknown = append(unknown, k)
-			}
+	var unknown []string
+	for k := range m {
+		switch k {
+		case "deny", "warn", "dryrun", "warnings", "mutations":
+		default:
+			unknown = append(unknown, k)
 		}
+	}
+	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return fmt.Errorf("the decision has keys %q besides deny, warnings and mutations", unknown)
+		return fmt.Errorf("the decision has keys %q besides deny, warn, dryrun, warnings and mutations", unknown)
 	}
 	return nil
 }
