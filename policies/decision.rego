@@ -65,11 +65,21 @@ default_action := enforcement.default if {
 # own setting for it, else the rule's, else the default. Anything that is
 # not an action (the chart's schema refuses it, the webhook refuses it at
 # start) denies.
-action(rule) := checked_action(enforcement.namespaces[input.namespace.name][rule]) if {
+#
+# The secret-reference rules (secret-ref-*) always deny, whatever the
+# enforcement or the mode: they are the boundary of which secrets a task
+# may have the resolver read with the platform's credentials, not a shape
+# to roll out. A change to them is tried with `policy audit` instead.
+action(rule) := "deny" if {
+	boundary_rule(rule)
+} else := checked_action(enforcement.namespaces[input.namespace.name][rule]) if {
 	enforcement.namespaces[input.namespace.name][rule]
 } else := checked_action(enforcement.rules[rule]) if {
 	enforcement.rules[rule]
 } else := checked_action(default_action)
+
+# boundary_rule: a rule no enforcement can relax (see action).
+boundary_rule(rule) if startswith(rule, "secret-ref-")
 
 checked_action(a) := a if a in {"deny", "warn", "dryrun"}
 

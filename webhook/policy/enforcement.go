@@ -61,9 +61,19 @@ func checkRuleActions(path string, v any) error {
 		if err := checkAction(path+"."+rule, m[rule]); err != nil {
 			return err
 		}
+		if IsBoundaryRule(rule) && m[rule] != "deny" {
+			return fmt.Errorf("%s: %v: the secret-reference rules (secret-ref-*) always deny, they bound which secrets a task may read; "+
+				"try a change to them with `runwarden-webhook policy audit` instead", path+"."+rule, m[rule])
+		}
 	}
 	return nil
 }
+
+// IsBoundaryRule reports whether no enforcement can relax rule: the
+// secret-reference rules (secret-ref-*), which bound which secrets a task
+// may have the resolver read (decision.rego's boundary_rule says the same
+// to the policies).
+func IsBoundaryRule(rule string) bool { return strings.HasPrefix(rule, "secret-ref-") }
 
 func checkAction(path string, v any) error {
 	if a, ok := v.(string); ok && slices.Contains(Actions(), a) {

@@ -29,6 +29,13 @@ func TestCheckEnforcement(t *testing.T) {
 			wantErr: "enforcement.namespaces.team-a: want an object of rule names to actions, got string"},
 		{name: "namespaces not an object", cfg: map[string]any{"enforcement": map[string]any{"namespaces": []any{}}},
 			wantErr: "enforcement.namespaces: want an object of namespace names to rule actions, got []interface {}"},
+		{name: "a secret-reference rule set to deny", cfg: map[string]any{"enforcement": map[string]any{"rules": map[string]any{"secret-ref-name": "deny"}}}},
+		{name: "a secret-reference rule relaxed", cfg: map[string]any{"enforcement": map[string]any{"rules": map[string]any{"secret-ref-name": "dryrun"}}},
+			wantErr: "enforcement.rules.secret-ref-name: dryrun: the secret-reference rules (secret-ref-*) always deny, they bound which secrets a task may read; " +
+				"try a change to them with `runwarden-webhook policy audit` instead"},
+		{name: "a secret-reference rule relaxed in a namespace", cfg: map[string]any{"enforcement": map[string]any{"namespaces": map[string]any{"team-a": map[string]any{"secret-ref-pattern": "warn"}}}},
+			wantErr: "enforcement.namespaces.team-a.secret-ref-pattern: warn: the secret-reference rules (secret-ref-*) always deny, they bound which secrets a task may read; " +
+				"try a change to them with `runwarden-webhook policy audit` instead"},
 		{name: "unknown key", cfg: map[string]any{"enforcement": map[string]any{"rule": map[string]any{}}},
 			wantErr: "enforcement.rule: unknown key; enforcement has default, rules and namespaces"},
 		{name: "not an object", cfg: map[string]any{"enforcement": "dryrun"},

@@ -118,3 +118,29 @@ test_namespace_annotations_cannot_change_the_action if {
 	acted(d) == [["no-host-namespaces", "deny"], ["no-privileged", "deny"]]
 	d.warnings == []
 }
+
+# A pod naming a secret its namespace's patterns do not name, under a
+# configuration that relaxes everything it can.
+unnamed_secret(cfg) := json.patch(input_with(object.union(all_stores, cfg)), [
+	{"op": "replace", "path": "/secretRefs", "value": [ref("ssm", "prod/db", "")]},
+	{"op": "add", "path": "/pod/spec/hostPID", "value": true},
+])
+
+test_secret_reference_rules_always_deny if {
+	relaxed := [
+		{"mode": "audit"},
+		{"enforcement": {"default": "dryrun"}},
+		{"enforcement": {"rules": {"secret-ref-name": "dryrun"}}},
+		{"enforcement": {"namespaces": {"team-a": {"secret-ref-name": "warn"}}}},
+	]
+	every cfg in relaxed {
+		d := admission.decision with input as unnamed_secret(cfg)
+		[[v.rule, v.action] | some v in d.deny; startswith(v.rule, "secret-ref-")] == [["secret-ref-name", "deny"]]
+		[v | some v in array.concat(d.warn, d.dryrun); startswith(v.rule, "secret-ref-")] == []
+	}
+}
+
+test_relaxing_the_default_still_relaxes_the_shape_rules if {
+	d := admission.decision with input as unnamed_secret({"enforcement": {"default": "dryrun"}})
+	[[v.rule, v.action] | some v in d.dryrun] == [["no-host-namespaces", "dryrun"]]
+}
