@@ -13,6 +13,9 @@ const usage = `Usage:
   runwarden-webhook [serve] [flags]     run the admission webhook (see serve --help)
   runwarden-webhook policy eval [flags] admit a pod file with the webhook's own code (see policy eval --help):
                                         the decision and the pod as admitted, what no file gave NOT CHECKED
+  runwarden-webhook policy audit --policies DIR (--against-cluster [--namespaces NS,...] | --pods DIR) [flags]
+                                        what a candidate policy set would do to the recent runner pods,
+                                        against the set in force (see policy audit --help); exit 3 on new denials
   runwarden-webhook policy test [--min-coverage N] [--timeout D] [DIR]
                                         run the policies' tests with coverage (default: the shipped policies)
   runwarden-webhook policy capabilities print the OPA capabilities the policies are compiled with
@@ -42,6 +45,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		case args[1] == "eval":
 			return policyEval(ctx, args[2:], stdout, stderr)
+		case args[1] == "audit":
+			return policyAudit(ctx, args[2:], stdout, stderr)
 		case args[1] == "test":
 			return policyTest(ctx, args[2:], stdout, stderr)
 		case args[1] == "capabilities":

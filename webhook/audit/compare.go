@@ -2,6 +2,7 @@ package audit
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -196,4 +197,21 @@ func FormatOp(op jsonpatch.Operation) string {
 	}
 	v, _ := json.Marshal(op.Value)
 	return fmt.Sprintf("%s %s %s", op.Operation, op.Path, v)
+}
+
+// CompareAll admits every subject with both evaluators and compares.
+func CompareAll(ctx context.Context, current, candidate *Evaluator, subjects []Subject) ([]Diff, error) {
+	diffs := make([]Diff, 0, len(subjects))
+	for _, s := range subjects {
+		cur, err := current.Evaluate(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("the current set: %w", err)
+		}
+		cand, err := candidate.Evaluate(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("the candidate set: %w", err)
+		}
+		diffs = append(diffs, Compare(s, cur, cand))
+	}
+	return diffs, nil
 }
