@@ -112,7 +112,7 @@ func TestRun(t *testing.T) {
 // docs/policy.md.
 func TestDocsNameEveryFlag(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"serve", "--help"}, {"policy", "eval", "--help"}, {"policy", "test", "--help"}, {"resolve", "--help"}} {
+	for _, args := range [][]string{{"serve", "--help"}, {"policy", "eval", "--help"}, {"policy", "test", "--help"}, {"policy", "audit", "--help"}, {"resolve", "--help"}} {
 		var out, errOut bytes.Buffer
 		run(t.Context(), args, &out, &errOut)
 		help := out.String() + errOut.String()
