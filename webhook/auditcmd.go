@@ -121,19 +121,13 @@ Flags:
 	case c.maxPods < 0 || c.since < 0:
 		return c, errors.New("--max-pods and --since must not be negative")
 	}
-	for _, ns := range strings.Split(namespaces, ",") {
-		if ns = strings.TrimSpace(ns); ns != "" {
-			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-				return c, fmt.Errorf("--namespaces %q: %s", ns, strings.Join(errs, "; "))
-			}
-			c.namespaces = append(c.namespaces, ns)
+	c.namespaces = splitList(namespaces)
+	for _, ns := range c.namespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return c, fmt.Errorf("--namespaces %q: %s", ns, strings.Join(errs, "; "))
 		}
 	}
-	for _, u := range strings.Split(jobUsers, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			c.jobUsers = append(c.jobUsers, u)
-		}
-	}
+	c.jobUsers = splitList(jobUsers)
 	return c, nil
 }
 

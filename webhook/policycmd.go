@@ -117,11 +117,7 @@ Flags:
 	default:
 		return c, fmt.Errorf("--resolver-image-pull-policy %q: use Always, IfNotPresent or Never", c.resolverPull)
 	}
-	for _, u := range strings.Split(jobUsers, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			c.jobUsers = append(c.jobUsers, u)
-		}
-	}
+	c.jobUsers = splitList(jobUsers)
 	return c, nil
 }
 

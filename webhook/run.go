@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/runwarden/runwarden/internal/version"
 )
@@ -69,6 +70,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "runwarden-webhook: unknown command %q\n%s", args[0], usage)
 	return 2
+}
+
+// splitList splits a comma-separated flag value, leaving out blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // isHelp reports whether arg asks for the usage.

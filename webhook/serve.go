@@ -124,16 +124,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	if err := c.reports.check(c); err != nil {
 		return c, err
 	}
-	for _, h := range strings.Split(hosts, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			c.certHosts = append(c.certHosts, h)
-		}
-	}
-	for _, u := range strings.Split(jobController, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			c.jobController = append(c.jobController, u)
-		}
-	}
+	c.certHosts, c.jobController = splitList(hosts), splitList(jobController)
 	if len(c.jobController) == 0 {
 		return c, errors.New("--job-controller-users is empty: no pod could be a runner pod")
 	}
