@@ -9,9 +9,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/policies"
 	"github.com/runwarden/runwarden/webhook/audit"
+	"github.com/runwarden/runwarden/webhook/policy"
 )
 
 // candidateDir is the shipped policies and the candidate rule of
@@ -112,5 +116,43 @@ func TestPolicyAuditJSON(t *testing.T) {
 	}
 	if len(got.Rules) != 1 || got.Rules[0].Rule != "no-debug-env" || got.Rules[0].List != audit.ListDeny {
 		t.Errorf("rules = %+v, want no-debug-env in deny", got.Rules)
+	}
+}
+
+// TestCurrentSetFromTheReleaseConfigMap checks that the set in force is
+// read from the chart's ConfigMap as the webhook loads its folder: the
+// same files give the same digest; a ConfigMap that is not there names
+// the flags to give.
+func TestCurrentSetFromTheReleaseConfigMap(t *testing.T) {
+	t.Parallel()
+	data := map[string]string{}
+	entries, err := policies.FS.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := policies.FS.ReadFile(e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[e.Name()] = string(b)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "rw-runwarden-policies", Namespace: "runwarden"}, Data: data}
+	cl := fake.NewClientBuilder().WithObjects(cm).Build()
+	c := auditConfig{release: "rw-runwarden", releaseNamespace: "runwarden"}
+	set, err := currentSet(t.Context(), cl, c, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := policy.Load(t.Context(), policies.FS, "shipped", policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Digest != shipped.Digest || set.Origin != "configmap runwarden/rw-runwarden-policies" {
+		t.Errorf("set from the ConfigMap: origin %q digest %s; want configmap runwarden/rw-runwarden-policies and the shipped digest %s", set.Origin, set.Digest, shipped.Digest)
+	}
+	c.release = "other"
+	if _, err := currentSet(t.Context(), cl, c, policy.Options{}); err == nil || !strings.Contains(err.Error(), "give --release and --release-namespace") {
+		t.Errorf("a missing ConfigMap: %v, want the flags named", err)
 	}
 }
