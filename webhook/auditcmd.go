@@ -461,6 +461,17 @@ func printComparison(w io.Writer, c audit.Comparison) {
 			}
 		}
 	}
+	var notChecked []string
+	for _, d := range c.Diffs {
+		for _, n := range append(d.Current.NotChecked, d.Candidate.NotChecked...) {
+			if !slices.Contains(notChecked, n) {
+				notChecked = append(notChecked, n)
+			}
+		}
+	}
+	for _, n := range notChecked {
+		fmt.Fprintf(w, "# NOT CHECKED: %s\n", n)
+	}
 	fmt.Fprintf(w, "\n%d pod(s) audited, %d newly denied\n", len(c.Diffs), c.NewDenials())
 }
 
