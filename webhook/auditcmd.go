@@ -258,7 +258,7 @@ func readFromCluster(ctx context.Context, c auditConfig, in auditInputs, opts po
 		since = time.Now().Add(-c.since)
 	}
 	var rec audit.Recorded
-	for _, ns := range cmpOrAll(c.namespaces) {
+	for _, ns := range namespacesOrAll(c.namespaces) {
 		r, err := audit.ListRunners(ctx, cl, ns, since)
 		if err != nil {
 			return in, auditFailed, err
@@ -270,8 +270,8 @@ func readFromCluster(ctx context.Context, c auditConfig, in auditInputs, opts po
 	return in, auditOK, nil
 }
 
-// cmpOrAll is the namespaces, or every namespace ("").
-func cmpOrAll(namespaces []string) []string {
+// namespacesOrAll is the namespaces, or every namespace ("").
+func namespacesOrAll(namespaces []string) []string {
 	if len(namespaces) == 0 {
 		return []string{""}
 	}
@@ -288,7 +288,7 @@ type auditAccess struct {
 // not, with the namespace.
 func checkAuditAccess(ctx context.Context, cl client.Client, c auditConfig) error {
 	var need []auditAccess
-	for _, ns := range cmpOrAll(c.namespaces) {
+	for _, ns := range namespacesOrAll(c.namespaces) {
 		need = append(need,
 			auditAccess{"list", "", "pods", ns, ""}, auditAccess{"list", "batch", "jobs", ns, ""},
 			auditAccess{"get", "", "serviceaccounts", ns, ""})
