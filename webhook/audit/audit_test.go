@@ -248,6 +248,9 @@ func TestCompareChanges(t *testing.T) {
 	warn := func(w string) Outcome {
 		return Outcome{Evaluated: true, Findings: map[string][]Finding{ListWarnings: {{Rule: RuleWarning, Message: w}}}}
 	}
+	dryrun := func(rule, msg string) Outcome {
+		return Outcome{Evaluated: true, Findings: map[string][]Finding{ListDryrun: {{Rule: rule, Message: msg}}}}
+	}
 	op := func(v string) jsonpatch.Operation {
 		return jsonpatch.Operation{Operation: "add", Path: "/metadata/labels/x", Value: v}
 	}
@@ -264,6 +267,7 @@ func TestCompareChanges(t *testing.T) {
 		{name: "a label more", current: admit(), candidate: admit(op("a")), want: MutatedDifferently},
 		{name: "same patch", current: admit(op("a")), candidate: admit(op("a")), want: Unchanged},
 		{name: "a warning more", current: admit(), candidate: warn("w"), want: WarnedDifferently},
+		{name: "a rule put in dryrun", current: admit(), candidate: dryrun("r", "r: no"), want: WarnedDifferently},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -330,6 +334,30 @@ func TestBuildReport(t *testing.T) {
 		}
 		if r.Metadata.Annotations["runwarden.dev/policy-digest"] != current.Digest {
 			t.Errorf("annotations %v lack the set's digest %s", r.Metadata.Annotations, current.Digest)
+		}
+	})
+	t.Run("a rule in dryrun fails, the pod admitted", func(t *testing.T) {
+		t.Parallel()
+		dry := NewEvaluator(Options{Set: current, Lookups: clusterOf{}, Config: map[string]any{
+			"enforcement": map[string]any{"rules": map[string]any{"no-privileged": "dryrun"}},
+		}})
+		s := Subjects(jobs[len(jobs)-1:], nil, 0)[0]
+		o, err := dry.Evaluate(t.Context(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Denied || len(o.Findings[ListDryrun]) != 1 || o.Findings[ListDryrun][0].Rule != "no-privileged" {
+			t.Fatalf("outcome %+v, want admitted with no-privileged in dryrun", o)
+		}
+		r := BuildReport("team-a", []Evaluated{{Subject: s, Outcome: o}}, ReportOptions{Set: current, Rules: rules, Now: t0})
+		var fails []string
+		for _, res := range r.Results {
+			if res.Result == ResultFail {
+				fails = append(fails, res.Rule)
+			}
+		}
+		if diff := cmp.Diff([]string{"no-privileged"}, fails); diff != "" {
+			t.Errorf("fails (-want +got):\n%s", diff)
 		}
 	})
 	t.Run("capped, oldest pods dropped whole", func(t *testing.T) {

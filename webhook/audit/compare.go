@@ -74,7 +74,7 @@ func Compare(s Subject, current, candidate Outcome) Diff {
 		d.Change = DeniedDifferently
 	case len(d.PatchAdded) > 0 || len(d.PatchRemoved) > 0:
 		d.Change = MutatedDifferently
-	case changed(ListWarnings):
+	case changed(ListWarnings) || changed(ListDryrun):
 		d.Change = WarnedDifferently
 	default:
 		d.Change = Unchanged

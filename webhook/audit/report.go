@@ -186,7 +186,9 @@ func podResults(p Evaluated, rules []string, ts ReportTimestamp) []ReportResult 
 	o := p.Outcome
 	byRule := map[string][]string{}
 	list := map[string]string{}
-	for _, l := range []string{ListWarnings, ListDeny} {
+	// A rule in dryrun fails as one in deny does: the pod broke it, and
+	// the report is where a platform reads what enforcing it would refuse.
+	for _, l := range []string{ListWarnings, ListDryrun, ListDeny} {
 		for _, f := range o.Findings[l] {
 			byRule[f.Rule] = append(byRule[f.Rule], f.Message)
 			list[f.Rule] = l
@@ -212,7 +214,7 @@ func podResults(p Evaluated, rules []string, ts ReportTimestamp) []ReportResult 
 		switch {
 		case !found:
 			out = append(out, result(rule, ResultPass, ""))
-		case list[rule] == ListDeny:
+		case list[rule] == ListDeny || list[rule] == ListDryrun:
 			out = append(out, result(rule, ResultFail, strings.Join(msgs, "; ")))
 		default:
 			out = append(out, result(rule, ResultWarn, strings.Join(msgs, "; ")))
