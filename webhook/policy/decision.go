@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -139,12 +141,42 @@ type SecretRef struct {
 // encodeInput is the input's JSON encoding, with ConfigJSON in place of
 // Config's when set.
 func encodeInput(in *Input) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := appendInput(&buf, in); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// appendInput writes the input's JSON encoding to buf, as json.Marshal
+// writes it, followed by a newline. With ConfigJSON set, the rest of the
+// input is encoded without its configuration and ConfigJSON (already
+// compact, as json.Marshal wrote it) is put in as the last key, instead of
+// being compacted again on every call: the same document, the key order
+// aside, which neither the policies nor the decision cache's key (read by
+// key, see projection) depend on.
+func appendInput(buf *bytes.Buffer, in *Input) error {
+	enc := json.NewEncoder(buf)
 	if in.ConfigJSON == nil {
-		return json.Marshal(in)
+		return enc.Encode(in)
 	}
 	type plain Input
-	return json.Marshal(struct {
+	start := buf.Len()
+	if err := enc.Encode(struct {
 		*plain
-		Config json.RawMessage `json:"config"` // shadows plain's
-	}{(*plain)(in), in.ConfigJSON})
+		Config json.RawMessage `json:"config,omitempty"` // shadows plain's, and is left out
+	}{plain: (*plain)(in)}); err != nil {
+		return err
+	}
+	// The encoding ends in "}\n" and has other keys (operation, pod, ...)
+	// before it.
+	end := buf.Len() - len("}\n")
+	if end <= start+1 || buf.Bytes()[end] != '}' {
+		return errors.New("encoding the input: not an object")
+	}
+	buf.Truncate(end)
+	buf.WriteString(`,"config":`)
+	buf.Write(in.ConfigJSON)
+	buf.WriteString("}\n")
+	return nil
 }
