@@ -79,6 +79,8 @@ type Input struct {
 	// ConfigJSON, when set, is Config's JSON encoding, made once by a
 	// caller that decides on many inputs with one configuration (the
 	// admission handler): Eval uses it instead of encoding Config again.
+	// It must be a JSON value as json.Marshal writes it: it is put into
+	// the input's encoding as it is.
 	ConfigJSON json.RawMessage `json:"-"`
 	SecretRefs []SecretRef     `json:"secretRefs"`
 	// ResolverImage is the image of the init container that resolves the
