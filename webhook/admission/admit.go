@@ -290,7 +290,7 @@ func (h *Handler) earned(ctx context.Context, look Lookups, pod *corev1.Pod, use
 	if !slices.Contains(h.opts.JobControllerUsers, user) {
 		return fmt.Sprintf("it is created by %s, not by the Job controller (%s)", user, strings.Join(h.opts.JobControllerUsers, ", ")), nil
 	}
-	ref := metav1.GetControllerOf(pod)
+	ref := metav1.GetControllerOfNoCopy(pod)
 	if ref == nil || ref.Kind != "Job" || ref.APIVersion != "batch/v1" {
 		return "it has no controller reference to a Job", nil
 	}
