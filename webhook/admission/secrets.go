@@ -126,9 +126,11 @@ func PlanSecrets(pod *corev1.Pod, r Resolver) (bool, error) {
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: resolve.Volume, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &envFileSize},
 	}})
-	resources := resolverResources()
+	var resources corev1.ResourceRequirements
 	if r.resources != nil {
-		resources = *r.resources.DeepCopy()
+		r.resources.DeepCopyInto(&resources)
+	} else {
+		resources = resolverResources()
 	}
 	init := corev1.Container{
 		Name: resolve.InitContainer, Image: r.Image, ImagePullPolicy: r.PullPolicy,
