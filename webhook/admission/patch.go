@@ -24,7 +24,8 @@ import (
 // which is what makes this exact;
 // FuzzDecisionToPatch checks it against the two documents.
 func Patch(before, after *corev1.Pod) []jsonpatch.Operation {
-	var p patcher
+	// Room for what a runner pod's shaping usually takes, grown past it.
+	p := patcher{ops: make([]jsonpatch.Operation, 0, 16)}
 	p.maps("/metadata/labels", before.Labels, after.Labels)
 	p.maps("/metadata/annotations", before.Annotations, after.Annotations)
 	p.maps("/spec/nodeSelector", before.Spec.NodeSelector, after.Spec.NodeSelector)
