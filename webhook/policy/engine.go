@@ -324,9 +324,9 @@ func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
 			return d, nil
 		}
 	}
-	v, err := ast.ValueFromReader(bytes.NewReader(b))
+	v, err := valueOf(b)
 	if err != nil {
-		return Decision{}, fmt.Errorf("encoding the input: %w", err)
+		return Decision{}, err
 	}
 	d, err := s.eval(ctx, v)
 	if err != nil {
@@ -341,7 +341,12 @@ func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
 // EvalUncached evaluates the decision without the cache, for tests and
 // benchmarks that compare the two.
 func (s *Set) EvalUncached(ctx context.Context, in *Input) (Decision, error) {
-	v, err := toValue(in)
+	buf := s.inputBuf()
+	defer s.putInputBuf(buf)
+	if err := appendInput(buf, in); err != nil {
+		return Decision{}, fmt.Errorf("encoding the input: %w", err)
+	}
+	v, err := valueOf(buf.Bytes())
 	if err != nil {
 		return Decision{}, err
 	}
@@ -414,7 +419,12 @@ func toValue(in *Input) (ast.Value, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding the input: %w", err)
 	}
-	v, err := ast.ValueFromReader(strings.NewReader(string(b)))
+	return valueOf(b)
+}
+
+// valueOf is OPA's value form of an input's JSON encoding.
+func valueOf(inputJSON []byte) (ast.Value, error) {
+	v, err := ast.ValueFromReader(bytes.NewReader(inputJSON))
 	if err != nil {
 		return nil, fmt.Errorf("encoding the input: %w", err)
 	}
