@@ -120,6 +120,7 @@ func New(opts Options) *Handler {
 		if d, ok := opts.Config["secretDelivery"].(string); ok && d != "" {
 			r.Delivery = d
 		}
+		r = r.withResources()
 		opts.Resolver = &r
 	}
 	h := &Handler{opts: opts, lookups: ClusterLookups(opts.Reader, opts.Jobs)}

@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -118,6 +120,8 @@ type Input struct {
 	// ConfigJSON, when set, is Config's JSON encoding, made once by a
 	// caller that decides on many inputs with one configuration (the
 	// admission handler): Eval uses it instead of encoding Config again.
+	// It must be a JSON value as json.Marshal writes it: it is put into
+	// the input's encoding as it is.
 	ConfigJSON json.RawMessage `json:"-"`
 	SecretRefs []SecretRef     `json:"secretRefs"`
 	// ResolverImage is the image of the init container that resolves the
@@ -180,12 +184,42 @@ type SecretRef struct {
 // encodeInput is the input's JSON encoding, with ConfigJSON in place of
 // Config's when set.
 func encodeInput(in *Input) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := appendInput(&buf, in); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// appendInput writes the input's JSON encoding to buf, as json.Marshal
+// writes it, followed by a newline. With ConfigJSON set, the rest of the
+// input is encoded without its configuration and ConfigJSON (already
+// compact, as json.Marshal wrote it) is put in as the last key, instead of
+// being compacted again on every call: the same document, the key order
+// aside, which neither the policies nor the decision cache's key (read by
+// key, see projection) depend on.
+func appendInput(buf *bytes.Buffer, in *Input) error {
+	enc := json.NewEncoder(buf)
 	if in.ConfigJSON == nil {
-		return json.Marshal(in)
+		return enc.Encode(in)
 	}
 	type plain Input
-	return json.Marshal(struct {
+	start := buf.Len()
+	if err := enc.Encode(struct {
 		*plain
-		Config json.RawMessage `json:"config"` // shadows plain's
-	}{(*plain)(in), in.ConfigJSON})
+		Config json.RawMessage `json:"config,omitempty"` // shadows plain's, and is left out
+	}{plain: (*plain)(in)}); err != nil {
+		return err
+	}
+	// The encoding ends in "}\n" and has other keys (operation, pod, ...)
+	// before it.
+	end := buf.Len() - len("}\n")
+	if end <= start+1 || buf.Bytes()[end] != '}' {
+		return errors.New("encoding the input: not an object")
+	}
+	buf.Truncate(end)
+	buf.WriteString(`,"config":`)
+	buf.Write(in.ConfigJSON)
+	buf.WriteString("}\n")
+	return nil
 }
