@@ -149,6 +149,17 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 		}
 	})
 
+	// The kube source built from another checkout (RUNWARDEN_BENCH_BASE,
+	// say a worktree of the commit before a change), measured in the same
+	// run as this one's.
+	if base := os.Getenv("RUNWARDEN_BENCH_BASE"); base != "" {
+		b.Run(fmt.Sprintf("tasks=%d/impl=dispatcher-base", n), func(b *testing.B) {
+			for b.Loop() {
+				kubeSourceBench(ctx, b, n, 1, newNamespace, "--source-dir="+base)
+			}
+		})
+	}
+
 	// One dispatcher, then two replicas with --leader-elect (the chart's
 	// default): the leader does the work while the standby starts, warms
 	// its caches and watches the same objects.
@@ -159,30 +170,7 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("tasks=%d/impl=%s", n, impl), func(b *testing.B) {
 			for b.Loop() {
-				ns := newNamespace(b, "disp")
-				r := fast.Resources(ns)
-				createBenchTasks(ctx, b, r, ns, n)
-				before := readAPICalls(ctx, b, fast)
-				d, standby := startBenchReplicas(ctx, b, cfg, ns, replicas, "--simulated", "--max-concurrent", strconv.Itoa(n),
-					"--succeeded-history", "100000", "--failed-history", "100000", "--preflight=false",
-					"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h")
-				start := time.Now()
-				standby()
-				if out := os.Getenv("RUNWARDEN_BENCH_CPUPROFILE"); out != "" && d.pprof != "" {
-					go saveProfile(d.pprof, out+".kube", "profile")
-				}
-				waitCreated(b, d, n, start)
-				elapsed := time.Since(start)
-				// Every task's Running status written (each is timed into
-				// the queue-wait histogram once written), then the calls.
-				waitMetric(b, d, "runwarden_dispatcher_task_queue_wait_seconds_count", n, start)
-				reportAPICalls(b, before, readAPICalls(ctx, b, fast), n)
-				var jobs batchv1.JobList
-				if err := r.List(ctx, &jobs); err != nil || len(jobs.Items) != n {
-					b.Fatalf("%d Jobs listed, want %d (%v)", len(jobs.Items), n, err)
-				}
-				b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
-				b.ReportMetric(float64(rssKiB(d.cmd.Process.Pid))/1024, "rss-MiB")
+				kubeSourceBench(ctx, b, n, replicas, newNamespace)
 			}
 		})
 
@@ -450,4 +438,41 @@ func createBenchTasks(ctx context.Context, b *testing.B, r *resources.Resources,
 			b.Fatal(err)
 		}
 	}
+}
+
+// kubeSourceBench runs the kube source: n unschedulable RunnerTasks made
+// first, then the dispatcher (or, with replicas > 1, the leader of that
+// many) started, timed until it has made n Jobs. extra goes to
+// startDispatcherProcess (--source-dir=DIR builds another checkout's).
+func kubeSourceBench(ctx context.Context, b *testing.B, n, replicas int, newNamespace func(*testing.B, string) string, extra ...string) {
+	cfg := testenv.EnvConf()
+	fast := fastClient(b, cfg)
+	ns := newNamespace(b, "disp")
+	r := fast.Resources(ns)
+	createBenchTasks(ctx, b, r, ns, n)
+	before := readAPICalls(ctx, b, fast)
+	d, standby := startBenchReplicas(ctx, b, cfg, ns, replicas, append([]string{"--simulated", "--max-concurrent", strconv.Itoa(n),
+		"--succeeded-history", "100000", "--failed-history", "100000", "--preflight=false",
+		"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h"}, extra...)...)
+	start := time.Now()
+	standby()
+	if out := os.Getenv("RUNWARDEN_BENCH_CPUPROFILE"); out != "" && d.pprof != "" {
+		suffix := ".kube"
+		if len(extra) > 0 {
+			suffix = ".kube-base"
+		}
+		go saveProfile(d.pprof, out+suffix, "profile")
+	}
+	waitCreated(b, d, n, start)
+	elapsed := time.Since(start)
+	// Every task's Running status written (each is timed into the
+	// queue-wait histogram once written), then the calls.
+	waitMetric(b, d, "runwarden_dispatcher_task_queue_wait_seconds_count", n, start)
+	reportAPICalls(b, before, readAPICalls(ctx, b, fast), n)
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs); err != nil || len(jobs.Items) != n {
+		b.Fatalf("%d Jobs listed, want %d (%v)", len(jobs.Items), n, err)
+	}
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
+	b.ReportMetric(float64(rssKiB(d.cmd.Process.Pid))/1024, "rss-MiB")
 }
