@@ -96,6 +96,9 @@ type Reconciler struct {
 	// wake hands waiting RunnerTasks to the controller when a slot frees,
 	// so the next in line starts at once rather than at its requeue.
 	wake chan event.GenericEvent
+	// indexed tells that Client's cache indexes waitingField
+	// (SetupWithManager): line then lists only the tasks that may wait.
+	indexed bool
 
 	// marked holds the tasks whose Running status (with the Job's name)
 	// this process wrote and the cache does not show yet, so a reconcile
@@ -126,8 +129,28 @@ func New(opts Options) *Reconciler {
 	}
 }
 
+// waitingField indexes the cached RunnerTasks that may wait for a slot:
+// no Job in their status, unfinished, not cancelled, not being deleted.
+// line reads only those, not every task of the namespace: at 1,000 tasks,
+// reading all of them for every start was a million objects copied.
+const waitingField = "runwarden.dev/waiting"
+
+// mayWait is the index of waitingField: "true" for a RunnerTask line may
+// put in the line (it checks again; the index only leaves the others out).
+func mayWait(o client.Object) []string {
+	t, ok := o.(*v1alpha1.RunnerTask)
+	if !ok || t.Status.JobName != "" || terminal(t.Status.Phase) || t.Spec.Cancel || t.DeletionTimestamp != nil {
+		return nil
+	}
+	return []string{"true"}
+}
+
 // SetupWithManager watches RunnerTasks, their Jobs, and the Jobs' pods.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RunnerTask{}, waitingField, mayWait); err != nil {
+		return fmt.Errorf("indexing waiting runner tasks: %w", err)
+	}
+	r.indexed = true
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("runnertask").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.Workers}).
@@ -435,7 +458,11 @@ func (r *Reconciler) load() runner.Load {
 func (r *Reconciler) line(ctx context.Context, namespace string) ([]*v1alpha1.RunnerTask, error) {
 	var tasks v1alpha1.RunnerTaskList
 	// Read-only: the cache's objects are not copied.
-	if err := r.opts.Client.List(ctx, &tasks, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+	opts := []client.ListOption{client.InNamespace(namespace), client.UnsafeDisableDeepCopy}
+	if r.indexed {
+		opts = append(opts, client.MatchingFields{waitingField: "true"})
+	}
+	if err := r.opts.Client.List(ctx, &tasks, opts...); err != nil {
 		return nil, fmt.Errorf("listing runner tasks: %w", err)
 	}
 	starting := map[types.NamespacedName]bool{}
@@ -447,7 +474,7 @@ func (r *Reconciler) line(ctx context.Context, namespace string) ([]*v1alpha1.Ru
 	for i := range tasks.Items {
 		t := &tasks.Items[i]
 		if t.Status.JobName != "" || terminal(t.Status.Phase) || t.Spec.Cancel || t.DeletionTimestamp != nil ||
-			starting[client.ObjectKeyFromObject(t)] || r.wasMarked(client.ObjectKeyFromObject(t), job.Name(TaskID(t))) {
+			starting[client.ObjectKeyFromObject(t)] || r.wasMarkedTask(t) {
 			continue
 		}
 		// A class the dispatcher does not know ranks as 0; the task is
@@ -569,6 +596,16 @@ func (r *Reconciler) wasMarked(key types.NamespacedName, jobName string) bool {
 	r.markedMu.Lock()
 	defer r.markedMu.Unlock()
 	return r.marked[key] == jobName
+}
+
+// wasMarkedTask is wasMarked for a RunnerTask's own Job, whose name is
+// worked out (a hash) only for the few tasks marked at all.
+func (r *Reconciler) wasMarkedTask(t *v1alpha1.RunnerTask) bool {
+	key := client.ObjectKeyFromObject(t)
+	r.markedMu.Lock()
+	name, ok := r.marked[key]
+	r.markedMu.Unlock()
+	return ok && name == job.Name(TaskID(t))
 }
 
 func (r *Reconciler) forgetMarked(key types.NamespacedName) {
