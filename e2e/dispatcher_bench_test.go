@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -456,6 +457,7 @@ func kubeSourceBench(ctx context.Context, b *testing.B, n, replicas int, newName
 		"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h"}, extra...)...)
 	start := time.Now()
 	standby()
+	logRevision(b, extra)
 	if out := os.Getenv("RUNWARDEN_BENCH_CPUPROFILE"); out != "" && d.pprof != "" {
 		suffix := ".kube"
 		if len(extra) > 0 {
@@ -475,4 +477,17 @@ func kubeSourceBench(ctx context.Context, b *testing.B, n, replicas int, newName
 	}
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
 	b.ReportMetric(float64(rssKiB(d.cmd.Process.Pid))/1024, "rss-MiB")
+}
+
+// logRevision logs the commit the dispatcher was built from (this checkout,
+// or --source-dir's), "-dirty" with changes not committed.
+func logRevision(b *testing.B, extra []string) {
+	dir := suite.RepoRoot
+	for _, a := range extra {
+		if d, ok := strings.CutPrefix(a, "--source-dir="); ok {
+			dir = d
+		}
+	}
+	out, err := exec.Command("git", "-C", dir, "describe", "--always", "--dirty").Output()
+	b.Logf("dispatcher built from %s at %s (%v)", dir, strings.TrimSpace(string(out)), err)
 }
