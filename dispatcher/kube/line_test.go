@@ -1,13 +1,16 @@
 package kube
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
@@ -99,5 +102,94 @@ func TestLineThroughTheIndexIsTheWholeLine(t *testing.T) {
 	}
 	if diff := cmp.Diff(lines[false], lines[true]); diff != "" {
 		t.Errorf("the line through the index differs from the whole line (-whole +indexed):\n%s", diff)
+	}
+}
+
+// The count of tasks that may wait follows the cache's events: a task
+// counts while it may wait, in its namespace, and the count is not used
+// before it has seen the cache's first list.
+func TestWaitingCountFollowsTheCache(t *testing.T) {
+	t.Parallel()
+	w := newWaitingCount()
+	h := w.handler()
+	a, b, other := runnerTask("a", "uid-a"), runnerTask("b", "uid-b"), runnerTask("c", "uid-c")
+	other.Namespace = "elsewhere"
+	started := b.DeepCopy()
+	started.Status.Phase, started.Status.JobName = v1alpha1.PhaseRunning, "rw-b"
+	synced := false
+	w.synced = func() bool { return synced }
+	h.OnAdd(a, true)
+	h.OnAdd(b, true)
+	h.OnAdd(other, true)
+	if _, ok := w.atMost("runners"); ok {
+		t.Fatal("the count was used before it had seen the cache's first list")
+	}
+	synced = true
+	counts := func() map[string]int {
+		got := map[string]int{}
+		for _, ns := range []string{"runners", "elsewhere"} {
+			n, ok := w.atMost(ns)
+			if !ok {
+				t.Fatalf("namespace %s: count not used once synced", ns)
+			}
+			got[ns] = n
+		}
+		return got
+	}
+	for _, step := range []struct {
+		name  string
+		event func()
+		want  map[string]int
+	}{
+		{"listed", func() {}, map[string]int{"runners": 2, "elsewhere": 1}},
+		{"b started", func() { h.OnUpdate(b, started) }, map[string]int{"runners": 1, "elsewhere": 1}},
+		{"b updated again", func() { h.OnUpdate(started, started) }, map[string]int{"runners": 1, "elsewhere": 1}},
+		{"a deleted, last state unknown", func() {
+			h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "runners/a", Obj: a})
+		}, map[string]int{"runners": 0, "elsewhere": 1}},
+		{"b deleted", func() { h.OnDelete(started) }, map[string]int{"runners": 0, "elsewhere": 1}},
+		{"c deleted", func() { h.OnDelete(other) }, map[string]int{"runners": 0, "elsewhere": 0}},
+	} {
+		step.event()
+		if diff := cmp.Diff(step.want, counts()); diff != "" {
+			t.Fatalf("after %s (-want +got):\n%s", step.name, diff)
+		}
+	}
+}
+
+// A start reads the waiting line only when the tasks that may wait might
+// not all fit in the free slots; then the line decides.
+func TestStartReadsTheLineOnlyWhenItMayNotFit(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		mayWait   int
+		wantReads int
+		wantOK    bool
+	}{
+		{"all fit", 3, 0, true},
+		{"more than the free slots", 4, 1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			reads := 0
+			cl := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithObjects(runnerTask("a", "uid-a")).
+				WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+					if _, ok := list.(*v1alpha1.RunnerTaskList); ok {
+						reads++
+					}
+					return c.List(ctx, list, opts...)
+				}}).Build()
+			r := New(Options{Client: cl, Jobs: job.Options{DispatcherID: "d1"}, Options: runner.Options{MaxConcurrent: 3}})
+			r.waitingTasks.synced = func() bool { return true }
+			r.waitingTasks.n["runners"] = c.mayWait
+			ok, msg, err := r.reserve(t.Context(), key("job-a"), runnerTask("a", "uid-a"))
+			if err != nil || ok != c.wantOK {
+				t.Fatalf("reserve: ok %v, %q, %v; want ok %v", ok, msg, err, c.wantOK)
+			}
+			if reads != c.wantReads {
+				t.Errorf("the line was read %d times, want %d", reads, c.wantReads)
+			}
+		})
 	}
 }

@@ -99,6 +99,9 @@ type Reconciler struct {
 	// indexed tells that Client's cache indexes waitingField
 	// (SetupWithManager): line then lists only the tasks that may wait.
 	indexed bool
+	// waitingTasks counts the tasks that may wait, by namespace, so a start
+	// reads the line only when it may not fit in the free slots.
+	waitingTasks *waitingCount
 
 	// marked holds the tasks whose Running status (with the Job's name)
 	// this process wrote and the cache does not show yet, so a reconcile
@@ -122,7 +125,7 @@ func New(opts Options) *Reconciler {
 	kueue := opts.Jobs.Queueing.Kueue
 	return &Reconciler{
 		opts: opts, reserved: map[types.NamespacedName]types.NamespacedName{}, marked: map[types.NamespacedName]string{},
-		kept: map[types.NamespacedName]logMade{}, wake: make(chan event.GenericEvent, 1024),
+		kept: map[types.NamespacedName]logMade{}, wake: make(chan event.GenericEvent, 1024), waitingTasks: newWaitingCount(),
 		observer: runner.NewObserver(opts.Options, opts.Client, opts.Reader, kueue),
 		capacity: opts.Capacity(kueue),
 		settler:  runner.Settler{Client: opts.Client, Jobs: opts.Jobs, Options: opts.Options},
@@ -151,6 +154,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("indexing waiting runner tasks: %w", err)
 	}
 	r.indexed = true
+	informer, err := mgr.GetCache().GetInformer(context.Background(), &v1alpha1.RunnerTask{})
+	if err != nil {
+		return fmt.Errorf("watching runner tasks: %w", err)
+	}
+	reg, err := informer.AddEventHandler(r.waitingTasks.handler())
+	if err != nil {
+		return fmt.Errorf("counting waiting runner tasks: %w", err)
+	}
+	r.waitingTasks.synced = reg.HasSynced
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("runnertask").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.Workers}).
@@ -501,6 +513,10 @@ func (r *Reconciler) line(ctx context.Context, namespace string) ([]*v1alpha1.Ru
 
 // ahead is how many waiting tasks go before rt. r.starting is held.
 func (r *Reconciler) ahead(ctx context.Context, rt *v1alpha1.RunnerTask) (int, error) {
+	if n, ok := r.waitingTasks.atMost(rt.Namespace); ok && r.load().Running+n <= r.opts.MaxConcurrent {
+		// The line is no longer than the tasks that may wait: it fits.
+		return 0, nil
+	}
 	line, err := r.line(ctx, rt.Namespace)
 	if err != nil {
 		return 0, err
