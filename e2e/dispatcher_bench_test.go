@@ -328,7 +328,14 @@ func waitMetric(b *testing.B, d *dispatcherProcess, name string, n int, start ti
 // metricValue reads one unlabelled metric of the dispatcher's; 0 when it
 // cannot.
 func metricValue(d *dispatcherProcess, name string) int {
-	resp, err := http.Get("http://" + d.metrics + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, "http://"+d.metrics+"/metrics", nil)
+	if err != nil {
+		return 0
+	}
+	// Uncompressed: read every 20 ms, compressing the answer took an
+	// eighth of the dispatcher's CPU in a profile of the kube source.
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0
 	}
