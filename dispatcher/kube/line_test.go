@@ -2,11 +2,13 @@ package kube
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -121,20 +123,25 @@ func TestWaitingCountFollowsTheCache(t *testing.T) {
 	h.OnAdd(a, true)
 	h.OnAdd(b, true)
 	h.OnAdd(other, true)
-	if _, ok := w.atMost("runners"); ok {
+	if _, ok := w.atMost("runners", slices.Values([]types.NamespacedName(nil))); ok {
 		t.Fatal("the count was used before it had seen the cache's first list")
 	}
 	synced = true
 	counts := func() map[string]int {
 		got := map[string]int{}
 		for _, ns := range []string{"runners", "elsewhere"} {
-			n, ok := w.atMost(ns)
+			n, ok := w.atMost(ns, slices.Values([]types.NamespacedName(nil)))
 			if !ok {
 				t.Fatalf("namespace %s: count not used once synced", ns)
 			}
 			got[ns] = n
 		}
 		return got
+	}
+	// Tasks being started are left out once each, and only where they
+	// still count as waiting.
+	if n, _ := w.atMost("runners", slices.Values([]types.NamespacedName{key("a"), key("a"), key("gone")})); n != 1 {
+		t.Fatalf("2 tasks that may wait, a being started (twice) and a task not counted: %d, want 1", n)
 	}
 	for _, step := range []struct {
 		name  string
@@ -163,12 +170,16 @@ func TestStartReadsTheLineOnlyWhenItMayNotFit(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name      string
-		mayWait   int
+		mayWait   []string
+		starting  []string
 		wantReads int
 		wantOK    bool
 	}{
-		{"all fit", 3, 0, true},
-		{"more than the free slots", 4, 1, true},
+		{"all fit", []string{"a", "b", "c"}, nil, 0, true},
+		{"more than the free slots", []string{"a", "b", "c", "d"}, nil, 1, true},
+		// b holds a slot and still shows as waiting: counted once.
+		{"one being started, counted once", []string{"a", "b", "c"}, []string{"b"}, 0, true},
+		{"one being started, more than the free slots", []string{"a", "b", "c", "d"}, []string{"b"}, 1, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -182,7 +193,12 @@ func TestStartReadsTheLineOnlyWhenItMayNotFit(t *testing.T) {
 				}}).Build()
 			r := New(Options{Client: cl, Jobs: job.Options{DispatcherID: "d1"}, Options: runner.Options{MaxConcurrent: 3}})
 			r.waitingTasks.synced = func() bool { return true }
-			r.waitingTasks.n["runners"] = c.mayWait
+			for _, name := range c.mayWait {
+				r.waitingTasks.add(runnerTask(name, "uid-"+name), true)
+			}
+			for _, name := range c.starting {
+				r.reserved[key("job-"+name)] = key(name)
+			}
 			ok, msg, err := r.reserve(t.Context(), key("job-a"), runnerTask("a", "uid-a"))
 			if err != nil || ok != c.wantOK {
 				t.Fatalf("reserve: ok %v, %q, %v; want ok %v", ok, msg, err, c.wantOK)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -513,7 +514,7 @@ func (r *Reconciler) line(ctx context.Context, namespace string) ([]*v1alpha1.Ru
 
 // ahead is how many waiting tasks go before rt. r.starting is held.
 func (r *Reconciler) ahead(ctx context.Context, rt *v1alpha1.RunnerTask) (int, error) {
-	if n, ok := r.waitingTasks.atMost(rt.Namespace); ok && r.load().Running+n <= r.opts.MaxConcurrent {
+	if n, ok := r.waitingTasks.atMost(rt.Namespace, maps.Values(r.reserved)); ok && r.load().Running+n <= r.opts.MaxConcurrent {
 		// The line is no longer than the tasks that may wait: it fits.
 		return 0, nil
 	}

@@ -1,9 +1,12 @@
 package kube
 
 import (
+	"iter"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 )
@@ -16,51 +19,71 @@ import (
 // a read of 1,000 objects for every start).
 type waitingCount struct {
 	mu sync.Mutex
-	n  map[string]int
+	// tasks holds, by namespace, the tasks that may wait.
+	tasks map[string]map[types.NamespacedName]struct{}
 	// synced tells that the count has seen every task the cache listed
 	// when it started; until then it is not used.
 	synced func() bool
 }
 
 func newWaitingCount() *waitingCount {
-	return &waitingCount{n: map[string]int{}}
+	return &waitingCount{tasks: map[string]map[types.NamespacedName]struct{}{}}
 }
 
-// atMost is the count for a namespace, and false until it has seen every
-// task the cache listed first (or when no cache feeds it).
-func (w *waitingCount) atMost(namespace string) (int, bool) {
+// atMost bounds the waiting line of a namespace: the tasks that may wait,
+// less those of them being started (starting: the tasks of the
+// reservations, a task maybe more than once), which the line leaves out
+// and the running count already holds. False until the count has seen
+// every task the cache listed first (or when no cache feeds it).
+func (w *waitingCount) atMost(namespace string, starting iter.Seq[types.NamespacedName]) (int, bool) {
 	if w.synced == nil || !w.synced() {
 		return 0, false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.n[namespace], true
+	set := w.tasks[namespace]
+	seen := map[types.NamespacedName]bool{}
+	for t := range starting {
+		if _, ok := set[t]; ok {
+			seen[t] = true
+		}
+	}
+	return len(set) - len(seen), true
 }
 
-func (w *waitingCount) add(obj any, d int) {
+func (w *waitingCount) add(obj any, in bool) {
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
 	t, ok := obj.(*v1alpha1.RunnerTask)
-	if !ok || mayWait(t) == nil {
+	if !ok || (in && mayWait(t) == nil) {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.n[t.Namespace] += d
-	if w.n[t.Namespace] <= 0 {
-		delete(w.n, t.Namespace)
+	set := w.tasks[t.Namespace]
+	if !in {
+		delete(set, client.ObjectKeyFromObject(t))
+		if len(set) == 0 {
+			delete(w.tasks, t.Namespace)
+		}
+		return
 	}
+	if set == nil {
+		set = map[types.NamespacedName]struct{}{}
+		w.tasks[t.Namespace] = set
+	}
+	set[client.ObjectKeyFromObject(t)] = struct{}{}
 }
 
 // handler keeps the count from the RunnerTask informer's events.
 func (w *waitingCount) handler() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { w.add(obj, 1) },
-		UpdateFunc: func(old, obj any) {
-			w.add(old, -1)
-			w.add(obj, 1)
+		AddFunc: func(obj any) { w.add(obj, true) },
+		UpdateFunc: func(_, obj any) {
+			w.add(obj, false)
+			w.add(obj, true)
 		},
-		DeleteFunc: func(obj any) { w.add(obj, -1) },
+		DeleteFunc: func(obj any) { w.add(obj, false) },
 	}
 }
