@@ -139,8 +139,9 @@ func New(opts Options) *Reconciler {
 // reading all of them for every start was a million objects copied.
 const waitingField = "runwarden.dev/waiting"
 
-// mayWait is the index of waitingField: "true" for a RunnerTask line may
-// put in the line (it checks again; the index only leaves the others out).
+// mayWait is the index of waitingField: "true" for a RunnerTask that line
+// may put in the waiting line (line checks again; the index only leaves
+// out the tasks that cannot wait).
 func mayWait(o client.Object) []string {
 	t, ok := o.(*v1alpha1.RunnerTask)
 	if !ok || t.Status.JobName != "" || terminal(t.Status.Phase) || t.Spec.Cancel || t.DeletionTimestamp != nil {
