@@ -75,7 +75,7 @@ e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default l
 bench: bench-postrender bench-webhook bench-dispatcher bench-failover bench-secrets bench-queueing bench-release ## Run every benchmark.
 
 .PHONY: bench-dispatcher
-bench-dispatcher: ## Benchmark tasks to Jobs (both sources) beside plain client-go loops, on the local cluster (RUNWARDEN_BENCH_TASKS, default 500; RUNWARDEN_BENCH_DRAIN=10000 adds the drain).
+bench-dispatcher: ## Benchmark tasks to Jobs (both sources) beside plain client-go loops, on the local cluster (RUNWARDEN_BENCH_TASKS, default 500; RUNWARDEN_BENCH_ROUNDS=R interleaves R runs of each; RUNWARDEN_BENCH_DRAIN=10000 adds the drain).
 	hack/tools.sh kubernetes etcd kwok coredns opentofu
 	@mkdir -p $(BIN_DIR)
 	RUNWARDEN_REAL_NODE=false hack/e2e.sh -run '^$$' -bench BenchmarkDispatcherJobs -benchtime 1x -timeout 30m ./e2e/ | tee bin/bench-dispatcher.txt
