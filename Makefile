@@ -109,12 +109,12 @@ bench-secrets: ## Benchmark a runner pod's start with 10 Vault references agains
 bench-webhook: ## Benchmark the webhook: handler and policy evaluation, and a TLS load test beside opa run --server (BENCH_RECORD=1 records the first for bench-guard).
 	hack/tools.sh opa
 	@mkdir -p $(BIN_DIR)
-	GOGC=400 $(GO) test -run '^$$' -bench '^(BenchmarkEval|BenchmarkHandle)$$' -benchmem -count 6 ./webhook/policy/ ./webhook/admission/ | tee bin/bench-webhook-go.txt
+	GOGC=400 $(GO) test -run '^$$' -bench '^(BenchmarkEval|BenchmarkHandle|BenchmarkServeHTTP)$$' -benchmem -count 6 ./webhook/policy/ ./webhook/admission/ | tee bin/bench-webhook-go.txt
 	$(if $(BENCH_RECORD),mkdir -p docs/bench && cp bin/bench-webhook-go.txt docs/bench/webhook.txt && echo "recorded docs/bench/webhook.txt for make bench-guard")
 	GOGC=400 $(GO) test -run '^$$' -bench BenchmarkWebhookLoad -benchtime 1x -count 1 -timeout 20m ./webhook/ | tee bin/bench-webhook-load.txt
 
 .PHONY: bench-guard
-bench-guard: ## Before a change lands: BenchmarkHandle and BenchmarkEval against docs/bench/webhook.txt; fails past +10% time (significant) or any added allocation.
+bench-guard: ## Before a change lands: BenchmarkHandle, BenchmarkServeHTTP and BenchmarkEval against docs/bench/webhook.txt; fails past +10% time (significant) or any added allocation.
 	hack/bench-guard.sh
 
 .PHONY: bench-postrender

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench-guard: the webhook's hot path against its last recorded figures,
-# before a change lands. It runs BenchmarkHandle (webhook/admission) and
+# before a change lands. It runs BenchmarkHandle and BenchmarkServeHTTP
+# (webhook/admission: the handler, and the same served over HTTP) and
 # BenchmarkEval (webhook/policy) with -count 6, as `make bench-webhook` does
 # (GOGC=400, as the binary sets it), prints benchstat's comparison with the
 # record in docs/bench/webhook.txt, and fails on:
@@ -34,7 +35,7 @@ out=bin/bench-guard.txt
 if [[ ${1:-} == --compare ]]; then
 	out=${2:?hack/bench-guard.sh --compare FILE: name the run to compare}
 else
-	GOGC=400 go test -run '^$' -bench '^(BenchmarkEval|BenchmarkHandle)$' -benchmem -count 6 \
+	GOGC=400 go test -run '^$' -bench '^(BenchmarkEval|BenchmarkHandle|BenchmarkServeHTTP)$' -benchmem -count 6 \
 		./webhook/policy/ ./webhook/admission/ | tee "$out"
 fi
 

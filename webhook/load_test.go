@@ -28,7 +28,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/yaml"
 
 	"github.com/runwarden/runwarden/policies"
@@ -389,7 +388,7 @@ func startRunwarden(b *testing.B) string {
 	h := rwadmission.New(rwadmission.Options{
 		Policies: staticSet{set}, Reader: sharedReader{ns: ns, sa: sa}, Jobs: sharedReader{ns: ns, sa: sa}, Config: cfg, Mutate: true,
 	})
-	srv := httptest.NewUnstartedServer(rwadmission.Detached(rwadmission.Pooled(rwadmission.Undecided(&webhook.Admission{Handler: h}), 0), make(chan struct{})))
+	srv := httptest.NewUnstartedServer(rwadmission.Serve(h, 0, make(chan struct{})))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	b.Cleanup(srv.Close)

@@ -375,7 +375,7 @@ func registerHandlers(ctx context.Context, c serveConfig, mgr manager.Manager, s
 		h := rwadmission.New(rwadmission.Options{Policies: store, Reader: rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), Config: platform, Mutate: mutate, Recorder: rec, Namespace: c.namespace,
 			Jobs: mgr.GetAPIReader(), Pods: mgr.GetAPIReader(), JobControllerUsers: c.jobController, Resolver: resolver,
 		})
-		server.Register(path, rwadmission.Detached(rwadmission.Pooled(rwadmission.Undecided(&webhook.Admission{Handler: h}), 0), stopping))
+		server.Register(path, rwadmission.Serve(h, 0, stopping))
 	}
 }
 

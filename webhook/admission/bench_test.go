@@ -1,19 +1,25 @@
 package admission
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"testing"
 
 	"github.com/go-logr/logr"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	kjson "sigs.k8s.io/json"
 
@@ -129,4 +135,38 @@ func (r apiJobs) Get(_ context.Context, key client.ObjectKey, obj client.Object,
 
 func (r apiJobs) List(context.Context, client.ObjectList, ...client.ListOption) error {
 	return fmt.Errorf("apiJobs: List is not used by the handler")
+}
+
+// BenchmarkServeHTTP is BenchmarkHandle as the webhook serves it over HTTP,
+// without the connection: the AdmissionReview's JSON decoded, handled,
+// the patch and the review encoded, through the handler runwarden-webhook
+// registers for the mutating path (Serve).
+func BenchmarkServeHTTP(b *testing.B) {
+	h := benchHandler(b)
+	srv := Serve(h, 0, make(chan struct{}))
+	review, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  ptr.To(request(b, runnerPod("registry.example.com/runner:1")).AdmissionRequest),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := log.IntoContext(b.Context(), logr.Discard())
+	serve := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/mutate-pods", bytes.NewReader(review))
+		r.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, r)
+		return w
+	}
+	// The first admission fills the decision cache, as in BenchmarkHandle.
+	if w := serve(); w.Code != http.StatusOK || !bytes.Contains(w.Body.Bytes(), []byte(`"patch":`)) {
+		b.Fatalf("unexpected answer %d: %s", w.Code, w.Body)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if w := serve(); w.Code != http.StatusOK {
+			b.Fatalf("unexpected answer %d: %s", w.Code, w.Body)
+		}
+	}
 }

@@ -44,9 +44,14 @@ func FuzzDecisionToPatch(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ops, err := json.Marshal(Patch(before, once))
+		// The patch as the webhook sends it (encodePatch), byte for byte
+		// what json.Marshal makes of the operations.
+		ops, err := encodePatch(Patch(before, once))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if want, err := json.Marshal(Patch(before, once)); err != nil || string(ops) != string(want) {
+			t.Fatalf("encodePatch differs from json.Marshal (%v):\n%s\n%s", err, ops, want)
 		}
 		patch, err := jsonpatch.DecodePatch(ops)
 		if err != nil {
