@@ -38,18 +38,17 @@ func TestPooledServesOnWorkers(t *testing.T) {
 
 func TestPooledGivesUpOnGoneClients(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	h := Pooled(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }), 1)
+	holding, release := make(chan struct{}), make(chan struct{})
+	h := Pooled(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		close(holding)
+		<-release
+	}), 1)
 	defer close(release)
-	busy := make(chan struct{})
-	go func() {
-		close(busy)
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
-	}()
-	<-busy
-	time.Sleep(10 * time.Millisecond) // the only worker is now held
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
+	go h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", nil))
+	<-holding // the only worker is now held
+	// The client is gone before its request can get a worker.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", nil).WithContext(ctx))
 	if rec.Code != http.StatusServiceUnavailable {
