@@ -152,6 +152,9 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %v\n", err)
 		return 3
 	}
+	if unknown := policy.UnknownEnforcedRules(cfg, set.Rules()); len(unknown) > 0 {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: warning: %s\n", policy.UnknownRulesMessage(unknown))
+	}
 	// The webhook's logs are the cluster's business; eval prints its own.
 	ctx = logr.NewContext(ctx, logr.Discard())
 	passes, err := admitAsTheAPIServer(ctx, c, cfg, set, req, look)

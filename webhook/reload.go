@@ -24,6 +24,9 @@ import (
 const (
 	ReasonPolicyReloaded      = "PolicyReloaded"
 	ReasonPolicyReloadRefused = "PolicyReloadRefused"
+	// ReasonUnknownEnforcedRules: the platform configuration's enforcement
+	// names rules no policy in force denies by (policy.UnknownEnforcedRules).
+	ReasonUnknownEnforcedRules = "UnknownEnforcedRules"
 )
 
 // maxEventMessage bounds an Event's message (the API server keeps 1 kB of
@@ -84,6 +87,9 @@ type reloadReport struct {
 	log    logr.Logger
 	rec    *metrics.Recorder
 	events *podEventRecorder
+	// platform is the platform configuration, whose enforcement is checked
+	// against each set's rules.
+	platform map[string]any
 }
 
 // report is the store's OnReload.
@@ -100,4 +106,18 @@ func (r reloadReport) report(s *policy.Set, err error) {
 	r.rec.Reload(s.Digest, nil)
 	r.events.event(corev1.EventTypeNormal, ReasonPolicyReloaded,
 		fmt.Sprintf("policies reloaded from %s: digest %s, %d tests passed", s.Origin, s.Digest, s.Tests))
+	r.checkEnforcement(s)
+}
+
+// checkEnforcement tells, in the log and as a Warning Event, of the rules
+// the enforcement names that the set s cannot deny by: a misspelt rule
+// name would otherwise leave the rule meant at its default action unseen.
+func (r reloadReport) checkEnforcement(s *policy.Set) {
+	unknown := policy.UnknownEnforcedRules(r.platform, s.Rules())
+	if len(unknown) == 0 {
+		return
+	}
+	msg := policy.UnknownRulesMessage(unknown)
+	r.log.Info("warning: "+msg, "rules", unknown, "digest", s.Digest)
+	r.events.event(corev1.EventTypeWarning, ReasonUnknownEnforcedRules, msg)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/runwarden/runwarden/policies"
 	"github.com/runwarden/runwarden/webhook/metrics"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
@@ -64,6 +65,27 @@ func TestReloadReport(t *testing.T) {
 				t.Errorf("reload timeouts %v, want %v", got, tt.wantTimeouts)
 			}
 		})
+	}
+}
+
+// A set whose rules the enforcement misnames is reloaded, with a Warning
+// Event naming the unknown rules.
+func TestReloadReportNamesUnknownEnforcedRules(t *testing.T) {
+	t.Parallel()
+	set, err := policy.Load(t.Context(), policies.FS, "embedded", policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := record.NewFakeRecorder(2)
+	r := reloadReport{log: logr.Discard(), rec: metrics.New(prometheus.NewRegistry()), events: newPodEventRecorder(events, podRef{namespace: "runwarden", name: "webhook-0", uid: "u"}),
+		platform: map[string]any{"enforcement": map[string]any{"rules": map[string]any{"no-privileged": "warn", "no-privilegd": "warn"}}}}
+	r.report(set, nil)
+	if got := <-events.Events; !strings.HasPrefix(got, "Normal PolicyReloaded") {
+		t.Errorf("first event %q, want the reload", got)
+	}
+	want := "Warning UnknownEnforcedRules the platform configuration's enforcement names no-privilegd, which no policy in force denies by (misspelt?): the rule meant keeps its default action"
+	if diff := cmp.Diff(want, <-events.Events); diff != "" {
+		t.Errorf("event (-want +got):\n%s", diff)
 	}
 }
 

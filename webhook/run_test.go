@@ -69,6 +69,12 @@ func TestRun(t *testing.T) {
 			wantStdout: []string{"# action deny: no-host-namespaces: the pod uses the host's namespaces (hostNetwork)", "# action deny: secret-ref-malformed: container \"main\" env TOKEN"},
 		},
 		{
+			name: "policy eval warns of a misspelt rule in the enforcement, and the rule meant still denies", args: []string{"policy", "eval", "--pod", "testdata/shape-pod.yaml", "--config", "testdata/platform-enforcement-misspelt.yaml"},
+			wantCode:   1,
+			wantStdout: []string{"# action deny: no-privileged: container \"main\" is privileged"},
+			wantStderr: []string{"warning: the platform configuration's enforcement names no-privilegd, which no policy in force denies by (misspelt?)"},
+		},
+		{
 			name: "policy eval of a pod whose violations the platform warns of and dry-runs", args: []string{"policy", "eval", "--pod", "testdata/shape-pod.yaml", "--config", "testdata/platform-enforcement.yaml"},
 			wantStdout: []string{
 				"# action dryrun: no-host-namespaces: the pod uses the host's namespaces (hostNetwork)",

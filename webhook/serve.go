@@ -285,7 +285,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 		return err
 	}
 	defer stopEvents()
-	store, err := loadPolicies(ctx, c, rec, events)
+	store, err := loadPolicies(ctx, c, platform, rec, events)
 	if err != nil {
 		return err
 	}
@@ -484,13 +484,14 @@ func drainOnShutdown(ctx, mctx context.Context, stop context.CancelFunc, mgr man
 // reloads it. The first load is not a reload: it sets the policy_info
 // metric, and only later reloads count in policy_reloads_total. Each
 // reload is reported (see reloadReport); events may be nil.
-func loadPolicies(ctx context.Context, c serveConfig, rec *metrics.Recorder, events *podEventRecorder) (*policy.Store, error) {
+func loadPolicies(ctx context.Context, c serveConfig, platform map[string]any, rec *metrics.Recorder, events *podEventRecorder) (*policy.Store, error) {
 	logger := logr.FromContextOrDiscard(ctx)
+	report := reloadReport{log: logger, rec: rec, events: events, platform: platform}
 	store, err := policy.NewStore(ctx, policy.StoreOptions{
 		Dir:      c.policyDir,
 		Interval: c.reloadInterval,
 		Load:     policy.Options{Timeout: c.policyTimeout},
-		OnReload: reloadReport{log: logger, rec: rec, events: events}.report,
+		OnReload: report.report,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("loading the policies: %w", err)
@@ -498,6 +499,7 @@ func loadPolicies(ctx context.Context, c serveConfig, rec *metrics.Recorder, eve
 	first := store.Current()
 	rec.Loaded(first.Digest)
 	logger.Info("policies loaded", "origin", first.Origin, "digest", first.Digest, "tests", first.Tests)
+	report.checkEnforcement(first)
 	return store, nil
 }
 

@@ -98,7 +98,7 @@ func TestCacheOptionsRoleMappingConfigMap(t *testing.T) {
 func TestFirstPolicyLoadIsNotAReload(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	store, err := loadPolicies(t.Context(), serveConfig{reloadInterval: time.Hour}, metrics.New(reg), nil)
+	store, err := loadPolicies(t.Context(), serveConfig{reloadInterval: time.Hour}, nil, metrics.New(reg), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

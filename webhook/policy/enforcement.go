@@ -81,3 +81,40 @@ func checkAction(path string, v any) error {
 	}
 	return fmt.Errorf("%s: %v is not an action; use %s", path, v, strings.Join(Actions(), ", "))
 }
+
+// UnknownEnforcedRules names, sorted and each once, the rules the
+// enforcement sets an action for (in enforcement.rules or a namespace's)
+// that are not among rules, the rules the policies in force can deny by
+// (Set.Rules): most likely a misspelling, which leaves the rule it meant at
+// its default action. Not an error: a policy may name its rules in a way
+// Set.Rules does not see, and a reload may drop a rule the configuration
+// still names.
+func UnknownEnforcedRules(cfg map[string]any, rules []string) []string {
+	e, _ := cfg["enforcement"].(map[string]any)
+	named := map[string]bool{}
+	add := func(v any) {
+		m, _ := v.(map[string]any)
+		for rule := range m {
+			named[rule] = true
+		}
+	}
+	add(e["rules"])
+	if ns, ok := e["namespaces"].(map[string]any); ok {
+		for _, v := range ns {
+			add(v)
+		}
+	}
+	var unknown []string
+	for _, rule := range sortedKeys(named) {
+		if !slices.Contains(rules, rule) {
+			unknown = append(unknown, rule)
+		}
+	}
+	return unknown
+}
+
+// UnknownRulesMessage says what UnknownEnforcedRules found.
+func UnknownRulesMessage(unknown []string) string {
+	return fmt.Sprintf("the platform configuration's enforcement names %s, which no policy in force denies by "+
+		"(misspelt?): the rule meant keeps its default action", strings.Join(unknown, ", "))
+}

@@ -1,7 +1,10 @@
 package policy
 
 import (
+	"slices"
 	"testing"
+
+	"github.com/runwarden/runwarden/policies"
 )
 
 func TestCheckEnforcement(t *testing.T) {
@@ -51,6 +54,41 @@ func TestCheckEnforcement(t *testing.T) {
 			}
 			if got != tt.wantErr {
 				t.Errorf("CheckEnforcement error = %q, want %q", got, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestUnknownEnforcedRules(t *testing.T) {
+	t.Parallel()
+	s, err := Load(t.Context(), policies.FS, "embedded", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := s.Rules()
+	tests := []struct {
+		name string
+		cfg  map[string]any
+		want []string
+	}{
+		{"no enforcement", map[string]any{}, nil},
+		{"known rules only", map[string]any{"enforcement": map[string]any{
+			"default": "warn", "rules": map[string]any{"allowed-registries": "deny"},
+			"namespaces": map[string]any{"team-a": map[string]any{"resources-required": "dryrun"}},
+		}}, nil},
+		{"misspelt, in rules and in namespaces, each once", map[string]any{"enforcement": map[string]any{
+			"rules": map[string]any{"allowed-registry": "warn", "allowed-registries": "deny"},
+			"namespaces": map[string]any{
+				"team-a": map[string]any{"resource-required": "dryrun", "allowed-registry": "deny"},
+				"team-b": map[string]any{},
+			},
+		}}, []string{"allowed-registry", "resource-required"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := UnknownEnforcedRules(tt.cfg, rules); !slices.Equal(got, tt.want) {
+				t.Errorf("UnknownEnforcedRules = %q, want %q", got, tt.want)
 			}
 		})
 	}
