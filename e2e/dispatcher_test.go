@@ -57,13 +57,8 @@ func installCRD(ctx context.Context, t testing.TB, cfg *envconf.Config) {
 	if err := yaml.Unmarshal(b, crd); err != nil {
 		t.Fatal(err)
 	}
+	// The scheme knows both types already (TestMain).
 	r := cfg.Client().Resources()
-	if err := apiextensionsv1.AddToScheme(r.GetScheme()); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(r.GetScheme()); err != nil {
-		t.Fatal(err)
-	}
 	if err := r.Create(ctx, crd); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("creating the RunnerTask CRD: %v", err)
 	}
@@ -211,6 +206,7 @@ func jobsOf(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) [
 // namespace whose Pod Security level refuses its runner pods: it exits
 // non-zero and says why, before taking any task.
 func TestDispatcherPreflightNamesTheCause(t *testing.T) {
+	t.Parallel()
 	f := features.New("dispatcher preflight").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)
@@ -240,6 +236,7 @@ func TestDispatcherPreflightNamesTheCause(t *testing.T) {
 // TestDispatcherRunsRunnerTasks submits RunnerTasks and checks each runs as
 // exactly one Job whose outcome lands in the task's status.
 func TestDispatcherRunsRunnerTasks(t *testing.T) {
+	t.Parallel()
 	f := features.New("dispatcher runs RunnerTasks").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)
@@ -426,6 +423,7 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 // ten times, and the standby takes over: every task ends with exactly one
 // Job and one final status, and never more than --max-concurrent run.
 func TestDispatcherSurvivesSIGKILL(t *testing.T) {
+	t.Parallel()
 	const tasks, kills = 200, 10
 	f := features.New("dispatcher survives SIGKILL").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {

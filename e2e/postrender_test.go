@@ -125,6 +125,7 @@ func configMapLabel(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, 
 // kustomize/, and checks the objects in the API server carry the overlay's
 // changes; a broken overlay fails the install with its cause shown.
 func TestHelmPostRenderer(t *testing.T) {
+	t.Parallel()
 	chart := filepath.Join(suite.RepoRoot, "e2e", "testdata", "demo-chart")
 	overlay := filepath.Join(suite.RepoRoot, "kustomize", "labels")
 	for _, v := range []struct{ name, tool string }{{"helm v3", "helm3"}, {"helm v4", "helm4"}} {

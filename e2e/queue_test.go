@@ -550,6 +550,7 @@ func TestKueueOrchestratorTasks(t *testing.T) {
 // TestDispatcherStartsWaitingTasksInOrder: without Kueue, tasks waiting for
 // the dispatcher's slots start in priority order, then creation order.
 func TestDispatcherStartsWaitingTasksInOrder(t *testing.T) {
+	t.Parallel()
 	f := features.New("waiting tasks in order").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)

@@ -62,6 +62,7 @@ func taskAuthor(ctx context.Context, t *testing.T, cfg *envconf.Config, ns strin
 // read a Secret, a ConfigMap or a mounted file into the task's env; the
 // RunnerTask CRD refuses it with a message naming the variables.
 func TestSecurityTaskEnvIsData(t *testing.T) {
+	t.Parallel()
 	f := features.New("task env is data").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			installCRD(ctx, t, cfg)
@@ -108,6 +109,7 @@ func TestSecurityTaskEnvIsData(t *testing.T) {
 // segment is malformed and denied before any policy pattern sees it, and
 // the task ends AdmissionRejected with the webhook's message.
 func TestSecurityTaskSecretRefs(t *testing.T) {
+	t.Parallel()
 	f := features.New("task secret references").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			installCRD(ctx, t, cfg)
@@ -195,6 +197,7 @@ func failedCreate(ctx context.Context, cfg *envconf.Config, ns, jobName string) 
 // again. A real denial still ends the task AdmissionRejected at once. Both
 // classifications are checked on the real API server's wording.
 func TestSecurityUndecidedIsNotDenied(t *testing.T) {
+	t.Parallel()
 	f := features.New("undecided is not denied").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			installCRD(ctx, t, cfg)
@@ -276,6 +279,7 @@ func TestSecurityUndecidedIsNotDenied(t *testing.T) {
 // beyond the capacity a poll asked for are handed back, so no more than
 // --max-concurrent Jobs run, and every task still runs exactly once.
 func TestSecurityOrchestratorLimits(t *testing.T) {
+	t.Parallel()
 	f := features.New("orchestrator limits").
 		Assess("oversized tasks are refused, extra leases handed back", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
@@ -347,6 +351,7 @@ shape:
 // running runner's image cannot be changed past the registry allow-list,
 // and no debug container can be added to it.
 func TestSecurityPodCreator(t *testing.T) {
+	t.Parallel()
 	f := features.New("pod creator").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
@@ -460,6 +465,7 @@ func TestSecurityPodCreator(t *testing.T) {
 // on the real node (kubectl refuses, on its side, to exec into a completed
 // pod, and the simulated nodes complete Job pods at once).
 func TestSecurityExecIntoRunners(t *testing.T) {
+	t.Parallel()
 	var u harness.User
 	f := features.New("exec into runners").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -573,6 +579,7 @@ func waitRunning(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, nam
 // runner's pod to a node of their choosing. A runner Job waits only in the
 // LocalQueues, with the WorkloadPriorityClasses, its namespace allows.
 func TestSecurityDispatcherBounds(t *testing.T) {
+	t.Parallel()
 	f := features.New("dispatcher bounds").
 		Assess("the chart's admission policies refuse what the dispatcher may not make", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
@@ -921,6 +928,7 @@ func TestSecurityDispatcherBounds(t *testing.T) {
 // used: the task ends Refused naming it, no Job is left, and the planted
 // Secret is untouched.
 func TestSecurityDispatcherSecrets(t *testing.T) {
+	t.Parallel()
 	f := features.New("dispatcher secrets").
 		Assess("create-only on Secrets, and a planted Secret never adopted", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
@@ -1101,6 +1109,7 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 // made, under a name the API server drew, with the runner's log; the
 // planted one is left as it was.
 func TestSecurityPlantedLogConfigMap(t *testing.T) {
+	t.Parallel()
 	f := features.New("planted log ConfigMap").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)
@@ -1176,6 +1185,7 @@ func TestSecurityPlantedLogConfigMap(t *testing.T) {
 // the real runner pod's. The same user cannot rewrite the record the
 // webhook wrote on the runner pod, nor make that pod another task's.
 func TestSecurityPlantedPod(t *testing.T) {
+	t.Parallel()
 	f := features.New("planted pod").
 		Setup(secretsSetup).
 		Assess("a planted pod neither ends nor describes the task", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
