@@ -387,7 +387,9 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 			}
 
 			// helm test: a runner pod created through the webhook checks its own shape.
-			if out, err := h4.run(ctx, "test", release, "-n", ns, "--timeout", "2m"); err != nil || !strings.Contains(out, "Succeeded") {
+			// --logs: the test pod's log (the runner's, or the dispatcher's
+			// reason it could not run one) is part of the answer.
+			if out, err := h4.run(ctx, "test", release, "-n", ns, "--timeout", "2m", "--logs"); err != nil || !strings.Contains(out, "Succeeded") {
 				t.Errorf("helm test: %v\n%s", err, out)
 			}
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/e2e-framework/klient"
+	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
@@ -91,6 +93,7 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 			for b.Loop() {
 				ns := newNamespace(b, "raw")
 				r := fast.Resources(ns)
+				before := readAPICalls(ctx, b, fast)
 				start := time.Now()
 				var g errgroup.Group
 				g.SetLimit(workers)
@@ -101,6 +104,59 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportMetric(float64(n)/time.Since(start).Seconds(), "jobs/s")
+				reportAPICalls(b, before, readAPICalls(ctx, b, fast), n)
+			}
+		})
+	}
+
+	// Eight loops making the API calls the kube source must make for a
+	// task, and no more: the RunnerTasks listed once (as the dispatcher's
+	// cache does when it starts), then for each task its Job (owned by the
+	// task) and the task's Running status, written from the listed copy.
+	// The dispatcher's rate against this one is what its own work costs.
+	b.Run(fmt.Sprintf("tasks=%d/impl=client-go-8w-kube-calls", n), func(b *testing.B) {
+		for b.Loop() {
+			ns := newNamespace(b, "rawk")
+			r := fast.Resources(ns)
+			createBenchTasks(ctx, b, r, ns, n)
+			before := readAPICalls(ctx, b, fast)
+			start := time.Now()
+			var tasks v1alpha1.RunnerTaskList
+			if err := r.List(ctx, &tasks); err != nil || len(tasks.Items) != n {
+				b.Fatalf("%d RunnerTasks listed, want %d (%v)", len(tasks.Items), n, err)
+			}
+			var g errgroup.Group
+			g.SetLimit(8)
+			for i := range tasks.Items {
+				rt := &tasks.Items[i]
+				g.Go(func() error {
+					j := rawJob(ns, i)
+					j.OwnerReferences = []metav1.OwnerReference{{
+						APIVersion: v1alpha1.GroupVersion.String(), Kind: "RunnerTask", Name: rt.Name, UID: rt.UID,
+						Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+					}}
+					if err := r.Create(ctx, j); err != nil {
+						return err
+					}
+					rt.Status.Phase, rt.Status.JobName, rt.Status.StartTime = v1alpha1.PhaseRunning, j.Name, ptr.To(metav1.Now())
+					return r.UpdateStatus(ctx, rt)
+				})
+			}
+			if err := g.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "jobs/s")
+			reportAPICalls(b, before, readAPICalls(ctx, b, fast), n)
+		}
+	})
+
+	// The kube source built from another checkout (RUNWARDEN_BENCH_BASE,
+	// say a worktree of the commit before a change), measured in the same
+	// run as this one's.
+	if base := os.Getenv("RUNWARDEN_BENCH_BASE"); base != "" {
+		b.Run(fmt.Sprintf("tasks=%d/impl=dispatcher-base", n), func(b *testing.B) {
+			for b.Loop() {
+				kubeSourceBench(ctx, b, n, 1, newNamespace, "--source-dir="+base)
 			}
 		})
 	}
@@ -115,32 +171,7 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("tasks=%d/impl=%s", n, impl), func(b *testing.B) {
 			for b.Loop() {
-				ns := newNamespace(b, "disp")
-				r := fast.Resources(ns)
-				for i := range n {
-					rt := &v1alpha1.RunnerTask{
-						ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("task-%05d", i), Namespace: ns},
-						Spec: v1alpha1.RunnerTaskSpec{Command: []string{"true"}, Resources: &corev1.ResourceRequirements{
-							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")},
-						}},
-					}
-					if err := r.Create(ctx, rt); err != nil {
-						b.Fatal(err)
-					}
-				}
-				d, standby := startBenchReplicas(ctx, b, cfg, ns, replicas, "--simulated", "--max-concurrent", strconv.Itoa(n),
-					"--succeeded-history", "100000", "--failed-history", "100000", "--preflight=false",
-					"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h")
-				start := time.Now()
-				standby()
-				waitCreated(b, d, n, start)
-				var jobs batchv1.JobList
-				if err := r.List(ctx, &jobs); err != nil || len(jobs.Items) != n {
-					b.Fatalf("%d Jobs listed, want %d (%v)", len(jobs.Items), n, err)
-				}
-				elapsed := time.Since(start)
-				b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
-				b.ReportMetric(float64(rssKiB(d.cmd.Process.Pid))/1024, "rss-MiB")
+				kubeSourceBench(ctx, b, n, replicas, newNamespace)
 			}
 		})
 
@@ -172,6 +203,8 @@ func BenchmarkDispatcherJobs(b *testing.B) {
 func orchestratorBench(ctx context.Context, b *testing.B, n, lat, replicas int, newNamespace func(*testing.B, string) string) {
 	cfg := testenv.EnvConf()
 	ns := newNamespace(b, "orch")
+	fast := fastClient(b, cfg)
+	before := readAPICalls(ctx, b, fast)
 	o := newOrchestrator(b, orchestratortest.Options{LeaseSeconds: 120, MaxWait: 5 * time.Second})
 	d, standby := startBenchReplicas(ctx, b, cfg, ns, replicas, append(orchestratorFlags(o), "--simulated", "--max-concurrent", strconv.Itoa(n+lat),
 		"--succeeded-history", "100000", "--failed-history", "100000", "--preflight=false", "--stream-logs=false",
@@ -217,6 +250,7 @@ func orchestratorBench(ctx context.Context, b *testing.B, n, lat, replicas int, 
 		time.Sleep(100 * time.Millisecond)
 	}
 	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "reported/s")
+	reportAPICalls(b, before, readAPICalls(ctx, b, fast), n+lat)
 	b.ReportMetric(float64(rssKiB(d.cmd.Process.Pid))/1024, "rss-MiB")
 	if out := os.Getenv("RUNWARDEN_BENCH_HEAPPROFILE"); out != "" && d.pprof != "" {
 		saveProfile(d.pprof, out, "heap")
@@ -250,12 +284,12 @@ func startBenchReplicas(ctx context.Context, b *testing.B, cfg *envconf.Config, 
 	}
 }
 
-// saveProfile saves one of the dispatcher's profiles (profile: two
+// saveProfile saves one of the dispatcher's profiles (profile: three
 // seconds of CPU).
 func saveProfile(addr, path, profile string) {
 	u := "http://" + addr + "/debug/pprof/" + profile
 	if profile == "profile" {
-		u += "?seconds=2"
+		u += "?seconds=3"
 	}
 	resp, err := http.Get(u)
 	if err != nil {
@@ -272,27 +306,43 @@ func saveProfile(addr, path, profile string) {
 // server being measured).
 func waitCreated(b *testing.B, d *dispatcherProcess, n int, start time.Time) {
 	b.Helper()
+	waitMetric(b, d, "runwarden_dispatcher_jobs_created_total", n, start)
+}
+
+// waitMetric waits until one of the dispatcher's metrics (a counter, or a
+// histogram's _count) reaches n, read every 20 ms.
+func waitMetric(b *testing.B, d *dispatcherProcess, name string, n int, start time.Time) {
+	b.Helper()
 	for {
-		got := jobsCreated(d)
+		got := metricValue(d, name)
 		if got >= n {
 			return
 		}
 		if time.Since(start) > 5*time.Minute {
-			b.Fatalf("only %d of %d Jobs created after 5 minutes\n%s", got, n, tail(d.log.String(), 4000))
+			b.Fatalf("%s only %d of %d after 5 minutes\n%s", name, got, n, tail(d.log.String(), 4000))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-func jobsCreated(d *dispatcherProcess) int {
-	resp, err := http.Get("http://" + d.metrics + "/metrics")
+// metricValue reads one unlabelled metric of the dispatcher's; 0 when it
+// cannot.
+func metricValue(d *dispatcherProcess, name string) int {
+	req, err := http.NewRequest(http.MethodGet, "http://"+d.metrics+"/metrics", nil)
+	if err != nil {
+		return 0
+	}
+	// Uncompressed: read every 20 ms, compressing the answer took an
+	// eighth of the dispatcher's CPU in a profile of the kube source.
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	for _, l := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(l, "runwarden_dispatcher_jobs_created_total "); ok {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
 			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			return int(f)
 		}
@@ -376,4 +426,72 @@ func fastClient(b testing.TB, cfg *envconf.Config) klient.Client {
 		b.Fatal(err)
 	}
 	return fast
+}
+
+// createBenchTasks creates n RunnerTasks whose pods cannot be scheduled
+// (they request more CPU than any node has), so every Job stays in flight.
+func createBenchTasks(ctx context.Context, b *testing.B, r *resources.Resources, ns string, n int) {
+	b.Helper()
+	for i := range n {
+		rt := &v1alpha1.RunnerTask{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("task-%05d", i), Namespace: ns},
+			Spec: v1alpha1.RunnerTaskSpec{Command: []string{"true"}, Resources: &corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")},
+			}},
+		}
+		if err := r.Create(ctx, rt); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// kubeSourceBench runs the kube source: n unschedulable RunnerTasks made
+// first, then the dispatcher (or, with replicas > 1, the leader of that
+// many) started, timed until it has made n Jobs. extra goes to
+// startDispatcherProcess (--source-dir=DIR builds another checkout's).
+func kubeSourceBench(ctx context.Context, b *testing.B, n, replicas int, newNamespace func(*testing.B, string) string, extra ...string) {
+	cfg := testenv.EnvConf()
+	fast := fastClient(b, cfg)
+	ns := newNamespace(b, "disp")
+	r := fast.Resources(ns)
+	createBenchTasks(ctx, b, r, ns, n)
+	before := readAPICalls(ctx, b, fast)
+	d, standby := startBenchReplicas(ctx, b, cfg, ns, replicas, append([]string{"--simulated", "--max-concurrent", strconv.Itoa(n),
+		"--succeeded-history", "100000", "--failed-history", "100000", "--preflight=false",
+		"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h"}, extra...)...)
+	start := time.Now()
+	standby()
+	logRevision(b, extra)
+	if out := os.Getenv("RUNWARDEN_BENCH_CPUPROFILE"); out != "" && d.pprof != "" {
+		suffix := ".kube"
+		if len(extra) > 0 {
+			suffix = ".kube-base"
+		}
+		go saveProfile(d.pprof, out+suffix, "profile")
+	}
+	waitCreated(b, d, n, start)
+	elapsed := time.Since(start)
+	// Every task's Running status written (each is timed into the
+	// queue-wait histogram once written), then the calls.
+	waitMetric(b, d, "runwarden_dispatcher_task_queue_wait_seconds_count", n, start)
+	reportAPICalls(b, before, readAPICalls(ctx, b, fast), n)
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs); err != nil || len(jobs.Items) != n {
+		b.Fatalf("%d Jobs listed, want %d (%v)", len(jobs.Items), n, err)
+	}
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "jobs/s")
+	b.ReportMetric(float64(rssKiB(d.cmd.Process.Pid))/1024, "rss-MiB")
+}
+
+// logRevision logs the commit the dispatcher was built from (this checkout,
+// or --source-dir's), "-dirty" with changes not committed.
+func logRevision(b *testing.B, extra []string) {
+	dir := suite.RepoRoot
+	for _, a := range extra {
+		if d, ok := strings.CutPrefix(a, "--source-dir="); ok {
+			dir = d
+		}
+	}
+	out, err := exec.Command("git", "-C", dir, "describe", "--always", "--dirty").Output()
+	b.Logf("dispatcher built from %s at %s (%v)", dir, strings.TrimSpace(string(out)), err)
 }

@@ -173,42 +173,6 @@ func checkExactlyOnce(ctx context.Context, t *testing.T, cfg *envconf.Config, ns
 	}
 }
 
-// watchRunning counts the unfinished Jobs in ns every 200 ms until the
-// returned function is called, which returns the most seen at once: what
-// --max-concurrent bounds, kills and faults included.
-func watchRunning(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) func() int {
-	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
-	most := make(chan int, 1)
-	go func() {
-		n := 0
-		defer func() { most <- n }()
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			var jobs batchv1.JobList
-			if err := cfg.Client().Resources(ns).List(ctx, &jobs); err == nil {
-				running := 0
-				for i := range jobs.Items {
-					if !job.Finished(&jobs.Items[i]) && jobs.Items[i].DeletionTimestamp == nil {
-						running++
-					}
-				}
-				n = max(n, running)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() int {
-		cancel()
-		return <-most
-	}
-}
-
 func waitAllDone(ctx context.Context, t *testing.T, srv *orchestratortest.Server, n int, timeout time.Duration, d *dispatcherProcess) {
 	t.Helper()
 	done := func(context.Context) (bool, error) { return srv.Done() == n, nil }
@@ -336,6 +300,9 @@ func TestOrchestratorStartsOverAfterAStopAwaitingTheSecret(t *testing.T) {
 			if err := harness.WaitFor(ctx, "the quota to be counted", time.Minute, counted); err != nil {
 				t.Fatal(err)
 			}
+			// The first Job never runs: no pod of it, ever, beside the
+			// second's (the watch's rule that no task has pods of two Jobs).
+			watch := harness.WatchJobs(ctx, t, cfg, ns, 5)
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false")
 			o.srv.Add(orchestrator.Task{ID: "stopped", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t"}})
@@ -379,6 +346,7 @@ func TestOrchestratorStartsOverAfterAStopAwaitingTheSecret(t *testing.T) {
 			if owner := metav1.GetControllerOf(&secret); owner == nil || owner.UID != jobs[0].UID {
 				t.Errorf("Secret owners %+v, want the Job %s", secret.OwnerReferences, jobs[0].UID)
 			}
+			watch.Check(ctx, t)
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)
@@ -403,7 +371,7 @@ func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
 			o.srv.SetFaults(orchestratortest.Faults{DuplicateLeaseRate: 0.2, DropResponseRate: 0.05, ErrorRate: 0.05})
 			rs := startReplicas(ctx, t, cfg, ns, 2, slices.Concat(orchestratorFlags(o), []string{"--simulated", "--max-concurrent", "40",
 				"--succeeded-history", "1000", "--failed-history", "1000", "--preflight=false", "--stream-logs=false"}, electionFlags)...)
-			mostRunning := watchRunning(ctx, t, cfg, ns)
+			watch := harness.WatchJobs(ctx, t, cfg, ns, 40)
 			// Tasks keep arriving across the kills, and some are cancelled
 			// at random moments: queued, leased, running or done; each must
 			// still end exactly once.
@@ -455,11 +423,7 @@ func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
 			waitAllDone(ctx, t, o.srv, len(ids)+len(cancels), 4*time.Minute, rs.waitLeader(ctx, t))
 			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
 			checkCancelledOnce(ctx, t, cfg, ns, o.srv, cancels)
-			if n := mostRunning(); n > 40 {
-				t.Errorf("%d unfinished Jobs at once, with --max-concurrent 40", n)
-			} else {
-				t.Logf("at most %d unfinished Jobs at once (--max-concurrent 40)", n)
-			}
+			watch.Check(ctx, t)
 			st := o.srv.Stats()
 			t.Logf("faults: %d duplicate leases, %d dropped responses, %d injected errors, %d requeues, %d re-issued", st.DuplicateLeases, st.DroppedResponses, st.InjectedErrors, st.Requeues, st.Reissued)
 			if st.DuplicateLeases == 0 || st.DroppedResponses == 0 || st.InjectedErrors == 0 {
@@ -481,7 +445,7 @@ func TestOrchestratorUnreachableForAMinute(t *testing.T) {
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 15, MaxWait: 2 * time.Second})
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--max-concurrent", "20",
 				"--preflight=false", "--stream-logs=false", "--retry-max-delay", "5s", "--succeeded-history", "100")
-			mostRunning := watchRunning(ctx, t, cfg, ns)
+			watch := harness.WatchJobs(ctx, t, cfg, ns, 20)
 			ids := orchestratorTasks(o.srv, "before", 20)
 			waitAllDone(ctx, t, o.srv, 20, time.Minute, d)
 			// Leased, then cut off before the Jobs are reported.
@@ -497,11 +461,7 @@ func TestOrchestratorUnreachableForAMinute(t *testing.T) {
 			time.Sleep(time.Until(until))
 			waitAllDone(ctx, t, o.srv, len(ids), 2*time.Minute, d)
 			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
-			if n := mostRunning(); n > 20 {
-				t.Errorf("%d unfinished Jobs at once, with --max-concurrent 20", n)
-			} else {
-				t.Logf("at most %d unfinished Jobs at once (--max-concurrent 20)", n)
-			}
+			watch.Check(ctx, t)
 			st := o.srv.Stats()
 			if st.Unreachable == 0 || st.Requeues == 0 {
 				t.Errorf("the outage was not felt: %d requests cut off, %d leases expired", st.Unreachable, st.Requeues)

@@ -82,7 +82,7 @@ func TestDispatcherReplicasFailover(t *testing.T) {
 			if ready, _ := b.answers("/readyz")(ctx); ready {
 				t.Fatal("the second replica is ready while the first leads")
 			}
-			mostRunning := watchRunning(ctx, t, cfg, ns)
+			watch := harness.WatchJobs(ctx, t, cfg, ns, 5)
 			r := cfg.Client().Resources(ns)
 			var tasks []*v1alpha1.RunnerTask
 			submit := func(from, to int) {
@@ -132,9 +132,7 @@ func TestDispatcherReplicasFailover(t *testing.T) {
 			if len(jobs) != len(tasks) {
 				t.Errorf("%d tasks have Jobs, want %d", len(jobs), len(tasks))
 			}
-			if n := mostRunning(); n > 5 {
-				t.Errorf("%d unfinished Jobs at once with --max-concurrent 5", n)
-			}
+			watch.Check(ctx, t)
 			return ctx
 		}).Feature()
 	testenv.Test(t, f)

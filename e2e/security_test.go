@@ -284,7 +284,7 @@ func TestSecurityOrchestratorLimits(t *testing.T) {
 		Assess("oversized tasks are refused, extra leases handed back", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30, Faults: orchestratortest.Faults{OverDeliver: 3}})
-			running := watchRunning(ctx, t, cfg, ns)
+			watch := harness.WatchJobs(ctx, t, cfg, ns, 1)
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--max-concurrent", "1", "--succeeded-history", "20")
 			o.srv.Add(
 				orchestrator.Task{ID: "past-secret-limit", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_blob": strings.Repeat("x", 3<<19)}},
@@ -309,9 +309,7 @@ func TestSecurityOrchestratorLimits(t *testing.T) {
 				}
 			}
 			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
-			if most := running(); most > 1 {
-				t.Errorf("%d Jobs ran at once with --max-concurrent 1", most)
-			}
+			watch.Check(ctx, t)
 			released := 0
 			for _, rec := range o.srv.Tasks() {
 				released += rec.Releases

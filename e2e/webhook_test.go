@@ -54,9 +54,12 @@ const runnerNamespaceLabel = "runwarden.dev/runners"
 // webhookProcess is runwarden-webhook running on the host, registered with
 // the API server by URL, as the chart's dev mode does.
 type webhookProcess struct {
-	cmd        *exec.Cmd
-	log        *bytes.Buffer
-	policyDir  string
+	cmd       *exec.Cmd
+	log       *bytes.Buffer
+	policyDir string
+	// bin is the built runwarden-webhook; platform its --config file.
+	bin        string
+	platform   string
 	healthAddr string
 	metrics    string
 	config     string
@@ -125,14 +128,14 @@ func startWebhookWith(ctx context.Context, t testing.TB, cfg *envconf.Config, pl
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./webhook: %v\n%s", err, out)
 	}
-	w := &webhookProcess{log: &bytes.Buffer{}, policyDir: filepath.Join(dir, "policies")}
+	w := &webhookProcess{log: &bytes.Buffer{}, policyDir: filepath.Join(dir, "policies"), bin: bin, platform: filepath.Join(dir, "platform.yaml")}
 	if err := os.CopyFS(w.policyDir, os.DirFS(filepath.Join(suite.RepoRoot, "policies"))); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(w.policyDir, "embed.go")); err != nil {
 		t.Fatal(err)
 	}
-	cfgFile := filepath.Join(dir, "platform.yaml")
+	cfgFile := w.platform
 	if err := os.WriteFile(cfgFile, []byte(platform), 0o644); err != nil {
 		t.Fatal(err)
 	}

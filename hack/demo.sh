@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # make demo: starts the local cluster with its real node and registry,
-# releases runwarden into that registry (signed multi-platform images and the
-# chart, as make release does), verifies the release with cosign, installs
-# the chart from the registry by the digest it verified, with Helm through
-# runwarden-postrender and a Kustomize overlay, checks that every container of
-# every release pod runs a released image, submits five RunnerTasks, and
-# shows what happened.
+# releases runwarden into that registry (signed images for this machine's
+# platform and the chart, as make release does for every platform),
+# verifies the release with cosign, installs the chart from the registry by
+# the digest it verified, with Helm through runwarden-postrender and a
+# Kustomize overlay, checks that every container of every release pod runs a
+# released image, submits five RunnerTasks, and shows what happened.
+#
+# It builds only what it shows: the host's platform, no SBOMs (make release
+# and its e2e test make the other platforms, the SBOMs and their
+# attestations), and Vault's minimal build unless the full one is there.
+# The runwarden images build beside the tools.
+#
+# Usage: hack/demo.sh [build]
+#   build  only build the tools and images the demo needs, and stop
 #
 # Environment: RUNWARDEN_DEMO_HELM=helm4 uses Helm v4 and the plugin
 # (default helm3); RUNWARDEN_DEMO_OVERLAY picks the overlay (default
@@ -18,12 +26,58 @@ helm_tool=${RUNWARDEN_DEMO_HELM:-helm3}
 overlay=${RUNWARDEN_DEMO_OVERLAY:-kustomize/labels}
 ns=runwarden
 runners=runwarden-runners
+case ${1:-} in
+"" | build) ;;
+*)
+	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+	exit 2
+	;;
+esac
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "Building the tools this demo needs (once; later runs reuse them)"
-hack/tools.sh kubernetes etcd kwok coredns opentofu opentofu-linux-arm64 vault registry cosign syft helm4 "$helm_tool"
-if [[ $(id -u) -eq 0 ]]; then hack/tools.sh node-packages; fi
+step "Building the tools and images this demo needs (once; later runs reuse them)"
+arch=$(go env GOARCH)
+version=$(git describe --tags --always --dirty)
+mkdir -p bin
+# The release's images, built beside the tools (each waits for nothing but
+# the runner's OpenTofu); hack/release.sh finds them built. Its output goes to
+# a log, shown when it fails.
+images_log=bin/demo-images.log
+(
+	set -euo pipefail
+	# The runner image needs Debian's busybox-static, and the real node the rest.
+	if [[ $(id -u) -eq 0 ]]; then hack/tools.sh node-packages; fi
+	for image in dispatcher webhook postrender; do
+		hack/images.sh release-archive "$image" "$arch" "$version" >/dev/null
+	done
+	# The real node's sandbox image (hack/node.sh loads it).
+	hack/images.sh build pause
+	hack/tools.sh opentofu
+	hack/images.sh release-archive runner "$arch" "$version" >/dev/null
+	hack/images.sh build runner
+) >"$images_log" 2>&1 &
+images_pid=$!
+# wait_images waits for the images, and stops the demo when they failed.
+wait_images() {
+	if ! wait "$images_pid"; then
+		cat "$images_log" >&2
+		echo "demo: building the images failed (above, from $images_log)" >&2
+		exit 1
+	fi
+	sed 's/^/  /' "$images_log"
+}
+vault_tool=vault-minimal
+[[ -x $(hack/tools.sh path vault)/vault ]] && vault_tool=vault
+# The slowest first: two builds at a time (hack/tools.sh), beside the images.
+if ! hack/tools.sh kubernetes "$vault_tool" etcd kwok coredns opentofu registry cosign helm4 "$helm_tool"; then
+	wait "$images_pid" || true
+	exit 1
+fi
+if [[ ${1:-} == build ]]; then
+	wait_images
+	exit 0
+fi
 kubectl_bin=$(hack/tools.sh path kubernetes)/kubectl
 helm_bin=$(hack/tools.sh path "$helm_tool")/helm
 
@@ -35,9 +89,10 @@ kubectl() { "$kubectl_bin" "$@"; }
 kubectl get nodes -o wide
 
 step "Releasing runwarden into the local registry, as make release does"
-echo "Images for linux/amd64 and linux/arm64, an SBOM of each, cosign signatures, and the chart with the"
-echo "images' digests, pushed to https://$(hack/registry.sh address) (hack/registry.sh: TLS from a local CA the node trusts)."
-RELEASE_OUT=bin/release hack/release.sh >/dev/null
+wait_images
+echo "Images for linux/$arch (make release adds linux/arm64 and an SBOM of each), cosign signatures, and the"
+echo "chart with the images' digests, pushed to https://$(hack/registry.sh address) (hack/registry.sh: TLS from a local CA the node trusts)."
+RELEASE_OUT=bin/release RELEASE_VERSION=$version RELEASE_PLATFORMS=linux/$arch RELEASE_SBOM=false hack/release.sh >/dev/null
 # shellcheck disable=SC1091 # written by hack/release.sh
 source bin/release/release.env
 ca=$(hack/registry.sh ca)
@@ -73,7 +128,8 @@ done
 step "Installing the chart from the registry with $helm_tool, through runwarden-postrender and $overlay"
 echo "helm upgrade --install runwarden $chart_ref --ca-file $ca ... (the digest just verified)"
 mkdir -p bin
-CGO_ENABLED=0 go build -o bin/runwarden-postrender ./postrender
+# -trimpath as the images' builds: their compiled packages are reused.
+CGO_ENABLED=0 go build -trimpath -o bin/runwarden-postrender ./postrender
 postrender=(--post-renderer "$root/bin/runwarden-postrender")
 helm_env=()
 if [[ $helm_tool == helm4 ]]; then
@@ -173,7 +229,7 @@ echo "TF_VAR_db_password came from $ref: Vault, path $path, key $key. The init c
 echo "runwarden-secrets fetched it with the token of Secret vault-token and wrote it to an in-memory env file;"
 echo "the runner container read it through valueFrom.fileKeyRef and was not given the token."
 value=$(VAULT_ADDR=http://10.88.0.1:8200 VAULT_TOKEN=$(kubectl get secret vault-token -n "$runners" -o jsonpath='{.data.token}' | base64 -d) \
-	"$(hack/tools.sh path vault)/vault" kv get -mount="${path%%/*}" -field="$key" "${path#*/}")
+	"$(hack/demo/vault.sh bin)" kv get -mount="${path%%/*}" -field="$key" "${path#*/}")
 if [[ -z $value ]] || ! grep -qxF "db_password_length = ${#value}" <<<"$logs"; then
 	echo "  OpenTofu did not report db_password_length = ${#value}, the length of the value in Vault: this is a bug" >&2
 	exit 1

@@ -17,6 +17,8 @@
 #                      "v" when it is a SemVer release tag (v1.2.3), else
 #                      Chart.yaml's version with "-dev.g<commit>".
 #   RELEASE_PLATFORMS  comma-separated (default: linux/amd64,linux/arm64)
+#   RELEASE_SBOM       false: no SBOMs and no SBOM attestations (default:
+#                      true; make demo, which shows signing, skips them)
 #   RELEASE_CA_FILE    CA certificate the registry's TLS certificate is
 #                      checked against, beside the system's (default: the
 #                      local registry's CA when pushing there)
@@ -30,7 +32,8 @@
 #                      false; a local registry has no transparency log)
 #   RELEASE_OUT        where the release record goes (default: bin/release):
 #                      release.json (every reference and digest), the same as
-#                      KEY=VALUE lines in release.env, the SBOMs (sbom/), the
+#                      KEY=VALUE lines in release.env, the SBOMs (sbom/, empty
+#                      with RELEASE_SBOM=false), the
 #                      chart package and cosign.pub (with a key)
 set -euo pipefail
 shopt -s inherit_errexit
@@ -57,6 +60,7 @@ version=${RELEASE_VERSION:-$(git describe --tags --always --dirty)}
 platforms=${RELEASE_PLATFORMS:-linux/amd64,linux/arm64}
 out=${RELEASE_OUT:-bin/release}
 keyless=${RELEASE_KEYLESS:-false}
+sbom=${RELEASE_SBOM:-true}
 images=(dispatcher webhook postrender runner)
 
 log() { printf 'release: %s\n' "$*" >&2; }
@@ -65,6 +69,7 @@ fail() {
 	exit 1
 }
 
+[[ $sbom == true || $sbom == false ]] || fail "RELEASE_SBOM is \"$sbom\"; want true or false"
 [[ $version =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || fail "version \"$version\" is not a valid image tag"
 chart_version=$(sed -n 's/^version: *//p' charts/runwarden/Chart.yaml)
 if [[ $version =~ ^v([0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?)$ ]]; then
@@ -77,7 +82,7 @@ if [[ $version == *-dirty ]]; then
 	log "the checkout has changes that are not committed: version $version (its images are not reproducible from a commit)"
 fi
 
-hack/tools.sh cosign syft helm4
+if [[ $sbom == true ]]; then hack/tools.sh cosign syft helm4; else hack/tools.sh cosign helm4; fi
 cosign_bin=$(hack/tools.sh path cosign)/cosign
 syft_bin=$(hack/tools.sh path syft)/syft
 helm_bin=$(hack/tools.sh path helm4)/helm
@@ -130,6 +135,7 @@ for image in "${images[@]}"; do
 		[[ $p == linux/* ]] || fail "platform $p: only linux/ARCH images are built"
 		archive=$(hack/images.sh release-archive "$image" "${p#linux/}" "$version")
 		args+=(--image "$p=$archive")
+		[[ $sbom == true ]] || continue
 		# The SBOM of what goes into this platform's image, read from the
 		# archive itself (its programs' Go modules, busybox's version).
 		"$syft_bin" scan "docker-archive:$archive" -q -o "spdx-json=$out/sbom/$image-${p#linux/}.spdx.json" \
@@ -145,6 +151,7 @@ for image in "${images[@]}"; do
 	"$cosign_bin" sign "${sign_opts[@]}" "${cosign_tls[@]}" --recursive "$registry/$image@$digest" >/dev/null 2>"$out/cosign.log" ||
 		{ cat "$out/cosign.log" >&2; fail "signing $registry/$image@$digest failed"; }
 	for p in "${plats[@]}"; do
+		[[ $sbom == true ]] || break
 		pd=$(sed -n "s#.*\"${p}\":\"\(sha256:[0-9a-f]*\)\".*#\1#p" <<<"$pushed")
 		[[ -n $pd ]] || fail "push-index printed no digest for $p: $pushed"
 		"$cosign_bin" attest "${sign_opts[@]}" "${cosign_tls[@]}" --type spdxjson \

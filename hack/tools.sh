@@ -12,7 +12,10 @@
 #              when missing, as root
 #
 # The cache folder is $RUNWARDEN_TOOLS_DIR, default
-# ${XDG_CACHE_HOME:-$HOME/.cache}/runwarden/tools.
+# ${XDG_CACHE_HOME:-$HOME/.cache}/runwarden/tools. Missing tools are built
+# $RUNWARDEN_TOOLS_JOBS at a time (default 2: one build's single-threaded
+# phases, module loading and linking, leave a core to the other); list the
+# slowest first.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,7 +44,8 @@ SYFT_VERSION=v1.57.1
 # Only for make bench-release, beside the release's own image builder.
 KO_VERSION=v0.19.1
 
-all_tools=(kubernetes etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns vault kueue promtool registry cosign syft)
+# The slowest first: with two builds at a time the rest finish beside them.
+all_tools=(kubernetes vault etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns kueue promtool registry cosign syft)
 
 # folder prints the cache folder of one tool.
 folder() {
@@ -59,6 +63,7 @@ folder() {
 	opentofu) echo "$tools_dir/opentofu-$OPENTOFU_VERSION" ;;
 	coredns) echo "$tools_dir/coredns-$COREDNS_VERSION" ;;
 	vault) echo "$tools_dir/vault-$VAULT_VERSION" ;;
+	vault-minimal) echo "$tools_dir/vault-minimal-$VAULT_VERSION" ;;
 	kueue) echo "$tools_dir/kueue-$KUEUE_VERSION" ;;
 	promtool) echo "$tools_dir/promtool-$PROMETHEUS_VERSION" ;;
 	registry) echo "$tools_dir/registry-$REGISTRY_VERSION" ;;
@@ -140,6 +145,15 @@ recipe() {
 		;;
 	vault)
 		build_wrapper vault "$out" "" github.com/hashicorp/vault
+		;;
+	vault-minimal)
+		# The same Vault built with its own "minimal" tag (its Makefile's
+		# BUILD_MINIMAL): the core secret engines (kv among them) and auth
+		# methods (token, userpass, approle, cert, jwt), without the cloud
+		# plugins and storage backends; a quarter fewer packages to compile.
+		# Enough for the demo's dev server; the e2e suite's kubernetes auth
+		# needs the full build.
+		build_wrapper vault "$out" "" -tags minimal github.com/hashicorp/vault
 		;;
 	coredns)
 		install_mod "$out" "github.com/coredns/coredns@$COREDNS_VERSION"
@@ -295,6 +309,45 @@ ensure() {
 	echo "tools: built $name in $((SECONDS - start))s" >&2
 }
 
+# ensure_all ensures every tool named, $RUNWARDEN_TOOLS_JOBS builds at a
+# time, in the order given; it fails when any of them failed (after the
+# others finished).
+ensure_all() {
+	local jobs=${RUNWARDEN_TOOLS_JOBS:-2} t rc failed=0
+	if [[ ! $jobs =~ ^[1-9][0-9]*$ ]]; then
+		echo "hack/tools.sh: RUNWARDEN_TOOLS_JOBS is \"$jobs\"; want a number of builds at a time, 1 or more" >&2
+		return 2
+	fi
+	if [[ $jobs -eq 1 || $# -le 1 ]]; then
+		for t in "$@"; do ensure "$t"; done
+		return
+	fi
+	# Every name checked before any build starts.
+	local todo=() dir
+	for t in "$@"; do
+		if [[ $t != node-packages ]]; then
+			dir=$(folder "$t") || return 2
+			# Tools already built need no slot.
+			[[ -d $dir ]] && continue
+		fi
+		todo+=("$t")
+	done
+	for t in "${todo[@]}"; do
+		while [[ $(jobs -rp | wc -l) -ge $jobs ]]; do
+			wait -n && rc=0 || rc=$?
+			[[ $rc -eq 0 ]] || failed=1
+		done
+		ensure "$t" &
+	done
+	# wait -n answers 127 once no job is left to report.
+	while :; do
+		wait -n && rc=0 || rc=$?
+		[[ $rc -eq 127 ]] && break
+		[[ $rc -eq 0 ]] || failed=1
+	done
+	return "$failed"
+}
+
 main() {
 	local cmd=${1:-all}
 	case $cmd in
@@ -302,7 +355,7 @@ main() {
 		folder "${2:?usage: hack/tools.sh path TOOL}"
 		;;
 	all)
-		for t in "${all_tools[@]}"; do ensure "$t"; done
+		ensure_all "${all_tools[@]}"
 		if [[ $(id -u) -eq 0 ]]; then
 			ensure_node_packages
 		else
@@ -313,7 +366,7 @@ main() {
 		sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		;;
 	*)
-		for t in "$@"; do ensure "$t"; done
+		ensure_all "$@"
 		;;
 	esac
 }

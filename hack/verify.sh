@@ -78,7 +78,7 @@ if ! diff -r dispatcher/api/v1alpha1/crd charts/runwarden/crds >/dev/null; then
 	echo "verify: charts/runwarden/crds differs from dispatcher/api/v1alpha1/crd (run 'make generate')" >&2
 	fail=1
 fi
-if ! diff -r --exclude=embed.go policies charts/runwarden/policies >/dev/null; then
+if ! diff -r --exclude='*.go' policies charts/runwarden/policies >/dev/null; then
 	echo "verify: charts/runwarden/policies differs from policies/ (run 'make generate')" >&2
 	fail=1
 fi

@@ -21,6 +21,7 @@ import (
 
 	"github.com/runwarden/runwarden/policies"
 	rwadmission "github.com/runwarden/runwarden/webhook/admission"
+	"github.com/runwarden/runwarden/webhook/audit"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
@@ -74,7 +75,9 @@ Admits a pod as the webhook does, with the same code: the mutating handler
 (the runner label's earned check, the policies, the secret references'
 resolver init container, the mutations, the record annotations), then the
 validating handler on its result, as the API server calls them. It prints
-the policies' decision and the pod as admitted. What only the cluster could
+the policies' decision, the action of each violation ("# action deny: ...",
+warn or dryrun, from the platform configuration's enforcement) and the pod
+as admitted. What only the cluster could
 tell and no file gives (the namespace, the service account, the pod's Job)
 is printed as "# NOT CHECKED: ...", with how eval went on without it.
 Exit status: 0 admitted, 1 denied, 2 bad arguments or files, 3 the
@@ -116,11 +119,7 @@ Flags:
 	default:
 		return c, fmt.Errorf("--resolver-image-pull-policy %q: use Always, IfNotPresent or Never", c.resolverPull)
 	}
-	for _, u := range strings.Split(jobUsers, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			c.jobUsers = append(c.jobUsers, u)
-		}
-	}
+	c.jobUsers = splitList(jobUsers)
 	return c, nil
 }
 
@@ -164,70 +163,62 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 // evalPass is one webhook's answer.
-type evalPass struct {
-	webhook string
-	res     rwadmission.Result
-}
+type evalPass = audit.Pass
 
 // admitAsTheAPIServer calls the mutating handler, then the validating one
-// on the pod it admitted, as the API server does; it stops at a denial.
+// on the pod it admitted, as the API server does (and as policy audit
+// does); it stops at a denial.
 func admitAsTheAPIServer(ctx context.Context, c evalConfig, cfg map[string]any, set *policy.Set, req rwadmission.Request, look rwadmission.Lookups) ([]evalPass, error) {
 	var resolver *rwadmission.Resolver
 	if c.resolverImage != "" {
 		resolver = &rwadmission.Resolver{Image: c.resolverImage, PullPolicy: corev1.PullPolicy(c.resolverPull)}
 	}
-	var passes []evalPass
-	for _, mutate := range []bool{true, false} {
-		h := rwadmission.New(rwadmission.Options{
-			Policies: staticSet{set}, Config: cfg, Mutate: mutate, Namespace: c.runnerNamespace,
-			JobControllerUsers: c.jobUsers, Resolver: resolver,
-		})
-		res, err := h.Admit(ctx, req, look)
-		if err != nil {
-			return nil, err
-		}
-		passes = append(passes, evalPass{webhook: map[bool]string{true: "mutating", false: "validating"}[mutate], res: res})
-		if res.Outcome == rwadmission.OutcomeDenied {
-			break
-		}
-		req.Pod = res.Pod
-	}
-	return passes, nil
+	w := audit.NewWebhooks(rwadmission.Options{
+		Policies: staticSet{set}, Config: cfg, Namespace: c.runnerNamespace,
+		JobControllerUsers: c.jobUsers, Resolver: resolver,
+	})
+	return w.Admit(ctx, req, look)
 }
 
 // printEval prints the policies' decision, what
 // was not checked, and the denial or the pod as admitted; it returns the
 // exit status.
 func printEval(stdout io.Writer, passes []evalPass) int {
-	last := passes[len(passes)-1].res
+	last := passes[len(passes)-1].Result
 	// The decision that shaped the pod (the mutating webhook's), or the
 	// one that denied it.
-	decided := slices.IndexFunc(passes, func(p evalPass) bool { return p.res.Evaluated })
+	decided := slices.IndexFunc(passes, func(p evalPass) bool { return p.Result.Evaluated })
 	if last.Evaluated && last.Outcome == rwadmission.OutcomeDenied {
 		decided = len(passes) - 1
 	}
 	if decided >= 0 {
-		out, _ := yaml.Marshal(map[string]any{"decision": passes[decided].res.Decision})
+		d := passes[decided].Result.Decision
+		out, _ := yaml.Marshal(map[string]any{"decision": d})
 		fmt.Fprintf(stdout, "%s", out)
+		// Each violation with what the webhook does with it (the platform
+		// configuration's enforcement).
+		for _, v := range d.Violations() {
+			fmt.Fprintf(stdout, "# action %s: %s\n", v.Action, v.Message)
+		}
 	}
 	var notChecked, outcomes []string
 	for _, p := range passes {
-		for _, n := range p.res.NotChecked {
+		for _, n := range p.Result.NotChecked {
 			if !slices.Contains(notChecked, n) {
 				notChecked = append(notChecked, n)
 			}
 		}
-		outcome := p.res.Outcome
-		if p.res.Reason != "" {
-			outcome += " (" + p.res.Reason + ")"
+		outcome := p.Result.Outcome
+		if p.Result.Reason != "" {
+			outcome += " (" + p.Result.Reason + ")"
 		}
-		outcomes = append(outcomes, p.webhook+" webhook: "+outcome)
+		outcomes = append(outcomes, p.Webhook+" webhook: "+outcome)
 	}
 	for _, n := range notChecked {
 		fmt.Fprintf(stdout, "# NOT CHECKED: %s\n", n)
 	}
 	if last.Outcome == rwadmission.OutcomeDenied {
-		fmt.Fprintf(stdout, "# the pod would be DENIED by the %s webhook: %s\n", passes[len(passes)-1].webhook, last.Denial)
+		fmt.Fprintf(stdout, "# the pod would be DENIED by the %s webhook: %s\n", passes[len(passes)-1].Webhook, last.Denial)
 		return 1
 	}
 	fmt.Fprintf(stdout, "# the pod would be admitted: %s\n", strings.Join(outcomes, "; "))

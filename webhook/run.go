@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/runwarden/runwarden/internal/version"
 )
@@ -13,6 +14,9 @@ const usage = `Usage:
   runwarden-webhook [serve] [flags]     run the admission webhook (see serve --help)
   runwarden-webhook policy eval [flags] admit a pod file with the webhook's own code (see policy eval --help):
                                         the decision and the pod as admitted, what no file gave NOT CHECKED
+  runwarden-webhook policy audit --policies DIR (--against-cluster [--namespaces NS,...] | --pods DIR) [flags]
+                                        what a candidate policy set would do to the recent runner pods,
+                                        against the set in force (see policy audit --help); exit 3 on new denials
   runwarden-webhook policy test [--min-coverage N] [--timeout D] [DIR]
                                         run the policies' tests with coverage (default: the shipped policies)
   runwarden-webhook policy capabilities print the OPA capabilities the policies are compiled with
@@ -42,6 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		case args[1] == "eval":
 			return policyEval(ctx, args[2:], stdout, stderr)
+		case args[1] == "audit":
+			return policyAudit(ctx, args[2:], stdout, stderr)
 		case args[1] == "test":
 			return policyTest(ctx, args[2:], stdout, stderr)
 		case args[1] == "capabilities":
@@ -64,6 +70,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "runwarden-webhook: unknown command %q\n%s", args[0], usage)
 	return 2
+}
+
+// splitList splits a comma-separated flag value, leaving out blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // isHelp reports whether arg asks for the usage.

@@ -64,6 +64,31 @@ func TestRun(t *testing.T) {
 			wantStdout: []string{"no-host-namespaces", "secret-ref-malformed", "expected ${azure:<secret-name>@<vault-name>}", "DENIED"},
 		},
 		{
+			name: "policy eval prints the action of every violation", args: []string{"policy", "eval", "--pod", "testdata/invalid-pod.yaml"},
+			wantCode:   1,
+			wantStdout: []string{"# action deny: no-host-namespaces: the pod uses the host's namespaces (hostNetwork)", "# action deny: secret-ref-malformed: container \"main\" env TOKEN"},
+		},
+		{
+			name: "policy eval of a pod whose violations the platform warns of and dry-runs", args: []string{"policy", "eval", "--pod", "testdata/shape-pod.yaml", "--config", "testdata/platform-enforcement.yaml"},
+			wantStdout: []string{
+				"# action dryrun: no-host-namespaces: the pod uses the host's namespaces (hostNetwork)",
+				"# action warn: no-privileged: container \"main\" is privileged",
+				"audit: would deny: no-privileged",
+				"# the pod would be admitted",
+			},
+			notStdout: []string{"DENIED", "# action deny"},
+		},
+		{
+			name: "policy eval with a secret-reference rule relaxed", args: []string{"policy", "eval", "--pod", "testdata/invalid-pod.yaml", "--config", "testdata/platform-relaxes-secret-refs.yaml"},
+			wantCode:   2,
+			wantStderr: []string{"enforcement.namespaces.team-a.secret-ref-malformed: warn: the secret-reference rules (secret-ref-*) always deny"},
+		},
+		{
+			name: "policy eval with an action that is not one", args: []string{"policy", "eval", "--pod", "testdata/invalid-pod.yaml", "--config", "testdata/invalid-platform-enforcement.yaml"},
+			wantCode:   2,
+			wantStderr: []string{"platform configuration testdata/invalid-platform-enforcement.yaml: enforcement.rules.no-host-namespaces: audit is not an action; use deny, warn, dryrun"},
+		},
+		{
 			name:     "policy eval of a pod whose volumes clash with the mutations",
 			args:     []string{"policy", "eval", "--pod", "testdata/clashing-pod.yaml", "--service-account", "testdata/service-account.yaml", "--config", "testdata/platform.yaml"},
 			wantCode: 1, wantStdout: []string{"DENIED", "/var/run/secrets/eks.amazonaws.com/serviceaccount"},
@@ -112,7 +137,7 @@ func TestRun(t *testing.T) {
 // docs/policy.md.
 func TestDocsNameEveryFlag(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"serve", "--help"}, {"policy", "eval", "--help"}, {"policy", "test", "--help"}, {"resolve", "--help"}} {
+	for _, args := range [][]string{{"serve", "--help"}, {"policy", "eval", "--help"}, {"policy", "test", "--help"}, {"policy", "audit", "--help"}, {"resolve", "--help"}} {
 		var out, errOut bytes.Buffer
 		run(t.Context(), args, &out, &errOut)
 		help := out.String() + errOut.String()

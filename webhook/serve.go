@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -35,6 +36,7 @@ import (
 	"github.com/runwarden/runwarden/internal/kube"
 	"github.com/runwarden/runwarden/internal/logging"
 	rwadmission "github.com/runwarden/runwarden/webhook/admission"
+	"github.com/runwarden/runwarden/webhook/audit"
 	"github.com/runwarden/runwarden/webhook/cert"
 	"github.com/runwarden/runwarden/webhook/metrics"
 	"github.com/runwarden/runwarden/webhook/policy"
@@ -69,6 +71,15 @@ type serveConfig struct {
 	jobController  []string
 	resolverImage  string
 	resolverPull   string
+	reports        reportConfig
+}
+
+// reportConfig are the flags of the PolicyReports.
+type reportConfig struct {
+	enabled    bool
+	interval   time.Duration
+	since      time.Duration
+	maxResults int
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
@@ -100,22 +111,20 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.resolverImage, "resolver-image", "", "runwarden image whose runwarden-webhook resolves runner pods' secret references in an init container (runwarden-secrets); empty: references reach the runner as written")
 	fs.StringVar(&c.resolverPull, "resolver-image-pull-policy", "", "pull policy of --resolver-image: Always, IfNotPresent or Never (default: the cluster's)")
 	fs.StringVar(&jobController, "job-controller-users", jobController, "comma-separated users the Job controller creates pods as: only their pods, for a Job of runwarden's dispatcher, may carry the label runwarden.dev/runner")
+	fs.BoolVar(&c.reports.enabled, "policy-reports", false, "write a PolicyReport (wgpolicyk8s.io/v1alpha2) in --runner-namespace: the recent runner pods' result per rule under the set in force; the replicas elect the one that writes with the Lease "+reportLease+" in --pod-namespace")
+	fs.DurationVar(&c.reports.interval, "policy-report-interval", 5*time.Minute, "how often the PolicyReport is written")
+	fs.DurationVar(&c.reports.since, "policy-report-since", 24*time.Hour, "the PolicyReport covers the runner pods created in this last while (0: all)")
+	fs.IntVar(&c.reports.maxResults, "policy-report-max-results", audit.DefaultMaxResults, "at most this many results in the PolicyReport: the oldest pods' are left out, whole")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for _, h := range strings.Split(hosts, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			c.certHosts = append(c.certHosts, h)
-		}
+	if err := c.reports.check(c); err != nil {
+		return c, err
 	}
-	for _, u := range strings.Split(jobController, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			c.jobController = append(c.jobController, u)
-		}
-	}
+	c.certHosts, c.jobController = splitList(hosts), splitList(jobController)
 	if len(c.jobController) == 0 {
 		return c, errors.New("--job-controller-users is empty: no pod could be a runner pod")
 	}
@@ -156,6 +165,23 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	return c, nil
 }
 
+// check refuses report flags that cannot work.
+func (r reportConfig) check(c serveConfig) error {
+	switch {
+	case !r.enabled:
+		return nil
+	case c.namespace == "":
+		return errors.New("--policy-reports needs --runner-namespace: the report is that namespace's")
+	case c.pod.namespace == "":
+		return errors.New("--policy-reports needs --pod-namespace: the replicas elect the one that writes with a Lease there")
+	case r.interval <= 0:
+		return fmt.Errorf("--policy-report-interval %s: must be more than 0", r.interval)
+	case r.maxResults <= 0 || r.since < 0:
+		return errors.New("--policy-report-max-results must be more than 0 and --policy-report-since not negative")
+	}
+	return nil
+}
+
 // cacheOptions are the manager's cache settings: the handler only reads
 // namespaces and service accounts, so the cache hands out its own objects
 // instead of copies; with a namespace, it holds that Namespace (selected by
@@ -193,7 +219,8 @@ func cachedKinds(platform map[string]any) []client.Object {
 	return kinds
 }
 
-// readPlatformConfig reads the platform configuration file.
+// readPlatformConfig reads the platform configuration file, and checks its
+// enforcement (the action per rule).
 func readPlatformConfig(path string) (map[string]any, error) {
 	if path == "" {
 		return map[string]any{}, nil
@@ -204,6 +231,9 @@ func readPlatformConfig(path string) (map[string]any, error) {
 	}
 	cfg := map[string]any{}
 	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		return nil, fmt.Errorf("platform configuration %s: %w", path, err)
+	}
+	if err := policy.CheckEnforcement(cfg); err != nil {
 		return nil, fmt.Errorf("platform configuration %s: %w", path, err)
 	}
 	return cfg, nil
@@ -276,6 +306,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	registerHandlers(ctx, c, mgr, server, store, platform, rec, mctx.Done())
 	for _, step := range []func() error{
 		func() error { return addRunnables(mgr, store, certs) },
+		func() error { return addReports(c, mgr, restCfg, store, platform) },
 		func() error { return addReadyChecks(ctx, mgr, server, platform) },
 		func() error { return drainOnShutdown(ctx, mctx, stop, mgr, c.shutdownDelay) },
 	} {
@@ -336,10 +367,8 @@ func newManager(ctx context.Context, c serveConfig, restCfg *rest.Config, scheme
 // stopping closes once the manager stops the server: from then on a
 // cancelled request context is the server's doing, not the client's.
 func registerHandlers(ctx context.Context, c serveConfig, mgr manager.Manager, server webhook.Server, store *policy.Store, platform map[string]any, rec *metrics.Recorder, stopping <-chan struct{}) {
-	var resolver *rwadmission.Resolver
-	if c.resolverImage != "" {
-		resolver = &rwadmission.Resolver{Image: c.resolverImage, PullPolicy: corev1.PullPolicy(c.resolverPull)}
-	} else {
+	resolver := resolverOf(c)
+	if resolver == nil {
 		logr.FromContextOrDiscard(ctx).Info("no --resolver-image: secret references reach runner pods as written, unresolved")
 	}
 	for path, mutate := range map[string]bool{MutatePath: true, ValidatePath: false} {
@@ -348,6 +377,32 @@ func registerHandlers(ctx context.Context, c serveConfig, mgr manager.Manager, s
 		})
 		server.Register(path, rwadmission.Detached(rwadmission.Pooled(rwadmission.Undecided(&webhook.Admission{Handler: h}), 0), stopping))
 	}
+}
+
+// resolverOf is the secret references' resolver of --resolver-image, or
+// nil.
+func resolverOf(c serveConfig) *rwadmission.Resolver {
+	if c.resolverImage == "" {
+		return nil
+	}
+	return &rwadmission.Resolver{Image: c.resolverImage, PullPolicy: corev1.PullPolicy(c.resolverPull)}
+}
+
+// addReports, with --policy-reports, adds the PolicyReport writer, which
+// runs on the replica that holds its Lease.
+func addReports(c serveConfig, mgr manager.Manager, restCfg *rest.Config, store *policy.Store, platform map[string]any) error {
+	if !c.reports.enabled {
+		return nil
+	}
+	look := rwadmission.ClusterLookups(rwadmission.CacheThenLive(mgr.GetClient(), mgr.GetAPIReader()), nil)
+	w := &reportWriter{
+		reader: mgr.GetAPIReader(), writer: mgr.GetClient(), policies: store, namespace: c.namespace,
+		evaluator: func(s *policy.Set) *audit.Evaluator {
+			return audit.NewEvaluator(audit.Options{Set: s, Config: platform, JobControllerUsers: c.jobController, Resolver: resolverOf(c), Lookups: look})
+		},
+		since: c.reports.since, maxResults: c.reports.maxResults, interval: c.reports.interval, clock: clock.RealClock{},
+	}
+	return mgr.Add(newElected(w, restCfg, c.pod.namespace))
 }
 
 // addRunnables adds the policy reloads and, with self-signed certificates,

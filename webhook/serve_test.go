@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +128,38 @@ func TestFirstPolicyLoadIsNotAReload(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("policy metrics after the first load (-want +got):\n%s", diff)
+	}
+}
+
+// TestParseServePolicyReports checks the report flags: they need the
+// runner namespace (the report's) and the pod's namespace (the Lease's).
+func TestParseServePolicyReports(t *testing.T) {
+	t.Parallel()
+	base := []string{"--cert-mode", "provided"}
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "off", args: nil},
+		{name: "on", args: []string{"--policy-reports", "--runner-namespace", "runners", "--pod-name", "w", "--pod-namespace", "runwarden"}},
+		{name: "no runner namespace", args: []string{"--policy-reports", "--pod-name", "w", "--pod-namespace", "runwarden"}, wantErr: "--policy-reports needs --runner-namespace"},
+		{name: "no pod namespace", args: []string{"--policy-reports", "--runner-namespace", "runners"}, wantErr: "--policy-reports needs --pod-namespace"},
+		{name: "no interval", args: []string{"--policy-reports", "--runner-namespace", "runners", "--pod-name", "w", "--pod-namespace", "runwarden", "--policy-report-interval", "0s"}, wantErr: "--policy-report-interval 0s"},
+		{name: "no results", args: []string{"--policy-reports", "--runner-namespace", "runners", "--pod-name", "w", "--pod-namespace", "runwarden", "--policy-report-max-results", "0"}, wantErr: "--policy-report-max-results"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := parseServe(append(base, tt.args...), io.Discard)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("parseServe: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("parseServe: %v, want an error containing %q", err, tt.wantErr)
+			case tt.wantErr == "" && c.reports.enabled != slices.Contains(tt.args, "--policy-reports"):
+				t.Errorf("reports enabled = %v", c.reports.enabled)
+			}
+		})
 	}
 }

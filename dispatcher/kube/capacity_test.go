@@ -51,6 +51,33 @@ func TestCapacityCountsRunningJobsBeforeTheFirstStart(t *testing.T) {
 	}
 }
 
+// A Job being deleted holds its slot until it is gone: a foreground
+// deletion (the garbage collector's, when a RunnerTask is deleted so) keeps
+// it while its pods stop, and they may run meanwhile.
+func TestJobBeingDeletedHoldsItsSlot(t *testing.T) {
+	t.Parallel()
+	deleting := runningJob("a")
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	deleting.Finalizers = []string{metav1.FinalizerDeleteDependents}
+	c := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithObjects(deleting).Build()
+	r := New(Options{Client: c, Jobs: job.Options{DispatcherID: "d1"}, Options: runner.Options{MaxConcurrent: 1}})
+	ok, msg, err := r.reserve(t.Context(), key("new"), runnerTask("task-new", "uid-new"))
+	if err != nil || ok || msg != "1 of 1 tasks running" {
+		t.Fatalf("reserve with the only slot held by a Job being deleted: ok %v, %q, %v; want refused, 1 of 1", ok, msg, err)
+	}
+	gone := deleting.DeepCopy()
+	gone.Finalizers = nil
+	if err := c.Update(t.Context(), gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.recount(t.Context(), key("a")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, msg, err := r.reserve(t.Context(), key("new"), runnerTask("task-new", "uid-new")); err != nil || !ok {
+		t.Fatalf("reserve once the Job is gone: ok %v, %q, %v; want the slot", ok, msg, err)
+	}
+}
+
 // Reservations beyond the last count are counted too, so parallel starts
 // never exceed the limit before the cache shows their Jobs.
 func TestCapacityCountsReservations(t *testing.T) {

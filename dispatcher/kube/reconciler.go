@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -96,6 +97,12 @@ type Reconciler struct {
 	// wake hands waiting RunnerTasks to the controller when a slot frees,
 	// so the next in line starts at once rather than at its requeue.
 	wake chan event.GenericEvent
+	// indexed tells that Client's cache indexes waitingField
+	// (SetupWithManager): line then lists only the tasks that may wait.
+	indexed bool
+	// waitingTasks counts the tasks that may wait, by namespace, so a start
+	// reads the line only when it may not fit in the free slots.
+	waitingTasks *waitingCount
 
 	// marked holds the tasks whose Running status (with the Job's name)
 	// this process wrote and the cache does not show yet, so a reconcile
@@ -119,15 +126,45 @@ func New(opts Options) *Reconciler {
 	kueue := opts.Jobs.Queueing.Kueue
 	return &Reconciler{
 		opts: opts, reserved: map[types.NamespacedName]types.NamespacedName{}, marked: map[types.NamespacedName]string{},
-		kept: map[types.NamespacedName]logMade{}, wake: make(chan event.GenericEvent, 1024),
+		kept: map[types.NamespacedName]logMade{}, wake: make(chan event.GenericEvent, 1024), waitingTasks: newWaitingCount(),
 		observer: runner.NewObserver(opts.Options, opts.Client, opts.Reader, kueue),
 		capacity: opts.Capacity(kueue),
 		settler:  runner.Settler{Client: opts.Client, Jobs: opts.Jobs, Options: opts.Options},
 	}
 }
 
+// waitingField indexes the cached RunnerTasks that may wait for a slot:
+// no Job in their status, unfinished, not cancelled, not being deleted.
+// line reads only those, not every task of the namespace: at 1,000 tasks,
+// reading all of them for every start was a million objects copied.
+const waitingField = "runwarden.dev/waiting"
+
+// mayWait is the index of waitingField: "true" for a RunnerTask that line
+// may put in the waiting line (line checks again; the index only leaves
+// out the tasks that cannot wait).
+func mayWait(o client.Object) []string {
+	t, ok := o.(*v1alpha1.RunnerTask)
+	if !ok || t.Status.JobName != "" || terminal(t.Status.Phase) || t.Spec.Cancel || t.DeletionTimestamp != nil {
+		return nil
+	}
+	return []string{"true"}
+}
+
 // SetupWithManager watches RunnerTasks, their Jobs, and the Jobs' pods.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.RunnerTask{}, waitingField, mayWait); err != nil {
+		return fmt.Errorf("indexing waiting runner tasks: %w", err)
+	}
+	r.indexed = true
+	informer, err := mgr.GetCache().GetInformer(context.Background(), &v1alpha1.RunnerTask{})
+	if err != nil {
+		return fmt.Errorf("watching runner tasks: %w", err)
+	}
+	reg, err := informer.AddEventHandler(r.waitingTasks.handler())
+	if err != nil {
+		return fmt.Errorf("counting waiting runner tasks: %w", err)
+	}
+	r.waitingTasks.synced = reg.HasSynced
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("runnertask").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.Workers}).
@@ -435,7 +472,11 @@ func (r *Reconciler) load() runner.Load {
 func (r *Reconciler) line(ctx context.Context, namespace string) ([]*v1alpha1.RunnerTask, error) {
 	var tasks v1alpha1.RunnerTaskList
 	// Read-only: the cache's objects are not copied.
-	if err := r.opts.Client.List(ctx, &tasks, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+	opts := []client.ListOption{client.InNamespace(namespace), client.UnsafeDisableDeepCopy}
+	if r.indexed {
+		opts = append(opts, client.MatchingFields{waitingField: "true"})
+	}
+	if err := r.opts.Client.List(ctx, &tasks, opts...); err != nil {
 		return nil, fmt.Errorf("listing runner tasks: %w", err)
 	}
 	starting := map[types.NamespacedName]bool{}
@@ -447,7 +488,7 @@ func (r *Reconciler) line(ctx context.Context, namespace string) ([]*v1alpha1.Ru
 	for i := range tasks.Items {
 		t := &tasks.Items[i]
 		if t.Status.JobName != "" || terminal(t.Status.Phase) || t.Spec.Cancel || t.DeletionTimestamp != nil ||
-			starting[client.ObjectKeyFromObject(t)] || r.wasMarked(client.ObjectKeyFromObject(t), job.Name(TaskID(t))) {
+			starting[client.ObjectKeyFromObject(t)] || r.wasMarkedTask(t) {
 			continue
 		}
 		// A class the dispatcher does not know ranks as 0; the task is
@@ -474,6 +515,10 @@ func (r *Reconciler) line(ctx context.Context, namespace string) ([]*v1alpha1.Ru
 
 // ahead is how many waiting tasks go before rt. r.starting is held.
 func (r *Reconciler) ahead(ctx context.Context, rt *v1alpha1.RunnerTask) (int, error) {
+	if n, ok := r.waitingTasks.atMost(rt.Namespace, maps.Values(r.reserved)); ok && r.load().Running+n <= r.opts.MaxConcurrent {
+		// The line is no longer than the tasks that may wait: it fits.
+		return 0, nil
+	}
 	line, err := r.line(ctx, rt.Namespace)
 	if err != nil {
 		return 0, err
@@ -569,6 +614,16 @@ func (r *Reconciler) wasMarked(key types.NamespacedName, jobName string) bool {
 	r.markedMu.Lock()
 	defer r.markedMu.Unlock()
 	return r.marked[key] == jobName
+}
+
+// wasMarkedTask is wasMarked for a RunnerTask's own Job, whose name is
+// worked out (a hash) only for the few tasks marked at all.
+func (r *Reconciler) wasMarkedTask(t *v1alpha1.RunnerTask) bool {
+	key := client.ObjectKeyFromObject(t)
+	r.markedMu.Lock()
+	name, ok := r.marked[key]
+	r.markedMu.Unlock()
+	return ok && name == job.Name(TaskID(t))
 }
 
 func (r *Reconciler) forgetMarked(key types.NamespacedName) {

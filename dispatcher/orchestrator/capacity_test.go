@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/runner"
@@ -193,6 +194,41 @@ func TestJobAwaitingDeletionHoldsASlot(t *testing.T) {
 				t.Errorf("%d slots free with the task taken again, want 0", got)
 			}
 		})
+	}
+}
+
+// A new leader counts a Job being deleted whose outcome is not reported:
+// its pods may run until it is gone. Once it is, its task fails (deleted
+// before it finished) and the slot frees.
+func TestRestoreCountsAJobBeingDeleted(t *testing.T) {
+	t.Parallel()
+	deleting := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
+		Name: job.Name("t-1"), Namespace: "runners", UID: "u-1", Labels: map[string]string{job.LabelDispatcher: "d-1"},
+		Annotations:       map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", AnnotationLeaseSeconds: "60"},
+		DeletionTimestamp: ptr.To(metav1.Now()), Finalizers: []string{metav1.FinalizerDeleteDependents},
+	}}
+	kube := fake.NewClientBuilder().WithObjects(deleting).Build()
+	s := New(Options{
+		Client: acceptingClient(t), Kube: kube, Namespace: "runners",
+		Jobs: job.Options{DispatcherID: "d-1"}, Options: runner.Options{MaxConcurrent: 1, Clock: testclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))},
+	})
+	s.log = logr.Discard()
+	if _, err := s.restore(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := freeSlots(s); got != 0 {
+		t.Fatalf("%d slots free while a Job being deleted exists, want 0", got)
+	}
+	gone := deleting.DeepCopy()
+	gone.Finalizers = nil
+	if err := kube.Update(t.Context(), gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(deleting)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := freeSlots(s); got != 1 {
+		t.Errorf("%d slots free once the Job is gone, want 1", got)
 	}
 }
 

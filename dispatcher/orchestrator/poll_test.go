@@ -15,19 +15,8 @@ import (
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/runner"
+	"github.com/runwarden/runwarden/internal/clocktest"
 )
-
-// waitUntil waits, within a deadline, until cond holds.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10 s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // An orchestrator that answers polls at once, with nothing, is polled no
 // more than once per minPollInterval: the next poll waits for the
@@ -35,7 +24,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestEmptyPollsArePaced(t *testing.T) {
 	t.Parallel()
 	rs := newRenewServer(t, http.StatusOK, 0)
-	clk := testclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := New(Options{Client: rs.client(t), Namespace: "runners", Options: runner.Options{Clock: clk}})
 	s.log = logr.Discard()
 	var stopped atomic.Bool
@@ -45,14 +34,23 @@ func TestEmptyPollsArePaced(t *testing.T) {
 		done <- s.pollLoop(ctx)
 		stopped.Store(true)
 	}()
-	for n := int32(1); n <= 3; n++ {
-		waitUntil(t, "the poll is answered and the loop waits on the clock", func() bool { return rs.polls.Load() == n && clk.HasWaiters() })
-		clk.Step(minPollInterval - time.Millisecond)
+	// The loop polls, then waits on the clock: each time it waits, the
+	// poll before is answered.
+	for n := int32(1); n <= 4; n++ {
+		if err := clk.WaitForWaiters(1, 10*time.Second); err != nil {
+			t.Fatalf("after poll %d the loop does not wait on the clock: %v", n, err)
+		}
 		if got := rs.polls.Load(); got != n {
-			t.Fatalf("%d polls before minPollInterval passed, want %d", got, n)
+			t.Fatalf("%d polls while the loop waits, want %d", got, n)
+		}
+		if n == 4 {
+			break
+		}
+		clk.Step(minPollInterval - time.Millisecond)
+		if got := rs.polls.Load(); got != n || !clk.HasWaiters() {
+			t.Fatalf("%d polls before minPollInterval passed (the loop waits: %v), want %d", got, clk.HasWaiters(), n)
 		}
 		clk.Step(time.Millisecond)
-		waitUntil(t, "the next poll", func() bool { return rs.polls.Load() == n+1 })
 	}
 	if stopped.Load() {
 		t.Errorf("the poll loop stopped: %v", <-done)

@@ -211,7 +211,9 @@ func (s *Source) Start(ctx context.Context) error {
 // restore tracks every Job of this dispatcher whose outcome is not
 // reported yet, with the lease in its annotations, renewing at once. It
 // returns the Jobs that never got their Secret, counted until startOver
-// deleted them.
+// deleted them. A Job being deleted is tracked too: its pods may run until
+// it is gone, so it holds its slot until then, when its task is reported
+// (the Job was deleted before it finished).
 func (s *Source) restore(ctx context.Context) ([]*batchv1.Job, error) {
 	var jobs batchv1.JobList
 	if err := s.opts.Kube.List(ctx, &jobs, client.InNamespace(s.opts.Namespace), client.MatchingLabels{job.LabelDispatcher: s.opts.Jobs.DispatcherID}); err != nil {
@@ -221,9 +223,6 @@ func (s *Source) restore(ctx context.Context) ([]*batchv1.Job, error) {
 	var awaiting []*batchv1.Job
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
-		if j.DeletionTimestamp != nil {
-			continue
-		}
 		if j.Annotations[job.AnnotationAwaitingSecret] != "" {
 			if id := j.Annotations[job.AnnotationTaskID]; id != "" && j.Annotations[job.AnnotationPreflight] == "" {
 				// Until it is deleted it is a Job of this dispatcher's

@@ -48,10 +48,14 @@ type Load struct {
 	Queued int
 }
 
-// JobSlot is the slot a Job of this dispatcher's holds.
+// JobSlot is the slot a Job of this dispatcher's holds. A slot is free
+// only once its Job can no longer run: a Job being deleted holds its slot
+// until it is gone, since its pods may still run meanwhile (a foreground
+// deletion, the garbage collector's when a RunnerTask is deleted so,
+// keeps the Job until they are gone).
 func (c Capacity) JobSlot(j *batchv1.Job) Slot {
 	switch {
-	case job.Finished(j) || j.DeletionTimestamp != nil:
+	case job.Finished(j):
 		return None
 	case c.Kueue && ptr.Deref(j.Spec.Suspend, false):
 		return Queued

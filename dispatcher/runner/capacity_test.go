@@ -81,7 +81,10 @@ func TestJobSlot(t *testing.T) {
 	}{
 		{"running", batchv1.Job{}, false, Running},
 		{"finished", batchv1.Job{Status: done}, false, None},
-		{"being deleted", batchv1.Job{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: ptr.To(metav1.Now())}}, true, None},
+		// Its pods may run until it is gone.
+		{"being deleted holds its slot", batchv1.Job{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: ptr.To(metav1.Now())}}, true, Running},
+		{"being deleted while queued in kueue", batchv1.Job{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: ptr.To(metav1.Now())}, Spec: batchv1.JobSpec{Suspend: ptr.To(true)}}, true, Queued},
+		{"being deleted and finished", batchv1.Job{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: ptr.To(metav1.Now())}, Status: done}, false, None},
 		{"suspended with kueue waits", batchv1.Job{Spec: batchv1.JobSpec{Suspend: ptr.To(true)}}, true, Queued},
 		{"suspended without kueue holds its slot", batchv1.Job{Spec: batchv1.JobSpec{Suspend: ptr.To(true)}}, false, Running},
 		{"suspended and finished", batchv1.Job{Spec: batchv1.JobSpec{Suspend: ptr.To(true)}, Status: done}, true, None},

@@ -5,7 +5,10 @@
 # runner namespace's Secret vault-token for the webhook's policies to hand to
 # the resolver init container.
 #
-# Usage: hack/demo/vault.sh up RUNNER_NAMESPACE | down
+# Usage: hack/demo/vault.sh up RUNNER_NAMESPACE | down | bin
+#   bin  print the vault binary the demo runs: the full build when it is
+#        there (make e2e builds it), else the minimal one (hack/tools.sh
+#        vault-minimal, which the demo builds)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -13,6 +16,16 @@ state_dir=${RUNWARDEN_STATE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/runwarden}
 pid_file=$state_dir/demo-vault.pid
 addr=10.88.0.1:8200
 export VAULT_ADDR=http://$addr
+
+vault_bin() {
+	local full
+	full=$("$root/hack/tools.sh" path vault)/vault
+	if [[ -x $full ]]; then
+		echo "$full"
+	else
+		echo "$("$root/hack/tools.sh" path vault-minimal)/vault"
+	fi
+}
 
 down() {
 	if [[ -f $pid_file ]] && kill -0 "$(cat "$pid_file")" 2>/dev/null; then
@@ -24,7 +37,7 @@ down() {
 
 up() {
 	local ns=$1 vault root_token
-	vault=$("$root/hack/tools.sh" path vault)/vault
+	vault=$(vault_bin)
 	# Dev mode keeps everything in memory: each demo starts a fresh one.
 	down
 	mkdir -p "$state_dir/demo-vault-home"
@@ -49,8 +62,9 @@ up() {
 case ${1:-} in
 up) up "${2:?usage: hack/demo/vault.sh up RUNNER_NAMESPACE}" ;;
 down) down ;;
+bin) vault_bin ;;
 *)
-	sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac

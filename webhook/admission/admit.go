@@ -243,14 +243,16 @@ func (h *Handler) shape(logger logr.Logger, req Request, res Result, policyDiges
 	// always on the first pass; on a second (reinvocation) only if another
 	// webhook changed the spec since. Called again, the record keeps what
 	// the first pass changed.
-	if digest := SpecDigest(pod.Spec); res.Runner && req.Operation == admissionv1.Create && pod.Annotations[AnnotationSpecDigest] != digest {
-		if prev := pod.Annotations[AnnotationMutations]; prev != "" {
-			mutations = union(strings.Split(prev, ", "), mutations)
+	if res.Runner && req.Operation == admissionv1.Create {
+		if digest := specDigest(&pod.Spec); pod.Annotations[AnnotationSpecDigest] != digest {
+			if prev := pod.Annotations[AnnotationMutations]; prev != "" {
+				mutations = union(strings.Split(prev, ", "), mutations)
+			}
+			record(pod, digest, policyDigest, mutations, d.Warnings)
+			// One line per runner pod admitted: the record, as the pod keeps it.
+			logger.Info("runner pod admitted", "pod", pod.GenerateName, "job", jobOf(pod), "policies", policyDigest,
+				"spec", pod.Annotations[AnnotationSpecDigest], "mutations", mutations, "warnings", d.Warnings)
 		}
-		record(pod, digest, policyDigest, mutations, d.Warnings)
-		// One line per runner pod admitted: the record, as the pod keeps it.
-		logger.Info("runner pod admitted", "pod", pod.GenerateName, "job", jobOf(pod), "policies", policyDigest,
-			"spec", pod.Annotations[AnnotationSpecDigest], "mutations", mutations, "warnings", d.Warnings)
 	}
 	res.Outcome, res.Pod = OutcomeMutated, pod
 	return res, nil
@@ -288,7 +290,7 @@ func (h *Handler) earned(ctx context.Context, look Lookups, pod *corev1.Pod, use
 	if !slices.Contains(h.opts.JobControllerUsers, user) {
 		return fmt.Sprintf("it is created by %s, not by the Job controller (%s)", user, strings.Join(h.opts.JobControllerUsers, ", ")), nil
 	}
-	ref := metav1.GetControllerOf(pod)
+	ref := metav1.GetControllerOfNoCopy(pod)
 	if ref == nil || ref.Kind != "Job" || ref.APIVersion != "batch/v1" {
 		return "it has no controller reference to a Job", nil
 	}

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +29,7 @@ func Apply(pod *corev1.Pod, m policy.Mutations) {
 		requireNodeAffinity(&pod.Spec, m.NodeAffinity)
 	}
 	for _, v := range m.Volumes {
-		pod.Spec.Volumes = upsert(pod.Spec.Volumes, v, func(a corev1.Volume) string { return a.Name })
+		pod.Spec.Volumes = upsert(pod.Spec.Volumes, v, func(a, b *corev1.Volume) bool { return a.Name == b.Name })
 	}
 	// Init containers too: "*" means every container, and a policy may name
 	// an init container (a git clone that needs the VCS credentials).
@@ -43,7 +44,7 @@ func Apply(pod *corev1.Pod, m policy.Mutations) {
 func applyContainer(c *corev1.Container, m policy.Mutations) {
 	for _, e := range m.Env {
 		if slices.Contains(e.Containers, c.Name) || slices.Contains(e.Containers, "*") {
-			c.Env = upsert(c.Env, e.Env, func(a corev1.EnvVar) string { return a.Name })
+			c.Env = upsert(c.Env, e.Env, func(a, b *corev1.EnvVar) bool { return a.Name == b.Name })
 		}
 	}
 	for _, e := range m.EnvFrom {
@@ -54,7 +55,7 @@ func applyContainer(c *corev1.Container, m policy.Mutations) {
 	}
 	for _, vm := range m.VolumeMounts {
 		if slices.Contains(vm.Containers, c.Name) || slices.Contains(vm.Containers, "*") {
-			c.VolumeMounts = upsert(c.VolumeMounts, vm.VolumeMount, func(a corev1.VolumeMount) string { return a.Name + "\x00" + a.MountPath })
+			c.VolumeMounts = upsert(c.VolumeMounts, vm.VolumeMount, func(a, b *corev1.VolumeMount) bool { return a.Name == b.Name && a.MountPath == b.MountPath })
 		}
 	}
 }
@@ -64,7 +65,7 @@ func applyContainer(c *corev1.Container, m policy.Mutations) {
 // pod would be invalid with both (mount paths are unique per container).
 func MountClashes(pod *corev1.Pod, m policy.Mutations) []string {
 	var out []string
-	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+	for c := range allContainers(pod) {
 		for _, vm := range m.VolumeMounts {
 			if !slices.Contains(vm.Containers, c.Name) && !slices.Contains(vm.Containers, "*") {
 				continue
@@ -80,6 +81,19 @@ func MountClashes(pod *corev1.Pod, m policy.Mutations) []string {
 	return out
 }
 
+// allContainers yields the pod's init containers, then its containers.
+func allContainers(pod *corev1.Pod) iter.Seq[*corev1.Container] {
+	return func(yield func(*corev1.Container) bool) {
+		for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+			for i := range cs {
+				if !yield(&cs[i]) {
+					return
+				}
+			}
+		}
+	}
+}
+
 func setAll(dst, src map[string]string) map[string]string {
 	if len(src) == 0 {
 		return dst
@@ -93,12 +107,12 @@ func setAll(dst, src map[string]string) map[string]string {
 	return dst
 }
 
-// upsert puts v into list: in place of the item with the same key, or at
-// the end.
-func upsert[T any](list []T, v T, key func(T) string) []T {
+// upsert puts v into list: in place of the item that is the same one
+// (same says, by key), or at the end.
+func upsert[T any](list []T, v T, same func(a, b *T) bool) []T {
 	for i := range list {
-		if key(list[i]) == key(v) {
-			if !equality.Semantic.DeepEqual(list[i], v) {
+		if same(&list[i], &v) {
+			if !semanticEqual(&list[i], &v) {
 				list[i] = v
 			}
 			return list

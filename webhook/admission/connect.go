@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/runwarden/runwarden/webhook/policy"
 )
 
 // RuleNoExec is the rule that refuses kubectl exec, attach and
@@ -76,7 +78,8 @@ func (h *Handler) connect(ctx context.Context, req admission.Request) (admission
 		return admission.Allowed(""), "allowed"
 	}
 	if h.opts.Recorder != nil {
-		h.opts.Recorder.Denial(RuleNoExec)
+		// Not a policy rule: always denied, whatever the enforcement.
+		h.opts.Recorder.Violation(RuleNoExec, policy.ActionDeny)
 	}
 	log.FromContext(ctx).Info("pod denied", "pod", req.Name, "job", jobOf(pod), "rules", []string{RuleNoExec}, "runner", true,
 		"subresource", req.SubResource, "user", req.UserInfo.Username)

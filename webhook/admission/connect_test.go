@@ -20,11 +20,11 @@ import (
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
-// denials counts the rules a Handler records as denied.
+// denials records the rules a Handler counts, each as "rule/action".
 type denials struct{ rules []string }
 
 func (d *denials) Admission(string, time.Duration) {}
-func (d *denials) Denial(rule string)              { d.rules = append(d.rules, rule) }
+func (d *denials) Violation(rule, action string)   { d.rules = append(d.rules, rule+"/"+action) }
 
 // connectRequest is a CONNECT on a subresource of pod name in team-a, as
 // the API server sends it: the options as the object, the pod by name.
@@ -68,11 +68,11 @@ func TestConnectIntoRunnerPods(t *testing.T) {
 		denied  []string
 	}{
 		{name: "exec into a runner", sub: "exec", pod: runner.Name, opts: execOpts, code: http.StatusForbidden,
-			message: "runwarden policy: no-exec-into-runners: exec into runner pod task-1-abcde (container main) is off (platform configuration exec.allow)", denied: []string{RuleNoExec}},
+			message: "runwarden policy: no-exec-into-runners: exec into runner pod task-1-abcde (container main) is off (platform configuration exec.allow)", denied: []string{RuleNoExec + "/deny"}},
 		{name: "attach to a runner", sub: "attach", pod: runner.Name, opts: attachOpts, code: http.StatusForbidden,
-			message: "no-exec-into-runners: attach to runner pod task-1-abcde (container main)", denied: []string{RuleNoExec}},
+			message: "no-exec-into-runners: attach to runner pod task-1-abcde (container main)", denied: []string{RuleNoExec + "/deny"}},
 		{name: "port-forward to a runner", sub: "portforward", pod: runner.Name, opts: forwardOpts, code: http.StatusForbidden,
-			message: "no-exec-into-runners: port-forward to runner pod task-1-abcde (port 8080)", denied: []string{RuleNoExec}},
+			message: "no-exec-into-runners: port-forward to runner pod task-1-abcde (port 8080)", denied: []string{RuleNoExec + "/deny"}},
 		{name: "exec into a pod that is not a runner", sub: "exec", pod: plain.Name, opts: execOpts, code: http.StatusOK},
 		{name: "port-forward to a pod that is not a runner", sub: "portforward", pod: plain.Name, opts: forwardOpts, code: http.StatusOK},
 		{name: "a pod that does not exist", sub: "exec", pod: "gone", opts: execOpts, code: http.StatusOK},

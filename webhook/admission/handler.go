@@ -52,7 +52,9 @@ type Policies interface {
 // Recorder counts what the handler does; see the metrics package.
 type Recorder interface {
 	Admission(result string, d time.Duration)
-	Denial(rule string)
+	// Violation counts one violation of a rule with its action (deny,
+	// warn or dryrun).
+	Violation(rule, action string)
 }
 
 // Options configure a Handler.
@@ -118,6 +120,7 @@ func New(opts Options) *Handler {
 		if d, ok := opts.Config["secretDelivery"].(string); ok && d != "" {
 			r.Delivery = d
 		}
+		r = r.withResources()
 		opts.Resolver = &r
 	}
 	h := &Handler{opts: opts, lookups: ClusterLookups(opts.Reader, opts.Jobs)}
@@ -165,16 +168,12 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), "error"
 	}
+	h.violations(ctx, req, pod, res)
 	var resp admission.Response
 	switch res.Outcome {
 	case OutcomeSkipped:
 		return admission.Allowed(res.Reason), res.Outcome
 	case OutcomeDenied:
-		if h.opts.Recorder != nil {
-			for _, r := range res.Rules {
-				h.opts.Recorder.Denial(r)
-			}
-		}
 		resp = admission.Denied(res.Denial)
 	case OutcomeMutated:
 		resp = admission.Patched("", Patch(&before, res.Pod)...)
@@ -186,6 +185,30 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	}
 	resp.Warnings = res.Warnings
 	return resp, res.Outcome
+}
+
+// violations counts the policies' violations of a request by rule and
+// action, and logs the dryrun ones (the user is told nothing of them), once
+// per request the API server makes: the validating handler counts those on
+// the pod as it will be stored, and the mutating handler only those of a
+// pod it denies, since the API server then calls no validating webhook.
+func (h *Handler) violations(ctx context.Context, req admission.Request, pod *corev1.Pod, res Result) {
+	if !res.Evaluated || (h.opts.Mutate && res.Outcome != OutcomeDenied) {
+		return
+	}
+	logger := log.FromContext(ctx)
+	for _, v := range res.Decision.Violations() {
+		if h.opts.Recorder != nil {
+			h.opts.Recorder.Violation(v.Rule, v.Action)
+		}
+		if v.Action == policy.ActionDryrun {
+			// The message names fields, containers and secret references,
+			// never a secret's value: the webhook never holds one.
+			logger.Info("policy violation in dryrun, pod admitted", "rule", v.Rule, "namespace", req.Namespace,
+				"pod", cmp.Or(pod.Name, pod.GenerateName), "job", jobOf(pod), "operation", req.Operation,
+				"container", v.Container, "field", v.Field, "message", v.Message)
+		}
+	}
 }
 
 // identityChanged names what of a runner pod's identity an update changes,

@@ -71,17 +71,23 @@ func newHandler(t testing.TB, mutate bool) *Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := fake.NewClientBuilder().WithObjects(
+	reader := fake.NewClientBuilder().WithObjects(handlerObjects()...).Build()
+	return New(Options{
+		Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: platformConfig, Mutate: mutate,
+		Resolver: &Resolver{Image: resolverImage},
+	})
+}
+
+// handlerObjects are what newHandler's reader holds: the namespace and
+// service account of runnerPod, and its Job (and one in another namespace).
+func handlerObjects() []client.Object {
+	return []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: "team-a", Annotations: map[string]string{
 			"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/runner",
 		}}},
 		taskJob(), jobIn("team-b"),
-	).Build()
-	return New(Options{
-		Policies: staticPolicies{set}, Reader: reader, Jobs: reader, Config: platformConfig, Mutate: mutate,
-		Resolver: &Resolver{Image: resolverImage},
-	})
+	}
 }
 
 // resolverImage is the runwarden image the handlers' resolver runs.

@@ -1,8 +1,8 @@
 package admission
 
 import (
-	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -24,7 +24,8 @@ import (
 // which is what makes this exact;
 // FuzzDecisionToPatch checks it against the two documents.
 func Patch(before, after *corev1.Pod) []jsonpatch.Operation {
-	var p patcher
+	// Room for what a runner pod's shaping usually takes, grown past it.
+	p := patcher{ops: make([]jsonpatch.Operation, 0, 16)}
 	p.maps("/metadata/labels", before.Labels, after.Labels)
 	p.maps("/metadata/annotations", before.Annotations, after.Annotations)
 	p.maps("/spec/nodeSelector", before.Spec.NodeSelector, after.Spec.NodeSelector)
@@ -46,16 +47,25 @@ func containers(p *patcher, path string, before, after []corev1.Container) {
 		return
 	}
 	for i := range n {
-		p.add(fmt.Sprintf("%s/%d", path, i), after[i])
+		p.add(index(path, i), &after[i])
 	}
 	for i := range before {
 		b, a := &before[i], &after[i+n]
-		lists(p, fmt.Sprintf("%s/%d/env", path, i+n), b.Env, a.Env)
-		lists(p, fmt.Sprintf("%s/%d/envFrom", path, i+n), b.EnvFrom, a.EnvFrom)
-		lists(p, fmt.Sprintf("%s/%d/volumeMounts", path, i+n), b.VolumeMounts, a.VolumeMounts)
+		item := index(path, i+n)
+		lists(p, item+"/env", b.Env, a.Env)
+		lists(p, item+"/envFrom", b.EnvFrom, a.EnvFrom)
+		lists(p, item+"/volumeMounts", b.VolumeMounts, a.VolumeMounts)
 	}
 }
 
+// index is the JSON pointer to item i of the list at path.
+func index(path string, i int) string {
+	return path + "/" + strconv.Itoa(i)
+}
+
+// patcher gathers the operations. A value is the pod's own (a pointer into
+// after, for a list item): the patch is encoded before anything changes
+// the pod again.
 type patcher struct{ ops []jsonpatch.Operation }
 
 func (p *patcher) add(path string, v any) {
@@ -93,14 +103,33 @@ func lists[T any](p *patcher, path string, before, after []T) {
 		}
 		return
 	}
+	var end string
 	for i := range after {
 		switch {
 		case i >= len(before):
-			p.add(path+"/-", after[i])
-		case !equality.Semantic.DeepEqual(before[i], after[i]):
-			p.ops = append(p.ops, jsonpatch.Operation{Operation: "replace", Path: fmt.Sprintf("%s/%d", path, i), Value: after[i]})
+			if end == "" {
+				end = path + "/-"
+			}
+			p.add(end, &after[i])
+		case !semanticEqual(&before[i], &after[i]):
+			p.ops = append(p.ops, jsonpatch.Operation{Operation: "replace", Path: index(path, i), Value: &after[i]})
 		}
 	}
+}
+
+// semanticEqual is equality.Semantic.DeepEqual, without its reflection
+// for the variables that hold a value only (most of them).
+func semanticEqual[T any](a, b *T) bool {
+	if a, ok := any(a).(*corev1.EnvVar); ok {
+		b := any(b).(*corev1.EnvVar)
+		switch {
+		case a.Name != b.Name || a.Value != b.Value || (a.ValueFrom == nil) != (b.ValueFrom == nil):
+			return false
+		case a.ValueFrom == nil:
+			return true
+		}
+	}
+	return equality.Semantic.DeepEqual(*a, *b)
 }
 
 // affinity patches the required node affinity, the one part Apply changes,
@@ -132,7 +161,7 @@ func (p *patcher) affinity(before, after *corev1.Affinity) {
 			p.add(path+"/nodeSelectorTerms/-", a.NodeSelectorTerms[i])
 			continue
 		}
-		lists(p, fmt.Sprintf("%s/nodeSelectorTerms/%d/matchExpressions", path, i),
+		lists(p, index(path+"/nodeSelectorTerms", i)+"/matchExpressions",
 			b.NodeSelectorTerms[i].MatchExpressions, a.NodeSelectorTerms[i].MatchExpressions)
 	}
 }

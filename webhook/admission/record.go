@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -56,12 +57,46 @@ const maxRecord = 4096
 // reference), commands, env (names and the values the spec holds),
 // volumes, placement and security settings.
 func SpecDigest(spec corev1.PodSpec) string {
-	b, err := json.Marshal(spec)
-	if err != nil {
+	return specDigest(&spec)
+}
+
+// specDigest is SpecDigest without copying the spec: the encoding is
+// streamed into the hash (json.Marshal's bytes, without the copy Marshal
+// returns). The spec's types marshal the same by pointer as by value (no
+// type in a PodSpec has a pointer-receiver MarshalJSON or MarshalText;
+// TestSpecDigestIsTheSpecsJSON).
+func specDigest(spec *corev1.PodSpec) string {
+	h := sha256.New()
+	w := heldLastByte{w: h}
+	// Encode writes json.Marshal's bytes and a newline, held back here.
+	if err := json.NewEncoder(&w).Encode(spec); err != nil || !w.held || w.last != '\n' {
 		return ""
 	}
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	var sum [sha256.Size]byte
+	return "sha256:" + hex.EncodeToString(h.Sum(sum[:0]))
+}
+
+// heldLastByte writes all but the last byte written to it through to w.
+type heldLastByte struct {
+	w    io.Writer
+	last byte
+	held bool
+}
+
+func (h *heldLastByte) Write(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if h.held {
+		if _, err := h.w.Write([]byte{h.last}); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := h.w.Write(b[:len(b)-1]); err != nil {
+		return 0, err
+	}
+	h.last, h.held = b[len(b)-1], true
+	return len(b), nil
 }
 
 // MutationNames names what a decision's mutations change: kinds and names,

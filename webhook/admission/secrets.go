@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,33 @@ type Resolver struct {
 	// (the default) or resolve.DeliveryFiles (platform configuration
 	// secretDelivery), for clusters without EnvFiles.
 	Delivery string
+
+	// resources are the init container's, parsed once (New) with their
+	// strings cached for encoding; PlanSecrets copies them into each pod.
+	resources *corev1.ResourceRequirements
+}
+
+// resolverResources are the resolver init container's requests and limits.
+func resolverResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+}
+
+// withResources is r with its init container's resources parsed and
+// their canonical strings cached (Quantity.String), which every pod's
+// copy then encodes without formatting them again.
+func (r Resolver) withResources() Resolver {
+	res := resolverResources()
+	for _, l := range []corev1.ResourceList{res.Requests, res.Limits} {
+		for name, q := range l {
+			_ = q.String()
+			l[name] = q
+		}
+	}
+	r.resources = &res
+	return r
 }
 
 // ErrResolverInTheWay is a pod with secret references and a container of
@@ -60,7 +88,7 @@ func PlanSecrets(pod *corev1.Pod, r Resolver) (bool, error) {
 				if len(refs) == 0 || slices.ContainsFunc(refs, func(r policy.SecretRef) bool { return r.Error != "" }) {
 					continue
 				}
-				v := resolve.Var{Key: fmt.Sprintf("RW_%d", len(vars)), Container: c.Name, Env: e.Name, Value: e.Value}
+				v := resolve.Var{Key: "RW_" + strconv.Itoa(len(vars)), Container: c.Name, Env: e.Name, Value: e.Value}
 				for _, ref := range refs {
 					v.Refs = append(v.Refs, resolve.Ref{Store: ref.Store, Name: ref.Name, Vault: ref.Vault, Key: ref.Key, Raw: ref.Raw})
 				}
@@ -98,15 +126,18 @@ func PlanSecrets(pod *corev1.Pod, r Resolver) (bool, error) {
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: resolve.Volume, VolumeSource: corev1.VolumeSource{
 		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &envFileSize},
 	}})
+	var resources corev1.ResourceRequirements
+	if r.resources != nil {
+		r.resources.DeepCopyInto(&resources)
+	} else {
+		resources = resolverResources()
+	}
 	init := corev1.Container{
 		Name: resolve.InitContainer, Image: r.Image, ImagePullPolicy: r.PullPolicy,
-		Args:         []string{"resolve", "--delivery", cmp.Or(r.Delivery, resolve.DeliveryEnvFile)},
-		Env:          []corev1.EnvVar{{Name: resolve.SpecEnv, Value: base64.StdEncoding.EncodeToString(spec)}},
-		VolumeMounts: []corev1.VolumeMount{{Name: resolve.Volume, MountPath: resolve.MountPath}},
-		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
-		},
+		Args:                     []string{"resolve", "--delivery", cmp.Or(r.Delivery, resolve.DeliveryEnvFile)},
+		Env:                      []corev1.EnvVar{{Name: resolve.SpecEnv, Value: base64.StdEncoding.EncodeToString(spec)}},
+		VolumeMounts:             []corev1.VolumeMount{{Name: resolve.Volume, MountPath: resolve.MountPath}},
+		Resources:                resources,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),

@@ -62,8 +62,8 @@ func New(reg prometheus.Registerer) *Recorder {
 		}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runwarden_webhook_denials_total",
-			Help: "Denied runner pods by policy rule.",
-		}, []string{"rule"}),
+			Help: "Rule violations by rule and action: deny (the pod was refused), warn (admitted with a warning), dryrun (admitted, the user told nothing).",
+		}, []string{"rule", "action"}),
 		policyInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "runwarden_webhook_policy_info",
 			Help: "The policy set in force: 1 for its digest.",
@@ -132,15 +132,22 @@ var ruleName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 // maxRules bounds the distinct rule labels of the denials metric.
 const maxRules = 64
 
-// Denial records one denial by a rule. Names that are not short
-// kebab-case words, and any name after the first maxRules (a rule named
-// from its input, such as "quota-" and the namespace), are counted as
-// "other", so a policy cannot grow the label set without bound.
-func (r *Recorder) Denial(rule string) {
+// Violation records one violation of a rule, with its action (deny, warn
+// or dryrun). Names that are not short kebab-case words, and any name after
+// the first maxRules (a rule named from its input, such as "quota-" and the
+// namespace), are counted as "other", and so is an action that is not one,
+// so a policy cannot grow the label set without bound: at most
+// (maxRules+1) x 4 series.
+func (r *Recorder) Violation(rule, action string) {
 	if !ruleName.MatchString(rule) || !r.knownRule(rule) {
 		rule = "other"
 	}
-	r.denials.WithLabelValues(rule).Inc()
+	switch action {
+	case policy.ActionDeny, policy.ActionWarn, policy.ActionDryrun:
+	default:
+		action = "other"
+	}
+	r.denials.WithLabelValues(rule, action).Inc()
 }
 
 func (r *Recorder) knownRule(rule string) bool {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -24,10 +25,10 @@ func TestDenialRuleLabelsAreBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	r := New(reg)
 	for i := range 1000 {
-		r.Denial(fmt.Sprintf("quota-team-%d", i))
+		r.Violation(fmt.Sprintf("quota-team-%d", i), "deny")
 	}
-	r.Denial("Not Kebab")
-	r.Denial("quota-team-0")
+	r.Violation("Not Kebab", "deny")
+	r.Violation("quota-team-0", "deny")
 	counts := denials(t, reg)
 	if len(counts) != maxRules+1 {
 		t.Errorf("%d rule label values, want %d and other", len(counts), maxRules)
@@ -40,6 +41,53 @@ func TestDenialRuleLabelsAreBounded(t *testing.T) {
 	}
 }
 
+// Each violation counts under its rule and action; an action that is not
+// one counts as "other", so the action label has four values at most.
+func TestViolationsCountByAction(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	r := New(reg)
+	r.Violation("no-privileged", "deny")
+	r.Violation("no-privileged", "warn")
+	r.Violation("no-privileged", "dryrun")
+	r.Violation("no-privileged", "dryrun")
+	r.Violation("allowed-registries", "dryrun")
+	r.Violation("allowed-registries", "Audit")
+	got := map[[2]string]float64{}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "runwarden_webhook_denials_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var k [2]string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "rule":
+					k[0] = l.GetValue()
+				case "action":
+					k[1] = l.GetValue()
+				}
+			}
+			got[k] = m.GetCounter().GetValue()
+		}
+	}
+	want := map[[2]string]float64{
+		{"no-privileged", "deny"}:        1,
+		{"no-privileged", "warn"}:        1,
+		{"no-privileged", "dryrun"}:      2,
+		{"allowed-registries", "dryrun"}: 1,
+		{"allowed-registries", "other"}:  1,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("runwarden_webhook_denials_total (-want +got):\n%s", diff)
+	}
+}
+
+// denials sums runwarden_webhook_denials_total by rule.
 func denials(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -54,7 +102,7 @@ func denials(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "rule" {
-					out[l.GetValue()] = m.GetCounter().GetValue()
+					out[l.GetValue()] += m.GetCounter().GetValue()
 				}
 			}
 		}

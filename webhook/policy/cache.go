@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/tidwall/gjson"
@@ -342,20 +343,22 @@ func (p *projection) key(inputJSON []byte) [32]byte {
 		vals = make([]gjson.Result, p.paths)
 	}
 	vals = vals[:p.paths]
-	p.root.walk(gjson.ParseBytes(inputJSON), vals)
-	h := sha256.New()
+	// Read in place: the Results point into inputJSON, which is neither
+	// kept nor changed before key returns.
+	p.root.walk(gjson.Parse(unsafe.String(unsafe.SliceData(inputJSON), len(inputJSON))), vals)
+	// What is hashed, gathered first: sha256.Sum256 of one slice costs no
+	// allocation, where a hash.Hash and its Writes of strings each do.
+	scratch := make([]byte, 0, 2048)
 	for _, r := range vals {
 		if r.Exists() {
-			h.Write([]byte{1})
-			h.Write([]byte(r.Raw))
+			scratch = append(scratch, 1)
+			scratch = append(scratch, r.Raw...)
 		} else {
-			h.Write([]byte{0})
+			scratch = append(scratch, 0)
 		}
-		h.Write([]byte{0xff})
+		scratch = append(scratch, 0xff)
 	}
-	var k [32]byte
-	h.Sum(k[:0])
-	return k
+	return sha256.Sum256(scratch)
 }
 
 // walk records in vals the values at the paths below n, one pass over the

@@ -1,15 +1,26 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 
 	corev1 "k8s.io/api/core/v1"
 )
 
 // Decision is what the policies return for one pod: see docs/policy.md.
 type Decision struct {
-	// Deny lists the rules the pod breaks; any entry refuses the pod.
+	// Deny lists the rules the pod breaks whose action is deny; any entry
+	// refuses the pod.
 	Deny []Violation `json:"deny"`
+	// Warn lists the violations whose action is warn: the pod is admitted
+	// and Warnings carry them to the user. Absent from a set written before
+	// actions, as empty.
+	Warn []Violation `json:"warn"`
+	// Dryrun lists the violations whose action is dryrun: the pod is
+	// admitted, the user sees nothing, the webhook counts and logs them.
+	// Absent from a set written before actions, as empty.
+	Dryrun []Violation `json:"dryrun"`
 	// Warnings are shown to the user and do not refuse the pod.
 	Warnings []string `json:"warnings"`
 	// Mutations are applied to the pod by Go.
@@ -18,10 +29,42 @@ type Decision struct {
 
 // Violation is one broken rule.
 type Violation struct {
+	// Rule is the rule's stable name (docs/policy.md lists them).
 	Rule      string `json:"rule"`
 	Container string `json:"container"`
 	Field     string `json:"field"`
 	Message   string `json:"message"`
+	// Action is what the platform configuration makes of the rule in the
+	// pod's namespace: ActionDeny, ActionWarn or ActionDryrun.
+	Action string `json:"action,omitempty"`
+}
+
+// The actions a violation may have (the platform configuration's
+// enforcement).
+const (
+	ActionDeny   = "deny"
+	ActionWarn   = "warn"
+	ActionDryrun = "dryrun"
+)
+
+// Actions are the actions, in the order of their strength.
+func Actions() []string { return []string{ActionDeny, ActionWarn, ActionDryrun} }
+
+// Violations are the decision's violations of every action: deny, then
+// warn, then dryrun, each with its action.
+func (d Decision) Violations() []Violation {
+	out := make([]Violation, 0, len(d.Deny)+len(d.Warn)+len(d.Dryrun))
+	for _, l := range []struct {
+		action string
+		vs     []Violation
+	}{{ActionDeny, d.Deny}, {ActionWarn, d.Warn}, {ActionDryrun, d.Dryrun}} {
+		for _, v := range l.vs {
+			// A set written before actions names none: its list says it.
+			v.Action = l.action
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // Mutations are the changes the policies ask for. Each is applied so that
@@ -77,6 +120,8 @@ type Input struct {
 	// ConfigJSON, when set, is Config's JSON encoding, made once by a
 	// caller that decides on many inputs with one configuration (the
 	// admission handler): Eval uses it instead of encoding Config again.
+	// It must be a JSON value as json.Marshal writes it: it is put into
+	// the input's encoding as it is.
 	ConfigJSON json.RawMessage `json:"-"`
 	SecretRefs []SecretRef     `json:"secretRefs"`
 	// ResolverImage is the image of the init container that resolves the
@@ -139,12 +184,42 @@ type SecretRef struct {
 // encodeInput is the input's JSON encoding, with ConfigJSON in place of
 // Config's when set.
 func encodeInput(in *Input) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := appendInput(&buf, in); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// appendInput writes the input's JSON encoding to buf, as json.Marshal
+// writes it, followed by a newline. With ConfigJSON set, the rest of the
+// input is encoded without its configuration and ConfigJSON (already
+// compact, as json.Marshal wrote it) is put in as the last key, instead of
+// being compacted again on every call: the same document, the key order
+// aside, which neither the policies nor the decision cache's key (read by
+// key, see projection) depend on.
+func appendInput(buf *bytes.Buffer, in *Input) error {
+	enc := json.NewEncoder(buf)
 	if in.ConfigJSON == nil {
-		return json.Marshal(in)
+		return enc.Encode(in)
 	}
 	type plain Input
-	return json.Marshal(struct {
+	start := buf.Len()
+	if err := enc.Encode(struct {
 		*plain
-		Config json.RawMessage `json:"config"` // shadows plain's
-	}{(*plain)(in), in.ConfigJSON})
+		Config json.RawMessage `json:"config,omitempty"` // shadows plain's, and is left out
+	}{plain: (*plain)(in)}); err != nil {
+		return err
+	}
+	// The encoding ends in "}\n" and has other keys (operation, pod, ...)
+	// before it.
+	end := buf.Len() - len("}\n")
+	if end <= start+1 || buf.Bytes()[end] != '}' {
+		return errors.New("encoding the input: not an object")
+	}
+	buf.Truncate(end)
+	buf.WriteString(`,"config":`)
+	buf.Write(in.ConfigJSON)
+	buf.WriteString("}\n")
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -67,6 +68,28 @@ type Set struct {
 	reads   [][]string
 	proj    *projection // reads, walked over the input's JSON
 	cache   *decisionCache
+	// inputs are buffers for the inputs' encodings, reused across Evals
+	// (nil in a Set not made by Load: every Eval allocates its own).
+	inputs *sync.Pool
+}
+
+// maxPooledInput bounds the buffers kept in Set.inputs: a rare huge pod's
+// buffer is left to the garbage collector.
+const maxPooledInput = 1 << 20
+
+func (s *Set) inputBuf() *bytes.Buffer {
+	if s.inputs == nil {
+		return &bytes.Buffer{}
+	}
+	return s.inputs.Get().(*bytes.Buffer)
+}
+
+func (s *Set) putInputBuf(b *bytes.Buffer) {
+	if s.inputs == nil || b.Cap() > maxPooledInput {
+		return
+	}
+	b.Reset()
+	s.inputs.Put(b)
 }
 
 // DefaultTimeout bounds one evaluation when Options.Timeout is unset. It is
@@ -140,7 +163,11 @@ func Load(ctx context.Context, fsys fs.FS, origin string, opts Options) (*Set, e
 		return nil, fmt.Errorf("%w in %s", ErrNoPolicies, origin)
 	}
 
-	s := &Set{Origin: origin, modules: map[string]*ast.Module{}, timeout: opts.Timeout}
+	// A runner pod's input is a few KiB: a new buffer starts with room
+	// for it rather than growing to it (and a garbage collection, which
+	// empties the pool, costs one allocation, not several).
+	s := &Set{Origin: origin, modules: map[string]*ast.Module{}, timeout: opts.Timeout,
+		inputs: &sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 4<<10)) }}}
 	h := sha256.New()
 	for _, name := range sortedKeys(sources) {
 		s.Files = append(s.Files, name)
@@ -287,10 +314,12 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Optio
 // the parts of the input the policies read (see cache.go); the returned
 // decision may be shared, and must not be modified.
 func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
-	b, err := encodeInput(in)
-	if err != nil {
+	buf := s.inputBuf()
+	defer s.putInputBuf(buf)
+	if err := appendInput(buf, in); err != nil {
 		return Decision{}, fmt.Errorf("encoding the input: %w", err)
 	}
+	b := buf.Bytes()
 	var k [32]byte
 	if s.Cached {
 		k = s.proj.key(b)
@@ -298,9 +327,9 @@ func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
 			return d, nil
 		}
 	}
-	v, err := ast.ValueFromReader(bytes.NewReader(b))
+	v, err := valueOf(b)
 	if err != nil {
-		return Decision{}, fmt.Errorf("encoding the input: %w", err)
+		return Decision{}, err
 	}
 	d, err := s.eval(ctx, v)
 	if err != nil {
@@ -315,7 +344,12 @@ func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
 // EvalUncached evaluates the decision without the cache, for tests and
 // benchmarks that compare the two.
 func (s *Set) EvalUncached(ctx context.Context, in *Input) (Decision, error) {
-	v, err := toValue(in)
+	buf := s.inputBuf()
+	defer s.putInputBuf(buf)
+	if err := appendInput(buf, in); err != nil {
+		return Decision{}, fmt.Errorf("encoding the input: %w", err)
+	}
+	v, err := valueOf(buf.Bytes())
 	if err != nil {
 		return Decision{}, err
 	}
@@ -353,31 +387,40 @@ func (s *Set) eval(ctx context.Context, v ast.Value) (Decision, error) {
 }
 
 // checkDecisionKeys checks that the decision has deny and warnings lists
-// and a mutations object, and no other key. json.Unmarshal reads a missing
-// key as empty and skips an unknown one, so a misspelt deny ("denials")
-// would admit every pod.
+// and a mutations object, warn and dryrun lists if any, and no other key.
+// json.Unmarshal reads a missing key as empty and skips an unknown one, so
+// a misspelt deny ("denials") would admit every pod. warn and dryrun may be
+// missing: a set written before actions has neither, and denies all it
+// finds.
 func checkDecisionKeys(v any) error {
 	m, ok := v.(map[string]any)
 	if !ok {
-		return errors.New("the decision is not an object of deny, warnings and mutations")
+		return errors.New("the decision is not an object of deny, warn, dryrun, warnings and mutations")
 	}
 	for _, k := range []string{"deny", "warnings"} {
 		if _, ok := m[k].([]any); !ok {
 			return fmt.Errorf("the decision's %s is missing or not a list", k)
 		}
 	}
+	for _, k := range []string{"warn", "dryrun"} {
+		if _, ok := m[k].([]any); !ok && m[k] != nil {
+			return fmt.Errorf("the decision's %s is not a list", k)
+		}
+	}
 	if _, ok := m["mutations"].(map[string]any); !ok {
 		return errors.New("the decision's mutations are missing or not an object")
 	}
-	if len(m) > 3 {
-		var unknown []string
-		for k := range m {
-			if k != "deny" && k != "warnings" && k != "mutations" {
-				unknown = append(unknown, k)
-			}
+	var unknown []string
+	for k := range m {
+		switch k {
+		case "deny", "warn", "dryrun", "warnings", "mutations":
+		default:
+			unknown = append(unknown, k)
 		}
+	}
+	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return fmt.Errorf("the decision has keys %q besides deny, warnings and mutations", unknown)
+		return fmt.Errorf("the decision has keys %q besides deny, warn, dryrun, warnings and mutations", unknown)
 	}
 	return nil
 }
@@ -388,7 +431,12 @@ func toValue(in *Input) (ast.Value, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding the input: %w", err)
 	}
-	v, err := ast.ValueFromReader(strings.NewReader(string(b)))
+	return valueOf(b)
+}
+
+// valueOf is OPA's value form of an input's JSON encoding.
+func valueOf(inputJSON []byte) (ast.Value, error) {
+	v, err := ast.ValueFromReader(bytes.NewReader(inputJSON))
 	if err != nil {
 		return nil, fmt.Errorf("encoding the input: %w", err)
 	}

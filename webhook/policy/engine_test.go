@@ -88,12 +88,37 @@ func TestLoadRefusesBadSets(t *testing.T) {
 		{name: "decision with a null deny", fs: decisionFS(`{"deny": null, "warnings": [], "mutations": {}}`), is: ErrCompile},
 		{name: "decision with mutations that are not an object", fs: decisionFS(`{"deny": [], "warnings": [], "mutations": []}`), is: ErrCompile},
 		{name: "decision that is not an object", fs: decisionFS(`[]`), is: ErrCompile},
+		{name: "decision with a dryrun that is not a list", fs: decisionFS(`{"deny": [], "dryrun": {}, "warnings": [], "mutations": {}}`), is: ErrCompile},
+		{name: "decision with a warn that is not a list", fs: decisionFS(`{"deny": [], "warn": "x", "warnings": [], "mutations": {}}`), is: ErrCompile},
+		{name: "decision with a misspelt dryrun", fs: decisionFS(`{"deny": [], "dry_run": [], "warnings": [], "mutations": {}}`), is: ErrCompile},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			if _, err := Load(t.Context(), tt.fs, tt.name, Options{}); !errors.Is(err, tt.is) {
 				t.Errorf("Load error = %v, want %v", err, tt.is)
+			}
+		})
+	}
+}
+
+// TestLoadAcceptsDecisionsWithAndWithoutActions checks that warn and
+// dryrun are optional: a set written before actions loads, and so does one
+// with them.
+func TestLoadAcceptsDecisionsWithAndWithoutActions(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		term string
+	}{
+		{name: "without warn and dryrun", term: `{"deny": [], "warnings": [], "mutations": {}}`},
+		{name: "with warn and dryrun", term: `{"deny": [], "warn": [], "dryrun": [], "warnings": [], "mutations": {}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if _, err := Load(t.Context(), decisionFS(tt.term), tt.name, Options{}); err != nil {
+				t.Errorf("Load: %v", err)
 			}
 		})
 	}

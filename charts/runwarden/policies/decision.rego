@@ -2,12 +2,16 @@
 #
 # Go gathers the input (see docs/policy.md), these rules decide, and Go
 # applies the decision: it denies the pod when `deny` is not empty, returns
-# `warnings` to the user, and turns `mutations` into a JSON patch.
+# `warnings` to the user, counts every violation of `deny`, `warn` and
+# `dryrun` by rule and action (and logs the dryrun ones), and turns
+# `mutations` into a JSON patch.
 package runwarden.admission
 
 # decision is the one document the webhook reads.
 decision := {
 	"deny": denials,
+	"warn": warned,
+	"dryrun": dryruns,
 	"warnings": warnings,
 	"mutations": mutations,
 }
@@ -26,16 +30,60 @@ is_runner if object.get(input, "runner", true) == true
 # runner_containers are the containers mutations apply to by default.
 runner_containers := object.get(cfg, "containers", ["main"])
 
-default denials := []
-
-denials := [v | some v in violation_list] if not audit
-
 violation_list := sort([v | some v in violations])
+
+# Each violation with the action the platform chose for its rule in the
+# pod's namespace (see action).
+acted := [object.union(v, {"action": action(v.rule)}) | some v in violation_list]
+
+denials := [v | some v in acted; v.action == "deny"]
+
+warned := [v | some v in acted; v.action == "warn"]
+
+dryruns := [v | some v in acted; v.action == "dryrun"]
 
 warnings := sort(array.concat(
 	[w | some w in warning],
-	[sprintf("audit: would deny: %s", [v.message]) | audit; some v in violation_list],
+	[sprintf("audit: would deny: %s", [v.message]) | some v in warned],
 ))
+
+# enforcement is the platform's choice of action per rule: deny (the pod is
+# refused), warn (admitted, the user warned) or dryrun (admitted silently,
+# the webhook counts and logs it). Only the platform configuration sets it,
+# never the namespace (its annotations are its tenants' to write).
+enforcement := object.get(cfg, "enforcement", {})
+
+# default_action is enforcement.default, else the mode's: audit warns,
+# enforce denies.
+default_action := enforcement.default if {
+	enforcement.default
+} else := "warn" if {
+	audit
+} else := "deny"
+
+# action is the action for a rule in the pod's namespace: the namespace's
+# own setting for it, else the rule's, else the default. Anything that is
+# not an action (the chart's schema refuses it, the webhook refuses it at
+# start) denies.
+#
+# The secret-reference rules (secret-ref-*) always deny, whatever the
+# enforcement or the mode: they are the boundary of which secrets a task
+# may have the resolver read with the platform's credentials, not a shape
+# to roll out. A change to them is tried with `policy audit` instead.
+action(rule) := "deny" if {
+	boundary_rule(rule)
+} else := checked_action(enforcement.namespaces[input.namespace.name][rule]) if {
+	enforcement.namespaces[input.namespace.name][rule]
+} else := checked_action(enforcement.rules[rule]) if {
+	enforcement.rules[rule]
+} else := checked_action(default_action)
+
+# boundary_rule: a rule no enforcement can relax (see action).
+boundary_rule(rule) if startswith(rule, "secret-ref-")
+
+checked_action(a) := a if a in {"deny", "warn", "dryrun"}
+
+else := "deny"
 
 mutations := {
 	"labels": {k: v | some [k, v] in pod_labels},

@@ -203,6 +203,23 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "credential set named like a task's Secret", args: []string{"--set-json", `webhook.platform.credentialSets=[{"name":"github","secretName":"rw-secret-github"}]`}, want: "Secret rw-secret-github of the platform"},
 		{name: "pull secret named like a task's Secret", args: []string{"--set", "images.pullSecrets[0].name=rw-secret-regcred"}, want: "Secret rw-secret-regcred of the platform"},
 		{name: "kueue's users not a list", args: []string{"--set", "queueing.kueue.controllerUsers=kueue"}, want: "/queueing/kueue/controllerUsers"},
+		// The action per rule: deny, warn or dryrun, nothing else, and only
+		// one way to set the default.
+		{name: "unknown default action", args: []string{"--set", "webhook.platform.enforcement.default=audit"},
+			want: "at '/webhook/platform/enforcement/default': value must be one of 'deny', 'warn', 'dryrun'"},
+		{name: "unknown rule action", args: []string{"--set", "webhook.platform.enforcement.rules.no-privileged=off"},
+			want: "at '/webhook/platform/enforcement/rules/no-privileged': value must be one of 'deny', 'warn', 'dryrun'"},
+		{name: "unknown namespace action", args: []string{"--set", "webhook.platform.enforcement.namespaces.team-a.no-privileged=DryRun"},
+			want: "at '/webhook/platform/enforcement/namespaces/team-a/no-privileged': value must be one of 'deny', 'warn', 'dryrun'"},
+		{name: "a secret-reference rule relaxed", args: []string{"--set", "webhook.platform.enforcement.rules.secret-ref-name=dryrun"},
+			want: "at '/webhook/platform/enforcement/rules/secret-ref-name': value must be 'deny'"},
+		{name: "a secret-reference rule relaxed in a namespace", args: []string{"--set", "webhook.platform.enforcement.namespaces.team-a.secret-ref-pattern=warn"},
+			want: "at '/webhook/platform/enforcement/namespaces/team-a/secret-ref-pattern': value must be 'deny'"},
+		{name: "rule name that is not one", args: []string{"--set", "webhook.platform.enforcement.rules.No_Privileged=deny"}, want: "'No_Privileged' does not match pattern"},
+		{name: "namespace name that is not one", args: []string{"--set", "webhook.platform.enforcement.namespaces.Team_A.no-privileged=deny"}, want: "'Team_A' does not match pattern"},
+		{name: "unknown enforcement key", args: []string{"--set", "webhook.platform.enforcement.rule.no-privileged=deny"}, want: "at '/webhook/platform/enforcement': additional properties 'rule' not allowed"},
+		{name: "audit mode and a default action", args: []string{"--set", "webhook.auditMode=true", "--set", "webhook.platform.enforcement.default=dryrun"},
+			want: "webhook.auditMode and webhook.platform.enforcement.default (dryrun) both set the action of every rule the platform does not name"},
 		{name: "example memory quota not a quantity", args: []string{"--set", "queueing.kueue.examples.memory=lots"}, want: "/queueing/kueue/examples/memory"},
 	}
 	for _, tt := range tests {

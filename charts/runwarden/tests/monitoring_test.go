@@ -330,7 +330,7 @@ func registered(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	w.Admission("mutated", time.Millisecond)
-	w.Denial("no-privileged")
+	w.Violation("no-privileged", "dryrun")
 	w.Reload("", errors.New("refused"))
 	w.Loaded("sha256:0")
 	out := map[string]string{}

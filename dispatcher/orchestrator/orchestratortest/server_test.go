@@ -21,9 +21,10 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/lestrrat-go/jwx/v3/jwt"
-	testclock "k8s.io/utils/clock/testing"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
+	"github.com/runwarden/runwarden/internal/clocktest"
 )
 
 func start(t *testing.T, opts Options) *Server {
@@ -35,20 +36,16 @@ func start(t *testing.T, opts Options) *Server {
 }
 
 // fakeClock is a clock a test steps, at a fixed start.
-func fakeClock() *testclock.FakeClock {
-	return testclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+func fakeClock() *clocktest.Clock {
+	return clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 // waitForTimer waits until something waits on clk (a held poll's timer),
 // within a deadline.
-func waitForTimer(t *testing.T, clk *testclock.FakeClock) {
+func waitForTimer(t *testing.T, clk *clocktest.Clock) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("nothing waits on the clock after 10 s")
-		}
-		time.Sleep(time.Millisecond)
+	if err := clk.WaitForWaiters(1, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -273,16 +270,16 @@ func TestPollIsHeldUntilATaskArrives(t *testing.T) {
 
 func TestCloseEndsHeldPolls(t *testing.T) {
 	t.Parallel()
-	s := New(Options{})
+	clk := fakeClock()
+	s := New(Options{Clock: clk})
 	s.Start()
 	done := make(chan reply, 1)
 	go func() {
 		r, _ := send(context.Background(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1", WaitSeconds: 30}, "")
 		done <- r
 	}()
-	for s.Stats().Requests[EndpointPoll] == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	// The poll is held: it waits on the clock, which never moves.
+	waitForTimer(t, clk)
 	began := time.Now()
 	s.Close()
 	if d := time.Since(began); d > 2*time.Second {
@@ -900,8 +897,9 @@ func TestFaultHold(t *testing.T) {
 		_, err := send(context.Background(), s, orchestrator.PathEvents("t-1"), created, "")
 		errs <- err
 	}()
-	for s.Stats().Held == 0 {
-		time.Sleep(time.Millisecond)
+	held := func(context.Context) (bool, error) { return s.Stats().Held > 0, nil }
+	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, held); err != nil {
+		t.Fatalf("the job-created event was not held: %v", err)
 	}
 	// Other types pass.
 	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 1, orchestrator.EventRunning)), http.StatusOK, "")
