@@ -81,20 +81,16 @@ func installCRD(ctx context.Context, t testing.TB, cfg *envconf.Config) {
 func startDispatcherProcess(ctx context.Context, t testing.TB, cfg *envconf.Config, ns string, extra ...string) *dispatcherProcess {
 	t.Helper()
 	dir := t.TempDir()
-	d := &dispatcherProcess{log: &bytes.Buffer{}, bin: filepath.Join(dir, "runwarden-dispatcher")}
-	build := exec.CommandContext(ctx, "go", "build", "-o", d.bin, "./dispatcher")
-	build.Dir = suite.RepoRoot
 	// --source-dir=DIR (not passed on): build the dispatcher from another
 	// checkout, for a benchmark to compare two versions in one run.
+	src := suite.RepoRoot
 	for _, a := range extra {
 		if dir, ok := strings.CutPrefix(a, "--source-dir="); ok {
-			build.Dir = dir
+			src = dir
 		}
 	}
 	extra = slices.DeleteFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--source-dir=") })
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./dispatcher: %v\n%s", err, out)
-	}
+	d := &dispatcherProcess{log: &bytes.Buffer{}, bin: built.build(ctx, t, src, "./dispatcher")}
 	image, err := suite.ImageRef(ctx, "runner")
 	if err != nil {
 		t.Fatal(err)

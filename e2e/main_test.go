@@ -22,12 +22,13 @@ import (
 	"github.com/runwarden/runwarden/e2e/harness"
 )
 
-// testenv is the suite's environment and suite its configuration.
-// e2e-framework's TestMain pattern needs them at package level: TestMain sets
-// them once and every test reads them.
+// testenv is the suite's environment, suite its configuration and built
+// the programs it builds. e2e-framework's TestMain pattern needs them at
+// package level: TestMain sets them once and every test reads them.
 var (
 	testenv env.Environment
 	suite   harness.Config
+	built   *binaries
 )
 
 func TestMain(m *testing.M) {
@@ -68,8 +69,15 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(130)
 	}()
+	if built, err = newBinaries(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(2)
+	}
 	testenv = harness.NewEnvironment(c)
 	code := testenv.Run(m)
+	if err := built.remove(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: removing the suite's binaries:", err)
+	}
 	if err := harness.TeardownError(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: stopping the cluster failed:", err)
 		if code == 0 {

@@ -71,13 +71,7 @@ func (h *helmRun) run(ctx context.Context, args ...string) (string, error) {
 func buildPostrender(ctx context.Context, t *testing.T) (bin, plugins string) {
 	t.Helper()
 	dir := t.TempDir()
-	bin = filepath.Join(dir, "runwarden-postrender")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./postrender")
-	cmd.Dir = suite.RepoRoot
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./postrender: %v\n%s", err, out)
-	}
+	bin = built.build(ctx, t, suite.RepoRoot, "./postrender", "CGO_ENABLED=0")
 	plugins = filepath.Join(dir, "plugins")
 	pdir := filepath.Join(plugins, "runwarden-postrender")
 	if err := os.MkdirAll(filepath.Join(pdir, "bin"), 0o755); err != nil {

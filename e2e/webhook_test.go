@@ -122,12 +122,7 @@ func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config, extraA
 func startWebhookWith(ctx context.Context, t testing.TB, cfg *envconf.Config, platform string, extraArgs ...string) *webhookProcess {
 	t.Helper()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "runwarden-webhook")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./webhook")
-	build.Dir = suite.RepoRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./webhook: %v\n%s", err, out)
-	}
+	bin := built.build(ctx, t, suite.RepoRoot, "./webhook")
 	w := &webhookProcess{log: &bytes.Buffer{}, policyDir: filepath.Join(dir, "policies"), bin: bin, platform: filepath.Join(dir, "platform.yaml")}
 	if err := os.CopyFS(w.policyDir, os.DirFS(filepath.Join(suite.RepoRoot, "policies"))); err != nil {
 		t.Fatal(err)
