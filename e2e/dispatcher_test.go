@@ -427,8 +427,8 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 // ten times, and the standby takes over: every task ends with exactly one
 // Job and one final status, and never more than --max-concurrent run.
 func TestDispatcherSurvivesSIGKILL(t *testing.T) {
-	// Serial: its replicas renew their Lease within 3 s, which an API
-	// server slowed by tests beside it may not answer in (docs/e2e.md).
+	// Beside other tests: electionFlags.
+	t.Parallel()
 	const tasks, kills = 200, 10
 	f := features.New("dispatcher survives SIGKILL").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {

@@ -361,8 +361,8 @@ func TestOrchestratorStartsOverAfterAStopAwaitingTheSecret(t *testing.T) {
 // standby takes over each time. Every task ends with exactly one Job and
 // exactly one final status, and never more than --max-concurrent run.
 func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
-	// Serial: its replicas renew their Lease within 3 s, which an API
-	// server slowed by tests beside it may not answer in (docs/e2e.md).
+	// Beside other tests: electionFlags.
+	t.Parallel()
 	const tasks, kills = 200, 10
 	f := features.New("orchestrator source survives SIGKILL and faults").
 		Assess("200 tasks, two replicas, the leader killed 13 times, one Job and one final status each", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
