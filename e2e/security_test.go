@@ -1025,7 +1025,12 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
+			// Leases outlast the dispatcher's wait for a Secret it finds
+			// taken to go (job.DefaultSecretWait, 30 s; the planted one
+			// never goes): with 30 s leases the planted task's lease
+			// could expire in that wait and the task be leased, and
+			// refused, again, 30 s more each time (126 s in one run).
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 120})
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false", "--kubeconfig", kubeconfig)
 			o.srv.Add(orchestrator.Task{ID: "with-secret", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t-value"}})
 			o.srv.Add(orchestrator.Task{ID: "planted", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "the-task-value"}})
