@@ -1027,9 +1027,9 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			}
 			// Leases outlast the dispatcher's wait for a Secret it finds
 			// taken to go (job.DefaultSecretWait, 30 s; the planted one
-			// never goes): with 30 s leases the planted task's lease
-			// could expire in that wait and the task be leased, and
-			// refused, again, 30 s more each time (126 s in one run).
+			// never goes): a 30 s lease, issued before that wait, ends
+			// before it, and the task could be leased, and refused,
+			// again, each time 30 s more.
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 120})
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false", "--kubeconfig", kubeconfig)
 			o.srv.Add(orchestrator.Task{ID: "with-secret", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t-value"}})
