@@ -93,7 +93,7 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			runnerImage := rel.Images["runner"].Ref
 			kustomization := string(labels) + fmt.Sprintf(`images:
 - name: %s
-  newTag: %s
+  newTag: %q
 patches:
 - target: {kind: PodTemplate}
   patch: |
