@@ -41,11 +41,13 @@ var policyReportGVK = schema.GroupVersionKind{Group: "wgpolicyk8s.io", Version: 
 // policyReports.enabled that the webhook process needs from the cluster:
 // the PolicyReport CRD (kept: other tests may have it) and the ClusterRole
 // aggregated into view (deleted at the end), rendered by Helm from the
-// chart itself.
+// chart itself. The ClusterRole is the release's, and the release is named
+// after the feature's namespace, so tests beside this one never share it.
 func installReportObjects(ctx context.Context, t *testing.T, cfg *envconf.Config) {
 	t.Helper()
+	ns := harness.Namespace(ctx)
 	h := newHelm(t, cfg, "helm3")
-	out, err := h.run(ctx, "template", "rw", filepath.Join(suite.RepoRoot, "charts", "runwarden"), "--namespace", "runwarden",
+	out, err := h.run(ctx, "template", "rw-"+ns[len(ns)-6:], filepath.Join(suite.RepoRoot, "charts", "runwarden"), "--namespace", "runwarden",
 		"--set", "policyReports.enabled=true", "--show-only", "templates/policyreports.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +127,7 @@ func runAudit(ctx context.Context, t *testing.T, bin string, args ...string) (in
 // told so. The webhook's PolicyReport lists the tasks' results, and a user
 // who may only view the namespace reads it, and cannot change it.
 func TestPolicyAudit(t *testing.T) {
+	t.Parallel()
 	f := features.New("policy audit and reports").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)

@@ -29,6 +29,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
@@ -46,14 +47,12 @@ import (
 // through the runwarden-postrender plugin and an overlay from kustomize/,
 // its Deployments running as real pods, and runs a task through it.
 func TestChartInstallsAndRunsTasks(t *testing.T) {
+	t.Parallel()
 	f := features.New("chart installs and runs tasks").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)
 			if suite.Kind != harness.ClusterLocal {
 				t.Skip("skipped: the release is pushed to the local cluster's registry (hack/registry.sh), which only its node trusts")
-			}
-			if err := v1alpha1.AddToScheme(cfg.Client().Resources().GetScheme()); err != nil {
-				t.Fatal(err)
 			}
 			return ctx
 		}).
@@ -94,7 +93,7 @@ func TestChartInstallsAndRunsTasks(t *testing.T) {
 			runnerImage := rel.Images["runner"].Ref
 			kustomization := string(labels) + fmt.Sprintf(`images:
 - name: %s
-  newTag: %s
+  newTag: %q
 patches:
 - target: {kind: PodTemplate}
   patch: |
@@ -309,18 +308,24 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 			// restart. An edit that is no runner template is refused and the
 			// last good one stays.
 			template := release + "-runwarden-runner"
+			// Each edit is awaited in the leading dispatcher's log, which
+			// names every version of the PodTemplate it takes or refuses:
+			// a task made before would run the old template.
 			edit := func(patch string) {
 				t.Helper()
-				if out, err := suite.Kubectl(ctx, cfg, "patch", "podtemplate", "-n", ns, template, "--type", "json", "-p", patch); err != nil {
-					t.Fatalf("editing the PodTemplate: %v\n%s", err, out)
+				version, err := suite.Kubectl(ctx, cfg, "patch", "podtemplate", "-n", ns, template, "--type", "json", "-p", patch,
+					"-o", "jsonpath={.metadata.resourceVersion}")
+				if err != nil {
+					t.Fatalf("editing the PodTemplate: %v\n%s", err, version)
+				}
+				if err := harness.WaitFor(ctx, "the leading dispatcher to read PodTemplate version "+version, time.Minute,
+					templateVersionSeen(cfg, ns, lease, version)); err != nil {
+					t.Fatal(err)
 				}
 			}
 			edit(`[{"op": "add", "path": "/template/spec/containers/0/env", "value": [{"name": "GREETING", "value": "edited"}]}]`)
 			runEcho := func(name string) string {
 				t.Helper()
-				// The watch takes the edit within moments; a task made
-				// before it would run the old template.
-				time.Sleep(2 * time.Second)
 				task := runnerTask(runners, name, `echo "$GREETING"`)
 				task.Spec.Env = nil
 				if err := r.Create(ctx, task); err != nil {
@@ -449,6 +454,29 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 }
 
 // testCA is a self-signed CA certificate, PEM.
+// templateVersionSeen is a condition: the dispatcher pod that holds Lease
+// lease in ns has logged taking, or refusing, version of its PodTemplate.
+func templateVersionSeen(cfg *envconf.Config, ns, lease, version string) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		var l coordinationv1.Lease
+		if err := cfg.Client().Resources(ns).Get(ctx, lease, ns, &l); err != nil || l.Spec.HolderIdentity == nil {
+			return false, nil
+		}
+		// The identity is the pod's name, "_", a unique suffix.
+		pod, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+		logs, err := harness.PodLogs(ctx, cfg, ns, pod, "dispatcher")
+		if err != nil {
+			return false, nil
+		}
+		for line := range strings.Lines(logs) {
+			if strings.Contains(line, "pod template") && strings.Contains(line, `"resourceVersion":"`+version+`"`) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+}
+
 func testCA(t *testing.T) string {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

@@ -302,6 +302,7 @@ func (o orchestratorDriver) result(_ context.Context, _ *testing.T, c contractCa
 
 // TestTaskSourceContract runs the contract against both sources.
 func TestTaskSourceContract(t *testing.T) {
+	t.Parallel()
 	kube := features.New("contract: kube source").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)

@@ -471,9 +471,6 @@ func fastClient(b testing.TB, cfg *envconf.Config) klient.Client {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := v1alpha1.AddToScheme(fast.Resources().GetScheme()); err != nil {
-		b.Fatal(err)
-	}
 	return fast
 }
 

@@ -57,13 +57,8 @@ func installCRD(ctx context.Context, t testing.TB, cfg *envconf.Config) {
 	if err := yaml.Unmarshal(b, crd); err != nil {
 		t.Fatal(err)
 	}
+	// The scheme knows both types already (TestMain).
 	r := cfg.Client().Resources()
-	if err := apiextensionsv1.AddToScheme(r.GetScheme()); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(r.GetScheme()); err != nil {
-		t.Fatal(err)
-	}
 	if err := r.Create(ctx, crd); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("creating the RunnerTask CRD: %v", err)
 	}
@@ -86,20 +81,16 @@ func installCRD(ctx context.Context, t testing.TB, cfg *envconf.Config) {
 func startDispatcherProcess(ctx context.Context, t testing.TB, cfg *envconf.Config, ns string, extra ...string) *dispatcherProcess {
 	t.Helper()
 	dir := t.TempDir()
-	d := &dispatcherProcess{log: &bytes.Buffer{}, bin: filepath.Join(dir, "runwarden-dispatcher")}
-	build := exec.CommandContext(ctx, "go", "build", "-o", d.bin, "./dispatcher")
-	build.Dir = suite.RepoRoot
 	// --source-dir=DIR (not passed on): build the dispatcher from another
 	// checkout, for a benchmark to compare two versions in one run.
+	src := suite.RepoRoot
 	for _, a := range extra {
 		if dir, ok := strings.CutPrefix(a, "--source-dir="); ok {
-			build.Dir = dir
+			src = dir
 		}
 	}
 	extra = slices.DeleteFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--source-dir=") })
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./dispatcher: %v\n%s", err, out)
-	}
+	d := &dispatcherProcess{log: &bytes.Buffer{}, bin: built.build(ctx, t, src, "./dispatcher")}
 	image, err := suite.ImageRef(ctx, "runner")
 	if err != nil {
 		t.Fatal(err)
@@ -219,6 +210,7 @@ func jobsOf(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) [
 // namespace whose Pod Security level refuses its runner pods: it exits
 // non-zero and says why, before taking any task.
 func TestDispatcherPreflightNamesTheCause(t *testing.T) {
+	t.Parallel()
 	f := features.New("dispatcher preflight").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)
@@ -248,6 +240,7 @@ func TestDispatcherPreflightNamesTheCause(t *testing.T) {
 // TestDispatcherRunsRunnerTasks submits RunnerTasks and checks each runs as
 // exactly one Job whose outcome lands in the task's status.
 func TestDispatcherRunsRunnerTasks(t *testing.T) {
+	t.Parallel()
 	f := features.New("dispatcher runs RunnerTasks").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)
@@ -434,6 +427,8 @@ func TestDispatcherRunsRunnerTasks(t *testing.T) {
 // ten times, and the standby takes over: every task ends with exactly one
 // Job and one final status, and never more than --max-concurrent run.
 func TestDispatcherSurvivesSIGKILL(t *testing.T) {
+	// Beside other tests: electionFlags.
+	t.Parallel()
 	const tasks, kills = 200, 10
 	f := features.New("dispatcher survives SIGKILL").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {

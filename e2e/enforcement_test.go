@@ -50,6 +50,7 @@ func (w *warningsSeen) take() []string {
 // record); a namespace's deny beats the rule's dryrun; and annotations the
 // namespace's tenants write relax nothing.
 func TestWebhookRuleEnforcement(t *testing.T) {
+	t.Parallel()
 	f := features.New("rule enforcement").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)

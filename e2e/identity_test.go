@@ -75,6 +75,7 @@ func tokenClaims(t *testing.T, logs string) (aud []string, sub string, vars map[
 // ConfigMap maps (the webhook's informer on that one ConfigMap) gets that
 // role and a web identity token of the entry's audience.
 func TestPodIdentityTokenFromTheKubelet(t *testing.T) {
+	t.Parallel()
 	f := features.New("EKS Pod Identity and the role mapping ConfigMap on the real node").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)

@@ -193,6 +193,7 @@ func tail(s string, n int) string {
 // through a Secret the Job owns, never as literals in the Job. Three more
 // tasks then check the succeeded history limit.
 func TestOrchestratorSecretsAndAuth(t *testing.T) {
+	t.Parallel()
 	f := features.New("orchestrator source: secrets").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)
@@ -276,6 +277,7 @@ func TestOrchestratorSecretsAndAuth(t *testing.T) {
 // restarted dispatcher deletes the Job and hands the lease back; the task
 // runs from its next lease, once, with its Secret owned by its Job.
 func TestOrchestratorStartsOverAfterAStopAwaitingTheSecret(t *testing.T) {
+	t.Parallel()
 	f := features.New("orchestrator source: a stop before the task's Secret").
 		Assess("the task starts over from a new lease", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
@@ -359,6 +361,8 @@ func TestOrchestratorStartsOverAfterAStopAwaitingTheSecret(t *testing.T) {
 // standby takes over each time. Every task ends with exactly one Job and
 // exactly one final status, and never more than --max-concurrent run.
 func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
+	// Beside other tests: electionFlags.
+	t.Parallel()
 	const tasks, kills = 200, 10
 	f := features.New("orchestrator source survives SIGKILL and faults").
 		Assess("200 tasks, two replicas, the leader killed 13 times, one Job and one final status each", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -434,6 +438,7 @@ func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
 // minute while tasks run: their leases expire meanwhile, and once it is
 // back every task is handed back, reported once, and none runs twice.
 func TestOrchestratorUnreachableForAMinute(t *testing.T) {
+	t.Parallel()
 	f := features.New("orchestrator unreachable for a minute").
 		Assess("nothing lost, nothing run twice", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
@@ -470,6 +475,7 @@ func TestOrchestratorUnreachableForAMinute(t *testing.T) {
 // dispatcher exits at once with status 0, takes no new lease, and leaves
 // the running Job alone; the next dispatcher carries on with it.
 func TestOrchestratorSIGTERMStopsLeasing(t *testing.T) {
+	t.Parallel()
 	f := features.New("orchestrator source: SIGTERM").
 		Assess("stop leasing, leave Jobs running, exit", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)

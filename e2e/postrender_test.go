@@ -71,13 +71,7 @@ func (h *helmRun) run(ctx context.Context, args ...string) (string, error) {
 func buildPostrender(ctx context.Context, t *testing.T) (bin, plugins string) {
 	t.Helper()
 	dir := t.TempDir()
-	bin = filepath.Join(dir, "runwarden-postrender")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./postrender")
-	cmd.Dir = suite.RepoRoot
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./postrender: %v\n%s", err, out)
-	}
+	bin = built.build(ctx, t, suite.RepoRoot, "./postrender", "CGO_ENABLED=0")
 	plugins = filepath.Join(dir, "plugins")
 	pdir := filepath.Join(plugins, "runwarden-postrender")
 	if err := os.MkdirAll(filepath.Join(pdir, "bin"), 0o755); err != nil {
@@ -125,6 +119,7 @@ func configMapLabel(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, 
 // kustomize/, and checks the objects in the API server carry the overlay's
 // changes; a broken overlay fails the install with its cause shown.
 func TestHelmPostRenderer(t *testing.T) {
+	t.Parallel()
 	chart := filepath.Join(suite.RepoRoot, "e2e", "testdata", "demo-chart")
 	overlay := filepath.Join(suite.RepoRoot, "kustomize", "labels")
 	for _, v := range []struct{ name, tool string }{{"helm v3", "helm3"}, {"helm v4", "helm4"}} {

@@ -22,6 +22,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/kube"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
+	"github.com/runwarden/runwarden/e2e/harness"
 )
 
 // BenchmarkQueueing measures what queueing through Kueue costs: N
@@ -71,6 +72,7 @@ func benchQueueingOnce(ctx context.Context, b *testing.B, cfg *envconf.Config, f
 	args := []string{"--simulated", "--preflight=false", "--max-concurrent", strconv.Itoa(n), "--succeeded-history", strconv.Itoa(10 * n),
 		"--kube-api-qps", "1000", "--kube-api-burst", "2000"}
 	if impl == "kueue" {
+		kueueNamespace(harness.WithNamespace(ctx, ns), b, cfg)
 		objs, flavor, _, _ := kueueObjects(ns)
 		applyObjects(ctx, b, cfg, objs+"---\n"+clusterQueue(ns, "bench", flavor, "", n, false))
 		args = append(args, "--kueue", "--default-queue", "bench", "--max-queued", strconv.Itoa(n))

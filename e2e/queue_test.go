@@ -17,7 +17,10 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
@@ -32,29 +35,153 @@ import (
 	"github.com/runwarden/runwarden/e2e/harness"
 )
 
-// kueueUp starts Kueue beside the local cluster (hack/kueue.sh) for the
-// test, and stops it after. Kueue is real: its controller manager, its
-// CRDs and its webhooks, built pinned by hack/tools.sh.
+// kueueNamespaceLabel marks the namespaces of the tests that use Kueue.
+// The suite's Kueue (hack/kueue.sh up --namespace-label) manages, and its
+// Job webhooks see, the Jobs of those namespaces only, so that the tests
+// beside the Kueue tests never meet it.
+const kueueNamespaceLabel = "runwarden.dev/e2e-kueue"
+
+// sharedKueue is the one Kueue of the suite's cluster: the first test that
+// needs it starts it, the last one done with it stops it.
+type sharedKueue struct {
+	mu    sync.Mutex
+	users int
+}
+
+// suiteKueue is the suite's Kueue; tests that use it run side by side.
+var suiteKueue sharedKueue
+
+// run runs hack/kueue.sh verb for the suite's cluster.
+func (k *sharedKueue) run(ctx context.Context, verb string) error {
+	args := []string{verb, "--name", suite.Name}
+	if verb == "up" {
+		args = append(args, "--namespace-label", kueueNamespaceLabel+"=true")
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(suite.RepoRoot, "hack", "kueue.sh"), args...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("hack/kueue.sh %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+func (k *sharedKueue) acquire(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.users == 0 {
+		if err := k.run(ctx, "up"); err != nil {
+			return err
+		}
+	}
+	k.users++
+	return nil
+}
+
+func (k *sharedKueue) release() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.users--
+	if k.users > 0 {
+		return nil
+	}
+	return k.run(context.Background(), "down")
+}
+
+// kueueUp has the suite's Kueue running beside the local cluster
+// (hack/kueue.sh) until t ends. Kueue is real: its controller manager, its
+// CRDs and its webhooks, built pinned by hack/tools.sh. Each namespace that
+// Kueue is to act in is then labelled with kueueNamespace.
 func kueueUp(ctx context.Context, t testing.TB) {
 	t.Helper()
 	if suite.Kind != harness.ClusterLocal {
 		t.Skipf("skipped: Kueue runs beside the local cluster only (hack/kueue.sh); this run uses a %s cluster", suite.Kind)
 	}
-	kueue := func(ctx context.Context, verb string) error {
-		cmd := exec.CommandContext(ctx, filepath.Join(suite.RepoRoot, "hack", "kueue.sh"), verb, "--name", suite.Name)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("hack/kueue.sh %s: %w\n%s", verb, err, out)
-		}
-		return nil
-	}
-	if err := kueue(ctx, "up"); err != nil {
+	if err := suiteKueue.acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := kueue(context.Background(), "down"); err != nil {
+		if err := suiteKueue.release(); err != nil {
 			t.Error(err)
 		}
 	})
+}
+
+// kueueNamespace labels the namespace of ctx (harness.Namespace) for the
+// suite's Kueue, and waits until both its webhooks (in the API server) and
+// its controller act there: a Job naming a LocalQueue comes back from a dry
+// run suspended by Kueue's webhook, and Kueue makes a Workload for a real
+// one, which is deleted again, Workload and all, before it returns.
+func kueueNamespace(ctx context.Context, t testing.TB, cfg *envconf.Config) {
+	t.Helper()
+	ns := harness.Namespace(ctx)
+	if err := harness.LabelNamespace(ctx, cfg, kueueNamespaceLabel, "true"); err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Client().Resources().GetControllerRuntimeClient()
+	probe := func() *batchv1.Job {
+		return &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: "kueue-probe", Namespace: ns, Labels: map[string]string{job.LabelQueueName: "kueue-probe"}},
+			Spec: batchv1.JobSpec{Suspend: ptr.To(false), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				// No node has it: were Kueue to miss the Job, no pod of it runs.
+				NodeSelector: map[string]string{kueueNamespaceLabel + "-probe": "no-node"},
+				Containers:   []corev1.Container{{Name: "main", Image: "busybox:stable"}},
+			}}},
+		}
+	}
+	suspended := func(ctx context.Context) (bool, error) {
+		p := probe()
+		if err := c.Create(ctx, p, client.DryRunAll); err != nil {
+			return false, fmt.Errorf("a dry run of a Job naming a LocalQueue in %s: %w", ns, err)
+		}
+		return ptr.Deref(p.Spec.Suspend, false), nil
+	}
+	if err := harness.WaitFor(ctx, "Kueue's webhooks to see namespace "+ns, time.Minute, suspended); err != nil {
+		t.Fatal(err)
+	}
+	p := probe()
+	if err := c.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if !ptr.Deref(p.Spec.Suspend, false) {
+		t.Fatalf("Kueue's webhooks left Job %s/%s unsuspended, after suspending it in a dry run", ns, p.Name)
+	}
+	workloads := func(ctx context.Context) (int, error) {
+		var list unstructured.UnstructuredList
+		list.SetAPIVersion("kueue.x-k8s.io/v1beta2")
+		list.SetKind("WorkloadList")
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return 0, err
+		}
+		return len(list.Items), nil
+	}
+	pokes := 0
+	made := func(ctx context.Context) (bool, error) {
+		if n, err := workloads(ctx); err != nil || n > 0 {
+			return n > 0, nil
+		}
+		// Kueue's controller may have read the Job before it saw the
+		// label, and then left it: a change has it read the Job again.
+		pokes++
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"e2e.runwarden.dev/kueue-probe":"%d"}}}`, pokes)
+		return false, c.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(patch)))
+	}
+	if err := harness.WaitFor(ctx, "Kueue to make a Workload for a Job in "+ns, time.Minute, made); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, p, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	gone := func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(p), &batchv1.Job{})
+		if !apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		n, err := workloads(ctx)
+		return err == nil && n == 0, nil
+	}
+	if err := harness.WaitFor(ctx, "the probe Job and its Workload to be deleted from "+ns, time.Minute, gone); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // applyObjects creates the objects of a YAML stream and deletes them when
@@ -247,7 +374,7 @@ func oneJobEach(ctx context.Context, t *testing.T, cfg *envconf.Config, ns strin
 func kueueSetup(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 	harness.RequireRealNode(ctx, t, cfg)
 	installCRD(ctx, t, cfg)
-	kueueUp(ctx, t)
+	kueueNamespace(ctx, t, cfg)
 	return ctx
 }
 
@@ -259,6 +386,8 @@ func kueueSetup(ctx context.Context, t *testing.T, cfg *envconf.Config) context.
 // team borrows another's unused quota; a task Kueue preempts ends
 // Preempted and does not run again.
 func TestKueueQueues(t *testing.T) {
+	t.Parallel()
+	kueueUp(t.Context(), t)
 	f := features.New("kueue queues").
 		Setup(kueueSetup).
 		Assess("quotas, priority, cancellation, restarts", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -498,9 +627,11 @@ func TestKueueQueues(t *testing.T) {
 // priority class; the dispatcher reports queued, with the queue, to the
 // orchestrator; Kueue's quota bounds what runs, and each task runs once.
 func TestKueueOrchestratorTasks(t *testing.T) {
+	t.Parallel()
+	kueueUp(t.Context(), t)
 	f := features.New("kueue orchestrator tasks").
-		Setup(func(ctx context.Context, t *testing.T, _ *envconf.Config) context.Context {
-			kueueUp(ctx, t)
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			kueueNamespace(ctx, t, cfg)
 			return ctx
 		}).
 		Assess("queued events and the quota", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -550,6 +681,7 @@ func TestKueueOrchestratorTasks(t *testing.T) {
 // TestDispatcherStartsWaitingTasksInOrder: without Kueue, tasks waiting for
 // the dispatcher's slots start in priority order, then creation order.
 func TestDispatcherStartsWaitingTasksInOrder(t *testing.T) {
+	t.Parallel()
 	f := features.New("waiting tasks in order").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)

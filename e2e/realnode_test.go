@@ -102,6 +102,7 @@ func onlyPod(ctx context.Context, t *testing.T, cfg *envconf.Config, job *batchv
 // server is reachable by ClusterIP and by name, a deadline really kills the
 // process, and kubectl logs and exec reach the kubelet.
 func TestRealNodeRunsContainers(t *testing.T) {
+	t.Parallel()
 	f := features.New("real node runs containers").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)
@@ -264,6 +265,7 @@ true`)
 // TestRunwardenImagesStart runs the images of runwarden's own binaries on
 // the real node: each starts, as the non-root user, and prints its version.
 func TestRunwardenImagesStart(t *testing.T) {
+	t.Parallel()
 	f := features.New("runwarden images start").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)
@@ -323,6 +325,7 @@ output "value" {
 // kubernetes.default.svc with the service account's CA, so both routes and
 // the server certificate are proven.
 func TestRealRunnerAppliesOpenTofu(t *testing.T) {
+	t.Parallel()
 	f := features.New("real runner applies OpenTofu").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)

@@ -59,6 +59,8 @@ func (d *dispatcherProcess) answers(path string) func(context.Context) (bool, er
 // graceful stop. Every task ends once with one Job, never more than
 // --max-concurrent at a time.
 func TestDispatcherReplicasFailover(t *testing.T) {
+	// Beside other tests: electionFlags.
+	t.Parallel()
 	f := features.New("dispatcher replicas").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			installCRD(ctx, t, cfg)
@@ -66,7 +68,7 @@ func TestDispatcherReplicasFailover(t *testing.T) {
 		}).
 		Assess("one leads, the other takes over, every task once", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
-			election := []string{"--simulated", "--succeeded-history", "1000", "--leader-elect", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}
+			election := append([]string{"--simulated", "--succeeded-history", "1000"}, electionFlags...)
 			// Each its own copy: startDispatcherProcess edits its arguments.
 			a := startDispatcherProcess(ctx, t, cfg, ns, slices.Clone(election)...)
 			b := startDispatcherProcess(ctx, t, cfg, ns, slices.Clone(election)...)
@@ -100,7 +102,7 @@ func TestDispatcherReplicasFailover(t *testing.T) {
 			if err := harness.WaitForEvery(ctx, "the standby to lead", time.Minute, 100*time.Millisecond, b.answers("/readyz")); err != nil {
 				t.Fatalf("%v\n%s", err, b.log.String())
 			}
-			t.Logf("failover after SIGKILL: the standby led %s after the leader died (lease duration 4s)", time.Since(killed).Round(100*time.Millisecond))
+			t.Logf("failover after SIGKILL: the standby led %s after the leader died (lease duration 8s)", time.Since(killed).Round(100*time.Millisecond))
 
 			// A graceful stop hands the lease over at once.
 			a.startStandby(ctx, t)
@@ -136,8 +138,17 @@ func TestDispatcherReplicasFailover(t *testing.T) {
 	testenv.Test(t, f)
 }
 
-// electionFlags elect a leader among replicas quickly: a 4 s lease.
-var electionFlags = []string{"--leader-elect", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}
+// electionFlags elect a leader among replicas quickly: an 8 s lease, which
+// a standby takes 8 s after it last saw it renewed. The leader renews every
+// half second and stops (exits, by design) when it has not renewed for 6 s,
+// each request given 3 s. The tests run beside others (docs/e2e.md), whose
+// load can slow the API server's answers by seconds: with a 3 s deadline
+// (1.5 s a request) a leader once stopped so, and with the standby gone
+// too no replica was left. What the tests prove (one leader at a time,
+// every task once, never more than --max-concurrent) holds for any lease;
+// this one only makes each failover after a SIGKILL take 8 s, not 4, and
+// leaves 2 s between the leader's deadline and the lease's end, not 1.
+var electionFlags = []string{"--leader-elect", "--leader-elect-lease-duration", "8s", "--leader-elect-renew-deadline", "6s", "--leader-elect-retry-period", "500ms"}
 
 // replicaSet is dispatcher processes of one ID, run with --leader-elect.
 type replicaSet struct {
@@ -324,15 +335,21 @@ func (p *apiProxy) kubeconfig(t testing.TB, cfg *envconf.Config) string {
 // standby carries on with the tasks, and every task ends once with one Job.
 // The cut-off leader's log says when it stopped and why.
 func TestDispatcherLeaderCutOff(t *testing.T) {
+	// Beside other tests: electionFlags.
+	t.Parallel()
 	f := features.New("dispatcher leader cut off").
 		Assess("the cut-off leader stops before the standby leads; every task once", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 10, MaxWait: 2 * time.Second})
 			proxy := startAPIProxy(t, cfg)
 			// A leader that cannot renew stops a renew deadline after the
-			// retry period that follows its last renewal (3.5 s); a standby
-			// takes over a lease duration after it last saw a renewal (6 s).
-			election := []string{"--leader-elect", "--leader-elect-lease-duration", "6s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}
+			// retry period that follows its last renewal (6.5 s); a standby
+			// takes over a lease duration after it last saw a renewal (12 s).
+			// The deadline is electionFlags' (the API server may answer
+			// the standby late while other tests run, and it must not stop
+			// once it leads); the lease keeps 5.5 s between the two, as
+			// 2.5 s were with a 3 s deadline and a 6 s lease.
+			election := []string{"--leader-elect", "--leader-elect-lease-duration", "12s", "--leader-elect-renew-deadline", "6s", "--leader-elect-retry-period", "500ms"}
 			args := slices.Concat(orchestratorFlags(o), []string{"--simulated", "--preflight=false", "--stream-logs=false", "--succeeded-history", "1000"}, election)
 			a := startDispatcherProcess(ctx, t, cfg, ns, append(slices.Clone(args), "--kubeconfig", proxy.kubeconfig(t, cfg))...)
 			b := startDispatcherProcess(ctx, t, cfg, ns, slices.Clone(args)...)
@@ -366,7 +383,7 @@ func TestDispatcherLeaderCutOff(t *testing.T) {
 				if !stopped.Before(led) {
 					t.Errorf("the cut-off leader stopped %s after the cut, the standby led %s after it: both led at once\n%s", stopped.Sub(cut), led.Sub(cut), tail(a.log.String(), 3000))
 				}
-				t.Logf("cut off at %s: the leader stopped after %s, the standby led after %s (retry period 0.5s, renew deadline 3s, lease 6s); the cut-off leader's log ends:\n%s",
+				t.Logf("cut off at %s: the leader stopped after %s, the standby led after %s (retry period 0.5s, renew deadline 6s, lease 12s); the cut-off leader's log ends:\n%s",
 					cut.UTC().Format(time.RFC3339Nano), stopped.Sub(cut).Round(10*time.Millisecond), led.Sub(cut).Round(10*time.Millisecond), tail(a.log.String(), 1500))
 			case <-time.After(30 * time.Second):
 				t.Fatalf("the cut-off leader still runs 30s after the standby led\n%s", tail(a.log.String(), 3000))

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,12 +53,7 @@ func startVault(ctx context.Context, t testing.TB) *vaultServer {
 		t.Fatalf("hack/tools.sh path vault: %v", err)
 	}
 	bin := filepath.Join(strings.TrimSpace(string(out)), "vault")
-	l, err := net.Listen("tcp", realNodeGateway+":0")
-	if err != nil {
-		t.Fatalf("listening on the real node's gateway: %v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+	port := freePortOn(t, realNodeGateway)
 	v := &vaultServer{addr: fmt.Sprintf("http://%s:%d", realNodeGateway, port), root: rand.Text(), log: &strings.Builder{}}
 	cmd := exec.Command(bin, "server", "-dev", "-dev-root-token-id="+v.root, "-dev-listen-address="+fmt.Sprintf("%s:%d", realNodeGateway, port), "-dev-no-store-token")
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "SKIP_SETCAP=1", "VAULT_DISABLE_MLOCK=true")
@@ -105,6 +99,7 @@ func sha(s string) string {
 // the variable and the reference. No value is found in any object, event or
 // log of the namespace, nor in the dispatcher's and the webhook's logs.
 func TestSecretsResolvedInThePod(t *testing.T) {
+	t.Parallel()
 	f := features.New("secrets resolved in the pod").
 		Setup(secretsSetup).
 		Assess("values reach the runner only, failures are named", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -260,6 +255,7 @@ func jobName(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, task st
 // file named by NAME_FILE, on the in-memory volume, whatever it holds (a
 // single quote, which an env file cannot); NAME is not set.
 func TestSecretsDeliveredAsFiles(t *testing.T) {
+	t.Parallel()
 	f := features.New("secrets delivered as files").
 		Setup(secretsSetup).
 		Assess("the value is in the file NAME_FILE names", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -297,6 +293,7 @@ func TestSecretsDeliveredAsFiles(t *testing.T) {
 // service account token (audience vault), which Vault checks with the API
 // server's TokenReview, and reads the secret the role's policy allows.
 func TestSecretsVaultKubernetesAuth(t *testing.T) {
+	t.Parallel()
 	f := features.New("vault kubernetes auth").
 		Setup(secretsSetup).
 		Assess("the resolver logs in as the pod's service account", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -383,6 +380,7 @@ func TestSecretsVaultKubernetesAuth(t *testing.T) {
 // asks Vault what the mount is and never reads it. Vault's audit log shows
 // that none of them was ever read, while KV v2 and v1 still resolve.
 func TestSecurityVaultReferences(t *testing.T) {
+	t.Parallel()
 	f := features.New("vault references").
 		Setup(secretsSetup).
 		Assess("only named key-value mounts are read", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {

@@ -62,6 +62,7 @@ func taskAuthor(ctx context.Context, t *testing.T, cfg *envconf.Config, ns strin
 // read a Secret, a ConfigMap or a mounted file into the task's env; the
 // RunnerTask CRD refuses it with a message naming the variables.
 func TestSecurityTaskEnvIsData(t *testing.T) {
+	t.Parallel()
 	f := features.New("task env is data").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			installCRD(ctx, t, cfg)
@@ -108,6 +109,7 @@ func TestSecurityTaskEnvIsData(t *testing.T) {
 // segment is malformed and denied before any policy pattern sees it, and
 // the task ends AdmissionRejected with the webhook's message.
 func TestSecurityTaskSecretRefs(t *testing.T) {
+	t.Parallel()
 	f := features.New("task secret references").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			installCRD(ctx, t, cfg)
@@ -195,6 +197,7 @@ func failedCreate(ctx context.Context, cfg *envconf.Config, ns, jobName string) 
 // again. A real denial still ends the task AdmissionRejected at once. Both
 // classifications are checked on the real API server's wording.
 func TestSecurityUndecidedIsNotDenied(t *testing.T) {
+	t.Parallel()
 	f := features.New("undecided is not denied").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			installCRD(ctx, t, cfg)
@@ -276,6 +279,7 @@ func TestSecurityUndecidedIsNotDenied(t *testing.T) {
 // beyond the capacity a poll asked for are handed back, so no more than
 // --max-concurrent Jobs run, and every task still runs exactly once.
 func TestSecurityOrchestratorLimits(t *testing.T) {
+	t.Parallel()
 	f := features.New("orchestrator limits").
 		Assess("oversized tasks are refused, extra leases handed back", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
@@ -345,6 +349,7 @@ shape:
 // running runner's image cannot be changed past the registry allow-list,
 // and no debug container can be added to it.
 func TestSecurityPodCreator(t *testing.T) {
+	t.Parallel()
 	f := features.New("pod creator").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
@@ -458,6 +463,7 @@ func TestSecurityPodCreator(t *testing.T) {
 // on the real node (kubectl refuses, on its side, to exec into a completed
 // pod, and the simulated nodes complete Job pods at once).
 func TestSecurityExecIntoRunners(t *testing.T) {
+	t.Parallel()
 	var u harness.User
 	f := features.New("exec into runners").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
@@ -571,6 +577,7 @@ func waitRunning(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, nam
 // runner's pod to a node of their choosing. A runner Job waits only in the
 // LocalQueues, with the WorkloadPriorityClasses, its namespace allows.
 func TestSecurityDispatcherBounds(t *testing.T) {
+	t.Parallel()
 	f := features.New("dispatcher bounds").
 		Assess("the chart's admission policies refuse what the dispatcher may not make", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
@@ -919,6 +926,7 @@ func TestSecurityDispatcherBounds(t *testing.T) {
 // used: the task ends Refused naming it, no Job is left, and the planted
 // Secret is untouched.
 func TestSecurityDispatcherSecrets(t *testing.T) {
+	t.Parallel()
 	f := features.New("dispatcher secrets").
 		Assess("create-only on Secrets, and a planted Secret never adopted", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
@@ -1017,7 +1025,12 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
+			// Leases outlast the dispatcher's wait for a Secret it finds
+			// taken to go (job.DefaultSecretWait, 30 s; the planted one
+			// never goes): a 30 s lease, issued before that wait, ends
+			// before it, and the task could be leased, and refused,
+			// again, each time 30 s more.
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 120})
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false", "--kubeconfig", kubeconfig)
 			o.srv.Add(orchestrator.Task{ID: "with-secret", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t-value"}})
 			o.srv.Add(orchestrator.Task{ID: "planted", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "the-task-value"}})
@@ -1099,6 +1112,7 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 // made, under a name the API server drew, with the runner's log; the
 // planted one is left as it was.
 func TestSecurityPlantedLogConfigMap(t *testing.T) {
+	t.Parallel()
 	f := features.New("planted log ConfigMap").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			harness.RequireRealNode(ctx, t, cfg)
@@ -1174,6 +1188,7 @@ func TestSecurityPlantedLogConfigMap(t *testing.T) {
 // the real runner pod's. The same user cannot rewrite the record the
 // webhook wrote on the runner pod, nor make that pod another task's.
 func TestSecurityPlantedPod(t *testing.T) {
+	t.Parallel()
 	f := features.New("planted pod").
 		Setup(secretsSetup).
 		Assess("a planted pod neither ends nor describes the task", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {

@@ -30,6 +30,7 @@ const (
 // real Job controller creates the pod, the real scheduler binds it, and it
 // completes on a simulated node.
 func TestSmokeJobCompletes(t *testing.T) {
+	t.Parallel()
 	f := features.New("job completes on a simulated node").
 		Assess("job reaches Complete", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
@@ -82,6 +83,7 @@ func TestSmokeJobCompletes(t *testing.T) {
 // tainted: a pod that selects the pool without the toleration stays
 // Unschedulable, and the same pod with the toleration lands on the pool.
 func TestSmokeRunnerPoolNeedsToleration(t *testing.T) {
+	t.Parallel()
 	poolPod := func(ns, name string, tolerate bool) *corev1.Pod {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},

@@ -78,10 +78,18 @@ var handedOut = struct {
 // returned to no one else in this run.
 func freePort(t testing.TB) int {
 	t.Helper()
+	return freePortOn(t, "127.0.0.1")
+}
+
+// freePortOn returns a TCP port of host that is free now and that no call
+// of freePort or freePortOn has returned before in this run (tests run side
+// by side, each starting its own servers).
+func freePortOn(t testing.TB, host string) int {
+	t.Helper()
 	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("finding a free port on %s: %v", host, err)
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
@@ -93,7 +101,7 @@ func freePort(t testing.TB) int {
 			return port
 		}
 	}
-	t.Fatal("found no loopback port not handed out before in 100 tries")
+	t.Fatalf("found no port of %s not handed out before in 100 tries", host)
 	return 0
 }
 
@@ -114,12 +122,7 @@ func startWebhook(ctx context.Context, t *testing.T, cfg *envconf.Config, extraA
 func startWebhookWith(ctx context.Context, t testing.TB, cfg *envconf.Config, platform string, extraArgs ...string) *webhookProcess {
 	t.Helper()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "runwarden-webhook")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./webhook")
-	build.Dir = suite.RepoRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./webhook: %v\n%s", err, out)
-	}
+	bin := built.build(ctx, t, suite.RepoRoot, "./webhook")
 	w := &webhookProcess{log: &bytes.Buffer{}, policyDir: filepath.Join(dir, "policies"), bin: bin, platform: filepath.Join(dir, "platform.yaml")}
 	if err := os.CopyFS(w.policyDir, os.DirFS(filepath.Join(suite.RepoRoot, "policies"))); err != nil {
 		t.Fatal(err)
@@ -138,9 +141,14 @@ func startWebhookWith(ctx context.Context, t testing.TB, cfg *envconf.Config, pl
 	w.config = "runwarden-" + harness.Namespace(ctx)
 
 	rules := []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}}
+	// As the chart's: its runner namespace only (the feature's), so that
+	// the webhooks of tests running side by side never see each other's
+	// pods.
 	namespaces := &metav1.LabelSelector{
 		MatchLabels: map[string]string{runnerNamespaceLabel: "enabled"},
 		MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{harness.Namespace(ctx)},
+		}, {
 			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system", "runwarden"},
 		}},
 	}
@@ -369,6 +377,7 @@ func containerEnv(c corev1.Container) map[string]string {
 // TestWebhookShapesRunnerPods registers the webhook by URL with the real API
 // server and checks what a user of the cluster sees.
 func TestWebhookShapesRunnerPods(t *testing.T) {
+	t.Parallel()
 	f := features.New("webhook shapes runner pods").
 		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)

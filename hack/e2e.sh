@@ -3,7 +3,8 @@
 # RUNWARDEN_E2E_CLUSTER chooses (see docs/e2e.md), one run at a time on this
 # machine, and stops the local e2e cluster however the run ends (tests
 # failed, -timeout, Ctrl-C), unless RUNWARDEN_E2E_KEEP=true. After a
-# successful run on a local cluster, checks nothing was left behind.
+# successful run on a local cluster, checks nothing was left behind. Tests
+# that call t.Parallel() run RUNWARDEN_E2E_PARALLEL (default 6) at a time.
 #
 # Usage: hack/e2e.sh GO-TEST-ARGS...      (make e2e, make bench-dispatcher)
 set -euo pipefail
@@ -13,6 +14,12 @@ state_dir=${RUNWARDEN_STATE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/runwarden}
 kind=${RUNWARDEN_E2E_CLUSTER:-local}
 name=${RUNWARDEN_E2E_CLUSTER_NAME:-runwarden-e2e}
 keep=${RUNWARDEN_E2E_KEEP:-}
+# How many e2e tests run side by side on the one cluster (go test -parallel;
+# a -parallel among the arguments wins). The tests mostly wait on the
+# cluster, so more than the 2 cores of the machines the suite is timed on:
+# on one, idle, the suite took 354 s with 4 and 271 s with 6, its CPU then
+# busy throughout (docs/e2e.md).
+parallel=${RUNWARDEN_E2E_PARALLEL:-6}
 
 # The locks are held on this script's own descriptors until it exits, after
 # it has stopped the cluster however the run ended (a lock held by a flock
@@ -61,7 +68,7 @@ cd "$root"
 # script is handled at once (stopping the tests, then the cluster), not
 # after the suite.
 set -m
-go test -tags e2e "$@" {run_lock}>&- {use_lock}>&- &
+go test -tags e2e -parallel "$parallel" "$@" {run_lock}>&- {use_lock}>&- &
 child=$!
 set +m
 wait "$child"

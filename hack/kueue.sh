@@ -3,11 +3,17 @@
 # cluster, as a host process like the cluster's other control-plane parts. It
 # manages batch/v1 Jobs only; its webhooks are called by URL on 127.0.0.1.
 #
-# Usage: hack/kueue.sh up|down|status [--name NAME]
+# Usage: hack/kueue.sh up|down|status [--name NAME] [--namespace-label KEY=VALUE]
 #
 #   up      apply Kueue's CRDs, start Kueue and register its webhooks; the
 #           cluster must be running (hack/cluster.sh up). Does nothing if
-#           Kueue already runs.
+#           Kueue already runs (with the same --namespace-label).
+#           --namespace-label KEY=VALUE: Kueue manages, and its Job webhooks
+#           see, the Jobs of namespaces labelled so only (its
+#           managedJobsNamespaceSelector, and the webhooks'
+#           namespaceSelector); the e2e suites run beside the Kueue tests
+#           this way. Without it, every namespace's Jobs that name a
+#           LocalQueue.
 #   down    delete its webhook configurations, turn its CRDs' conversion
 #           webhook off, stop it and remove its folder (its CRDs and objects
 #           stay in the cluster)
@@ -27,6 +33,7 @@ name=${RUNWARDEN_CLUSTER_NAME:-runwarden}
 
 cmd=${1:-}
 shift || true
+namespace_label=
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--name)
@@ -35,6 +42,14 @@ while [[ $# -gt 0 ]]; do
 		;;
 	--name=*)
 		name=${1#--name=}
+		shift
+		;;
+	--namespace-label)
+		namespace_label=${2:?--namespace-label needs KEY=VALUE}
+		shift 2
+		;;
+	--namespace-label=*)
+		namespace_label=${1#--namespace-label=}
 		shift
 		;;
 	*)
@@ -62,6 +77,16 @@ webhook_config=kueue-local
 conversion_crds=(localqueues clusterqueues cohorts workloads multikueueclusters)
 
 log() { echo "kueue ($name): $*" >&2; }
+
+if [[ -n $namespace_label && ! $namespace_label =~ ^[A-Za-z0-9./_-]+=[A-Za-z0-9._-]*$ ]]; then
+	echo "hack/kueue.sh: --namespace-label wants KEY=VALUE (a label), not \"$namespace_label\"" >&2
+	exit 2
+fi
+# The label, as a YAML map's one entry ("KEY": "VALUE"), or nothing.
+label_entry=
+if [[ -n $namespace_label ]]; then
+	label_entry="\"${namespace_label%%=*}\": \"${namespace_label#*=}\""
+fi
 
 # shellcheck source=hack/lib/pidfile.sh
 source "$root/hack/lib/pidfile.sh"
@@ -148,6 +173,17 @@ write_config() {
 	# A Job is Kueue's only if it names a LocalQueue (the label
 	# kueue.x-k8s.io/queue-name); every other Job runs as without Kueue.
 	manageJobsWithoutQueueName: false
+	EOF
+	# With --namespace-label, only in the namespaces so labelled: Kueue
+	# v0.15 holds even Jobs that name a LocalQueue to this selector (its
+	# feature ManagedJobsNamespaceSelectorAlwaysRespected, on by default).
+	if [[ -n $label_entry ]]; then
+		cat >>"$kueue_dir/config.yaml" <<-EOF
+		managedJobsNamespaceSelector:
+		  matchLabels: {$label_entry}
+		EOF
+	fi
+	cat >>"$kueue_dir/config.yaml" <<-EOF
 	integrations:
 	  frameworks:
 	  - batch/job
@@ -191,6 +227,13 @@ webhooks() {
 			    - key: kueue.x-k8s.io/queue-name
 			      operator: Exists
 			EOF
+			# --namespace-label: the namespaces Kueue manages Jobs in only.
+			if [[ -n $label_entry ]]; then
+				cat <<-EOF
+				  namespaceSelector:
+				    matchLabels: {$label_entry}
+				EOF
+			fi
 		fi
 	}
 	cat <<-EOF
@@ -268,6 +311,12 @@ up() {
 		exit 1
 	fi
 	if running; then
+		local had
+		had=$(cat "$kueue_dir/namespace-label" 2>/dev/null || true)
+		if [[ $had != "$namespace_label" ]]; then
+			echo "hack/kueue.sh: Kueue already runs with --namespace-label \"$had\", not \"$namespace_label\"; stop it first: hack/kueue.sh down --name $name" >&2
+			exit 1
+		fi
 		log "already running (pid $(cut -d' ' -f1 "$pid_file"), log $log_file)"
 		return 0
 	fi
@@ -280,6 +329,7 @@ up() {
 	health_port=$(free_port "$webhook_port")
 	metrics_port=$(free_port "$webhook_port" "$health_port")
 	write_config "$webhook_port" "$health_port" "$metrics_port"
+	printf '%s' "$namespace_label" >"$kueue_dir/namespace-label"
 
 	kubectl apply --server-side --force-conflicts --field-manager=runwarden-hack-kueue -f "$kueue_bin/crds/" >/dev/null
 	kubectl wait --for=condition=Established -f "$kueue_bin/crds/" --timeout=60s >/dev/null
@@ -405,7 +455,7 @@ up) up ;;
 down) down ;;
 status) status ;;
 *)
-	sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 	;;
 esac
