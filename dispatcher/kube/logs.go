@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,7 +44,7 @@ func (r *Reconciler) keepLog(ctx context.Context, rt *v1alpha1.RunnerTask, jobNa
 	if name := r.keptLog(rt); name != "" {
 		return name, nil
 	}
-	tail, err := r.opts.Logs.Tail(ctx, rt.Namespace, pod, job.RunnerContainer, r.opts.KeepLogBytes)
+	tail, err := r.tail(ctx, rt.Namespace, pod)
 	if err != nil {
 		return "", nil //nolint:nilerr // a log that cannot be read is not kept; the task's outcome is.
 	}
@@ -71,6 +72,33 @@ func (r *Reconciler) keepLog(ctx context.Context, rt *v1alpha1.RunnerTask, jobNa
 	r.kept[client.ObjectKeyFromObject(rt)] = logMade{uid: rt.UID, name: cm.Name}
 	r.keptMu.Unlock()
 	return cm.Name, nil
+}
+
+// emptyLogReads is how many times tail reads a log that comes back empty,
+// logReadGap apart, before it takes it for empty: the kubelet may report a
+// container's exit before the last of its output has reached the log file
+// (seen on a loaded node: a runner that printed a line and exited at once
+// was kept with an empty log). A runner that prints nothing costs its task
+// less than a second more.
+const (
+	emptyLogReads = 4
+	logReadGap    = 250 * time.Millisecond
+)
+
+// tail reads the end of a finished pod's runner log (KeepLogBytes), reading
+// again while it comes back empty (emptyLogReads).
+func (r *Reconciler) tail(ctx context.Context, namespace, pod string) ([]byte, error) {
+	for read := 1; ; read++ {
+		tail, err := r.opts.Logs.Tail(ctx, namespace, pod, job.RunnerContainer, r.opts.KeepLogBytes)
+		if err != nil || len(tail) > 0 || read == emptyLogReads {
+			return tail, err
+		}
+		select {
+		case <-ctx.Done():
+			return tail, nil
+		case <-r.opts.Clock.After(logReadGap):
+		}
+	}
 }
 
 // logMade is the log ConfigMap a RunnerTask's earlier try made, if its

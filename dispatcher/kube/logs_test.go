@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/internal/clocktest"
 )
 
 // fakeLogs serves one log for every container.
@@ -370,6 +372,82 @@ func TestPlantedPodDoesNotEndTheTask(t *testing.T) {
 			after := &batchv1.Job{}
 			if err := api.Get(t.Context(), client.ObjectKeyFromObject(j), after); err != nil || after.DeletionTimestamp != nil || ptr.Deref(after.Spec.Suspend, false) {
 				t.Errorf("the Job after the planted pod: %v, deleted at %v, suspended %v; want it running as it was", err, after.DeletionTimestamp, after.Spec.Suspend)
+			}
+		})
+	}
+}
+
+// lateLogs serves an empty log for its first reads, then the log: as a
+// kubelet that reported the container's exit before its output reached
+// the log file.
+type lateLogs struct {
+	mu         sync.Mutex
+	emptyReads int
+	reads      int
+	log        []byte
+}
+
+func (f *lateLogs) Tail(_ context.Context, _, _, _ string, _ int) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	if f.reads <= f.emptyReads {
+		return nil, nil
+	}
+	return f.log, nil
+}
+
+func (f *lateLogs) Follow(context.Context, string, string, string) (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(f.log)), nil
+}
+
+// A log that reads empty is read again, logReadGap apart, up to
+// emptyLogReads times: the output that reaches the log file late is kept,
+// and a log that stays empty is kept empty after the last read.
+func TestEmptyLogIsReadAgain(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name       string
+		emptyReads int
+		want       string
+		wantReads  int
+	}{
+		{"the output arrives on the third read", 2, "hello from the runner\n", 3},
+		{"a runner that printed nothing", emptyLogReads + 5, "", emptyLogReads},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			rt := runnerTask("a", "uid-a")
+			j := runnerJobOf(rt)
+			pod := runnerPodOf(j, j.Name+"-x")
+			api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithObjects(rt, j, pod).Build()
+			logs := &lateLogs{emptyReads: c.emptyReads, log: []byte("hello from the runner\n")}
+			clk := clocktest.New(time.Unix(0, 0))
+			r := New(Options{Client: api, Jobs: job.Options{DispatcherID: "d1"}, Logs: logs, KeepLogBytes: 1024})
+			r.opts.Clock = clk
+			done := make(chan struct{})
+			var name string
+			var err error
+			go func() {
+				defer close(done)
+				name, err = r.keepLog(t.Context(), rt, j.Name, pod.Name)
+			}()
+			for range min(c.emptyReads, emptyLogReads-1) {
+				if werr := clk.WaitForWaiters(1, 10*time.Second); werr != nil {
+					t.Fatal(werr)
+				}
+				clk.Step(logReadGap)
+			}
+			<-done
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cm corev1.ConfigMap
+			if err := api.Get(t.Context(), key(name), &cm); err != nil {
+				t.Fatal(err)
+			}
+			if cm.Data["log"] != c.want || logs.reads != c.wantReads {
+				t.Errorf("kept %q after %d reads, want %q after %d", cm.Data["log"], logs.reads, c.want, c.wantReads)
 			}
 		})
 	}
