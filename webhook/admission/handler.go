@@ -150,13 +150,13 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	if why := h.skip(req.Operation, req.SubResource); why != "" || req.Kind.Kind != "Pod" {
 		return admission.Allowed(cmp.Or(why, "runwarden checks the creation and update of pods, ephemeral containers, and exec, attach and port-forward")), OutcomeSkipped
 	}
-	pod, err := decodePod(req.Object.Raw)
+	pod, err := podOf(req.Object)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err)), "error"
 	}
 	var old *corev1.Pod
 	if req.Operation == admissionv1.Update {
-		if old, err = decodePod(req.OldObject.Raw); err != nil {
+		if old, err = podOf(req.OldObject); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod before the update: %w", err)), "error"
 		}
 	}

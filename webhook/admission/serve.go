@@ -14,13 +14,15 @@ import (
 )
 
 // Serve is the HTTP handler of one of runwarden-webhook's paths: h behind
-// controller-runtime's AdmissionReview decoding and encoding, its patch
+// controller-runtime's AdmissionReview decoding and encoding (a v1 review
+// of a pod decoded in one pass: podReviews), its patch
 // encoded once (encodedPatch), a server error answered as one (Undecided),
 // served on workers long-lived goroutines (Pooled; <= 0: four per CPU),
 // each request with a context of its own (Detached; close stopping before
 // the server's context is cancelled).
 func Serve(h admission.Handler, workers int, stopping <-chan struct{}) http.Handler {
-	return Detached(Pooled(Undecided(&webhook.Admission{Handler: encodedPatch{h}}), workers), stopping)
+	wh := &webhook.Admission{Handler: encodedPatch{h}}
+	return Detached(Pooled(Undecided(podReviews{wh: wh, next: wh}), workers), stopping)
 }
 
 // encodedPatch encodes a response's patch operations itself, into the
