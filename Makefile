@@ -114,8 +114,8 @@ bench-webhook: ## Benchmark the webhook: handler and policy evaluation, and a TL
 	GOGC=400 $(GO) test -run '^$$' -bench BenchmarkWebhookLoad -benchtime 1x -count 1 -timeout 20m ./webhook/ | tee bin/bench-webhook-load.txt
 
 .PHONY: bench-guard
-bench-guard: ## Before a change lands: BenchmarkHandle, BenchmarkServeHTTP and BenchmarkEval against docs/bench/webhook.txt; fails past +10% time (significant) or any added allocation.
-	hack/bench-guard.sh
+bench-guard: ## Before a change lands: BenchmarkHandle, BenchmarkServeHTTP and BenchmarkEval against docs/bench/webhook.txt (BENCH_GUARD_BASE=REV: against REV built and run beside them); fails past +10% time (significant) or any added allocation.
+	hack/bench-guard.sh $(if $(BENCH_GUARD_BASE),--base $(BENCH_GUARD_BASE))
 
 .PHONY: bench-postrender
 bench-postrender: ## Benchmark runwarden-postrender beside the kustomize CLI script and a plain YAML round trip (the benchmark overlay, the same with replacements, the labels overlay), then Render alone in a warm process.

@@ -19,7 +19,14 @@
 # hack/bench-guard.sh --compare FILE compares a run already made (the
 # output of `make bench-webhook`, bin/bench-webhook-go.txt) without running.
 #
-# Usage: hack/bench-guard.sh [--record | --compare FILE]
+# hack/bench-guard.sh --base REV (make bench-guard BENCH_GUARD_BASE=REV)
+# compares with the same benchmarks built from REV (a worktree of it)
+# instead of the record, in the same run: six rounds, each running REV's
+# benchmarks twice and then this tree's twice (twelve runs a side), so a
+# slow spell of the machine falls on both. A record made at another time can be 10-15% off on this
+# machine for the same code; the two sides of one interleaved run are not.
+#
+# Usage: hack/bench-guard.sh [--record | --compare FILE | --base REV]
 set -euo pipefail
 shopt -s inherit_errexit
 
@@ -32,12 +39,54 @@ hack/tools.sh benchstat >/dev/null
 benchstat=$(hack/tools.sh path benchstat)/benchstat
 mkdir -p bin
 out=bin/bench-guard.txt
-if [[ ${1:-} == --compare ]]; then
+benchmarks='^(BenchmarkEval|BenchmarkHandle|BenchmarkServeHTTP)$'
+packages=(webhook/policy webhook/admission)
+rounds=6
+
+# interleaved REV: builds the benchmarks' test binaries from a worktree of REV
+# and from this tree, and runs them in turn, -count 2 of each per round; writes bin/bench-guard-base.txt and $out.
+interleaved() {
+	local rev=$1 tmp commit pkg round side dir
+	commit=$(git rev-parse --verify --quiet "$rev^{commit}") || {
+		echo "bench-guard: --base $rev names no commit" >&2
+		return 2
+	}
+	tmp=$(mktemp -d)
+	# shellcheck disable=SC2064 # expand now: tmp is local
+	trap "git -C '$root' worktree remove --force '$tmp/base' >/dev/null 2>&1; rm -rf '$tmp'" EXIT
+	git worktree add --detach --quiet "$tmp/base" "$commit"
+	for pkg in "${packages[@]}"; do
+		(cd "$tmp/base" && go test -c -o "$tmp/base-${pkg//\//-}.test" "./$pkg")
+		go test -c -o "$tmp/head-${pkg//\//-}.test" "./$pkg"
+	done
+	: >bin/bench-guard-base.txt
+	: >"$out"
+	for round in $(seq "$rounds"); do
+		echo "bench-guard: round $round of $rounds, $rev ($(git rev-parse --short "$commit")) then this tree" >&2
+		for side in base head; do
+			for pkg in "${packages[@]}"; do
+				dir=$root/$pkg
+				[[ $side == base ]] && dir=$tmp/base/$pkg
+				(cd "$dir" && GOGC=400 "$tmp/$side-${pkg//\//-}.test" -test.run '^$' -test.bench "$benchmarks" -test.benchmem -test.count 2) |
+					if [[ $side == base ]]; then cat >>bin/bench-guard-base.txt; else tee -a "$out"; fi
+			done
+		done
+	done
+}
+
+case ${1:-} in
+--compare)
 	out=${2:?hack/bench-guard.sh --compare FILE: name the run to compare}
-else
-	GOGC=400 go test -run '^$' -bench '^(BenchmarkEval|BenchmarkHandle|BenchmarkServeHTTP)$' -benchmem -count 6 \
+	;;
+--base)
+	interleaved "${2:?hack/bench-guard.sh --base REV: name the revision to compare with}"
+	record=bin/bench-guard-base.txt
+	;;
+*)
+	GOGC=400 go test -run '^$' -bench "$benchmarks" -benchmem -count "$rounds" \
 		./webhook/policy/ ./webhook/admission/ | tee "$out"
-fi
+	;;
+esac
 
 if [[ ${1:-} == --record ]]; then
 	mkdir -p "$(dirname "$record")"
@@ -56,7 +105,9 @@ echo
 # benchstat's CSV: a header row per unit (",sec/op,CI,sec/op,CI,vs base,P"),
 # then one row per benchmark: name, old, CI, new, CI, change ("~" when not
 # significant), p-value and count.
-"$benchstat" -format csv "$record" "$out" 2>/dev/null | awk -F, -v pct="$threshold" '
+against=$record
+[[ ${1:-} == --base ]] && against="$2, run beside this tree"
+"$benchstat" -format csv "$record" "$out" 2>/dev/null | awk -F, -v pct="$threshold" -v against="$against" '
 	$1 == "" && $2 != "" { unit = $2; next }
 	$1 == "" || $1 == "geomean" || NF < 6 { next }
 	$2 == "" || $4 == "" {
@@ -76,8 +127,8 @@ echo
 	}
 	END {
 		if (failed) {
-			print "bench-guard: FAIL: a regression against docs/bench/webhook.txt; make the change cheaper, or record the new figures (hack/bench-guard.sh --record) in the commit that costs them, saying why"
+			printf "bench-guard: FAIL: a regression against %s; make the change cheaper, or record the new figures (hack/bench-guard.sh --record) in the commit that costs them, saying why\n", against
 			exit 1
 		}
-		print "bench-guard: ok against docs/bench/webhook.txt"
+		printf "bench-guard: ok against %s\n", against
 	}'
