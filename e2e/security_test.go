@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1199,9 +1200,10 @@ func TestSecurityPlantedPod(t *testing.T) {
 			}
 			w := startWebhookWith(ctx, t, cfg, "{}\n")
 			// The runner goes on once the test says so: it asks the host,
-			// on the real node's gateway, until it answers 200.
+			// on the real node's gateway, until it answers 200 (each ask
+			// given up after 5 s: busybox's wget has no timeout of its own).
 			g := startGate(t)
-			rt := runnerTask(ns, "planted", fmt.Sprintf(`echo "$GREETING from the runner"; until wget -q -O /dev/null %s 2>/dev/null; do sleep 1; done; echo released`, g.url))
+			rt := runnerTask(ns, "planted", fmt.Sprintf(`echo "$GREETING from the runner"; until timeout 5 wget -q -O /dev/null %s 2>/dev/null; do sleep 1; done; echo released`, g.url))
 			if err := r.Create(ctx, rt); err != nil {
 				t.Fatal(err)
 			}
@@ -1370,6 +1372,24 @@ func TestSecurityPlantedPod(t *testing.T) {
 			}
 
 			g.release()
+			// The runner ends within seconds of the release; if not, its
+			// log and the gate's count say whether it kept asking.
+			ended := func(ctx context.Context) (bool, error) {
+				p := &corev1.Pod{}
+				if err := r.Get(ctx, own.Name, ns, p); err != nil {
+					return false, nil
+				}
+				for _, s := range p.Status.ContainerStatuses {
+					if s.Name == job.RunnerContainer && s.State.Terminated != nil {
+						return true, nil
+					}
+				}
+				return false, nil
+			}
+			if err := harness.WaitFor(ctx, "the runner to end after the gate's release", time.Minute, ended); err != nil {
+				logs, lerr := harness.PodLogs(ctx, cfg, ns, own.Name, job.RunnerContainer)
+				t.Fatalf("%v; %s\nthe runner's log (%v):\n%s", err, g, lerr, logs)
+			}
 			got := waitPhase(ctx, t, cfg, rt, d)
 			if got.Status.Phase != v1alpha1.PhaseSucceeded {
 				t.Fatalf("task planted: %s %s: %s", got.Status.Phase, got.Status.Reason, got.Status.Message)
@@ -1399,6 +1419,13 @@ type gate struct {
 	url      string
 	released chan struct{}
 	once     sync.Once
+	// asked counts the requests answered, before and after the release.
+	asked [2]atomic.Int64
+}
+
+// String says how often the runner asked, for a test's failure.
+func (g *gate) String() string {
+	return fmt.Sprintf("the gate %s answered %d requests before its release and %d after", g.url, g.asked[0].Load(), g.asked[1].Load())
 }
 
 func startGate(t *testing.T) *gate {
@@ -1411,8 +1438,10 @@ func startGate(t *testing.T) *gate {
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-g.released:
+			g.asked[1].Add(1)
 			w.WriteHeader(http.StatusOK)
 		default:
+			g.asked[0].Add(1)
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	})}
