@@ -176,9 +176,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // podToTask maps a runner pod to its RunnerTask through the task annotation.
+// A task's Job, and so its pod, is in the task's namespace: a pod whose
+// annotation names another is none of the source's tasks' (the preflight's
+// pod, whose ID is "preflight/<dispatcher>/<suffix>", or one planted with
+// such an annotation), and is left alone rather than sending the
+// reconciler to a namespace its cache may not hold, which it would retry
+// with backoff for as long as the pod stays.
 func podToTask(_ context.Context, o client.Object) []reconcile.Request {
 	ns, name, ok := taskRef(o.GetAnnotations()[job.AnnotationTaskID])
-	if !ok {
+	if !ok || ns != o.GetNamespace() {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
