@@ -8,6 +8,8 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+
+	"github.com/runwarden/runwarden/internal/memlimit"
 )
 
 func main() {
@@ -18,6 +20,9 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(50)
 	}
+	// The container's memory limit, known to the collector (see
+	// internal/memlimit); GOMEMLIMIT set in the environment wins.
+	memlimit.FromContainer()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()

@@ -43,6 +43,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/runner"
 	"github.com/runwarden/runwarden/internal/kube"
 	"github.com/runwarden/runwarden/internal/logging"
+	"github.com/runwarden/runwarden/internal/memlimit"
 	"github.com/runwarden/runwarden/internal/version"
 )
 
@@ -568,7 +569,7 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 	if err := addProbes(mgr, c.leader.elect); err != nil {
 		return err
 	}
-	logr.FromContextOrDiscard(ctx).Info("dispatching tasks", "source", c.source, "dispatcher", c.id, "maxConcurrent", c.maxConcurrent)
+	logr.FromContextOrDiscard(ctx).Info("dispatching tasks", "source", c.source, "dispatcher", c.id, "maxConcurrent", c.maxConcurrent, "goMemoryLimit", memlimit.Current())
 	return mgr.Start(ctx)
 }
 

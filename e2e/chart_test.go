@@ -201,6 +201,15 @@ patches:
 				if p.Labels["platform.example.com/team"] != "platform" {
 					t.Errorf("pod %s lacks the overlay's label: %v", p.Name, p.Labels)
 				}
+				// The Go runtime knows the container's memory limit
+				// (internal/memlimit): 90% of it, as its start says.
+				if lim := p.Spec.Containers[0].Resources.Limits.Memory(); !lim.IsZero() {
+					want := fmt.Sprintf(`"goMemoryLimit":%d`, int64(float64(lim.Value())*0.9))
+					logs, err := harness.PodLogs(ctx, cfg, p.Namespace, p.Name, p.Spec.Containers[0].Name)
+					if err != nil || !strings.Contains(logs, want) {
+						t.Errorf("pod %s (memory limit %s): no %s in its log (%v):\n%s", p.Name, lim, want, err, tail(logs, 2000))
+					}
+				}
 			}
 
 			r := cfg.Client().Resources(runners)

@@ -35,6 +35,7 @@ import (
 
 	"github.com/runwarden/runwarden/internal/kube"
 	"github.com/runwarden/runwarden/internal/logging"
+	"github.com/runwarden/runwarden/internal/memlimit"
 	rwadmission "github.com/runwarden/runwarden/webhook/admission"
 	"github.com/runwarden/runwarden/webhook/audit"
 	"github.com/runwarden/runwarden/webhook/cert"
@@ -314,7 +315,7 @@ func serveWith(ctx context.Context, c serveConfig) error {
 			return err
 		}
 	}
-	logr.FromContextOrDiscard(ctx).Info("serving", "address", net.JoinHostPort(c.bindAddress, fmt.Sprint(c.port)), "paths", []string{MutatePath, ValidatePath})
+	logr.FromContextOrDiscard(ctx).Info("serving", "address", net.JoinHostPort(c.bindAddress, fmt.Sprint(c.port)), "paths", []string{MutatePath, ValidatePath}, "goMemoryLimit", memlimit.Current())
 	return mgr.Start(mctx)
 }
 
