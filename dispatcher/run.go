@@ -62,6 +62,7 @@ type config struct {
 	maxConcurrent int
 	deadline      time.Duration
 	unschedulable time.Duration
+	secretGCWait  time.Duration
 	keepSucceeded int
 	keepFailed    int
 	qps           float64
@@ -176,6 +177,7 @@ func (c *config) bind(fs *flag.FlagSet, l *lists) {
 	fs.IntVar(&c.keepFailed, "failed-history", 100, "finished Jobs of failed tasks kept per namespace")
 	fs.IntVar(&c.keepLogBytes, "keep-log-bytes", 256*1024, "with --source=kube, how much of the end of a finished task's runner log is kept in a ConfigMap (status.logConfigMap) after its Job is gone; 0 keeps none")
 	fs.DurationVar(&c.unschedulable, "unschedulable-timeout", 5*time.Minute, "fail a task whose pod stays unschedulable this long")
+	fs.DurationVar(&c.secretGCWait, "secret-gc-wait", job.DefaultSecretWait, "how long a task whose Secret name is held by a Secret of a deleted Job waits for the garbage collector to remove it, before it is refused (the Secret is then someone else's); raise it where the garbage collector lags")
 	fs.StringVar(&l.envAllow, "env-allow", "", "comma-separated glob patterns of the env variable names a task may set (default: none)")
 	fs.StringVar(&l.repoAllow, "repo-allow", "", "comma-separated regular expressions a task's repository URL must match one of (default: any)")
 	fs.StringVar(&c.namespace, "namespace", "", "the namespace whose RunnerTasks are run (default: all), and where orchestrator tasks' Jobs run (required with --source=orchestrator)")
@@ -286,7 +288,7 @@ func (c *config) checkDurations() error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"--default-deadline", c.deadline}, {"--job-ttl", c.ttl}, {"--unschedulable-timeout", c.unschedulable}, {"--preflight-timeout", c.preflightWait}} {
+	}{{"--default-deadline", c.deadline}, {"--job-ttl", c.ttl}, {"--unschedulable-timeout", c.unschedulable}, {"--preflight-timeout", c.preflightWait}, {"--secret-gc-wait", c.secretGCWait}} {
 		// Jobs take whole seconds: less than one would be none, which
 		// the Job builder replaces with its default.
 		if d.v < time.Second {
@@ -359,7 +361,7 @@ func (c *config) readLists(l lists) error {
 // limits are the limits both task sources run under.
 func (c config) limits() runner.Options {
 	return runner.Options{
-		MaxConcurrent: c.maxConcurrent, MaxQueued: c.queue.maxQueued, UnschedulableTimeout: c.unschedulable,
+		MaxConcurrent: c.maxConcurrent, MaxQueued: c.queue.maxQueued, UnschedulableTimeout: c.unschedulable, SecretGCWait: c.secretGCWait,
 		SucceededHistory: c.keepSucceeded, FailedHistory: c.keepFailed,
 	}
 }

@@ -60,6 +60,7 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 		{name: "negative ttl", args: []string{"--dispatcher-id", "d", "--job-ttl", "-1h"}, code: 2, want: []string{"--job-ttl -1h0m0s"}},
 		{name: "zero unschedulable timeout", args: []string{"--dispatcher-id", "d", "--unschedulable-timeout", "0s"}, code: 2, want: []string{"--unschedulable-timeout"}},
 		{name: "zero preflight timeout", args: []string{"--dispatcher-id", "d", "--preflight-timeout", "0s"}, code: 2, want: []string{"--preflight-timeout"}},
+		{name: "zero secret GC wait", args: []string{"--dispatcher-id", "d", "--secret-gc-wait", "0s"}, code: 2, want: []string{"--secret-gc-wait 0s: must be at least 1s"}},
 		{name: "zero qps", args: []string{"--dispatcher-id", "d", "--kube-api-qps", "0"}, code: 2, want: []string{"--kube-api-qps 0"}},
 		{name: "orchestrator flags with kube source", args: []string{"--dispatcher-id", "d", "--poll-wait", "5s", "--stream-logs=false"}, code: 2, want: []string{"--poll-wait, --stream-logs: need --source=orchestrator"}},
 		{name: "stray argument", args: []string{"--dispatcher-id", "d", "extra"}, code: 2, want: []string{"unexpected arguments"}},

@@ -1032,7 +1032,9 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			// before it, and the task could be leased, and refused,
 			// again, each time 30 s more.
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 120})
-			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false", "--kubeconfig", kubeconfig)
+			// A planted Secret is refused once it outlasts --secret-gc-wait
+			// (default 30s), which the message names.
+			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false", "--kubeconfig", kubeconfig, "--secret-gc-wait", "10s")
 			o.srv.Add(orchestrator.Task{ID: "with-secret", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "s3cr3t-value"}})
 			o.srv.Add(orchestrator.Task{ID: "planted", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "the-task-value"}})
 			o.srv.Add(orchestrator.Task{ID: "planted-job", Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "the-task-value"}})
@@ -1057,7 +1059,7 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			}
 
 			rec := o.srv.Task("planted")
-			want := "secret " + planted.Name + " in namespace " + ns + " is not owned by the task's Job"
+			want := "secret " + planted.Name + " in namespace " + ns + " is not owned by the task's Job (still there 10s after that Job was deleted)"
 			if rec.Final == nil || rec.Final.Type != orchestrator.EventFailed || rec.Final.Reason != job.ReasonRefused || !strings.Contains(rec.Final.Message, want) {
 				t.Errorf("the task whose Secret name was taken: final %+v, want Refused with %q", rec.Final, want)
 			} else {

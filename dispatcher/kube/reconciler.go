@@ -409,7 +409,7 @@ func (r *Reconciler) start(ctx context.Context, rt *v1alpha1.RunnerTask) (reconc
 	if err := controllerutil.SetControllerReference(rt, j, r.opts.Client.Scheme()); err != nil {
 		return reconcile.Result{}, err
 	}
-	made, err := job.Create(ctx, r.opts.Client, j, secret, job.CreateOptions{})
+	made, err := job.Create(ctx, r.opts.Client, j, secret, job.CreateOptions{SecretWait: r.opts.SecretGCWait})
 	if made {
 		r.opts.Recorder.JobCreated()
 	}

@@ -577,7 +577,7 @@ func (s *Source) create(ctx context.Context, j *batchv1.Job, secret *corev1.Secr
 		AnnotationLeaseID: j.Annotations[AnnotationLeaseID], AnnotationLeaseEpoch: j.Annotations[AnnotationLeaseEpoch],
 		AnnotationLeaseSeconds: j.Annotations[AnnotationLeaseSeconds], AnnotationReported: nil,
 	}
-	created, err := job.Create(ctx, s.opts.Kube, j, secret, job.CreateOptions{Adopt: adopt})
+	created, err := job.Create(ctx, s.opts.Kube, j, secret, job.CreateOptions{Adopt: adopt, SecretWait: s.opts.SecretGCWait})
 	if created {
 		s.opts.Recorder.JobCreated()
 	}

@@ -40,6 +40,11 @@ type Options struct {
 	// UnschedulableTimeout fails a task whose pod stays unschedulable this
 	// long. Default: 5m.
 	UnschedulableTimeout time.Duration
+	// SecretGCWait is how long a task whose Secret name is held by a
+	// Secret of a deleted Job waits for the garbage collector to remove
+	// it, before that Secret is taken for someone else's and the task is
+	// refused. Default: job.DefaultSecretWait (30s).
+	SecretGCWait time.Duration
 	// SucceededHistory and FailedHistory are how many finished Jobs of each
 	// kind are kept per namespace; older ones are deleted (their TTL
 	// removes them anyway). Default: 50 and 100.
