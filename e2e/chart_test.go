@@ -41,6 +41,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/e2e/harness"
+	"github.com/runwarden/runwarden/internal/memlimit"
 )
 
 // TestChartInstallsAndRunsTasks installs charts/runwarden with real Helm v4
@@ -202,9 +203,9 @@ patches:
 					t.Errorf("pod %s lacks the overlay's label: %v", p.Name, p.Labels)
 				}
 				// The Go runtime knows the container's memory limit
-				// (internal/memlimit): 90% of it, as its start says.
+				// (internal/memlimit): memlimit.Ratio of it, as its start says.
 				if lim := p.Spec.Containers[0].Resources.Limits.Memory(); !lim.IsZero() {
-					want := fmt.Sprintf(`"goMemoryLimit":%d`, int64(float64(lim.Value())*0.9))
+					want := fmt.Sprintf(`"goMemoryLimit":%d`, int64(float64(lim.Value())*memlimit.Ratio))
 					logs, err := harness.PodLogs(ctx, cfg, p.Namespace, p.Name, p.Spec.Containers[0].Name)
 					if err != nil || !strings.Contains(logs, want) {
 						t.Errorf("pod %s (memory limit %s): no %s in its log (%v):\n%s", p.Name, lim, want, err, tail(logs, 2000))
@@ -462,7 +463,6 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 	testenv.Test(t, f)
 }
 
-// testCA is a self-signed CA certificate, PEM.
 // templateVersionSeen is a condition: the dispatcher pod that holds Lease
 // lease in ns has logged taking, or refusing, version of its PodTemplate.
 func templateVersionSeen(cfg *envconf.Config, ns, lease, version string) func(context.Context) (bool, error) {
@@ -486,6 +486,7 @@ func templateVersionSeen(cfg *envconf.Config, ns, lease, version string) func(co
 	}
 }
 
+// testCA is a self-signed CA certificate, PEM.
 func testCA(t *testing.T) string {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
