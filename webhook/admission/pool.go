@@ -69,7 +69,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		_ = r.Body.Close()
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.Body = &readBody{Reader: bytes.NewReader(body), body: body}
 	}
 	q := &pooled{w: w, r: r, done: make(chan struct{})}
 	select {
@@ -82,4 +82,23 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if q.panic != nil {
 		panic(q.panic)
 	}
+}
+
+// readBody is a request body Pooled has read ahead: the handler may take
+// its bytes (readAhead) instead of reading them into a copy.
+type readBody struct {
+	*bytes.Reader
+	body []byte
+}
+
+func (*readBody) Close() error { return nil }
+
+// readAhead is the whole body of r if Pooled read it ahead and nothing
+// has read from it since; r.Body is left as it is.
+func readAhead(r *http.Request) ([]byte, bool) {
+	b, ok := r.Body.(*readBody)
+	if !ok || b.Len() != len(b.body) {
+		return nil, false
+	}
+	return b.body, true
 }

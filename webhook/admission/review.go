@@ -56,10 +56,18 @@ func (p podReviews) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.next.ServeHTTP(w, r)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxReview+1))
-	_ = r.Body.Close()
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err != nil || len(body) > maxReview || !aboutPod(body) {
+	body, ok := readAhead(r)
+	if !ok {
+		var err error
+		body, err = io.ReadAll(io.LimitReader(r.Body, maxReview+1))
+		_ = r.Body.Close()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if err != nil {
+			p.next.ServeHTTP(w, r)
+			return
+		}
+	}
+	if len(body) > maxReview || !aboutPod(body) {
 		p.next.ServeHTTP(w, r)
 		return
 	}
