@@ -23,8 +23,9 @@
 # compares with the same benchmarks built from REV (a worktree of it)
 # instead of the record, in the same run: six rounds, each running REV's
 # benchmarks twice and then this tree's twice (twelve runs a side), so a
-# slow spell of the machine falls on both. A record made at another time can be 10-15% off on this
-# machine for the same code; the two sides of one interleaved run are not.
+# slow spell of the machine falls on both. A record made at another time
+# can be 10-15% off on this machine for the same code; the two sides of one
+# interleaved run are not.
 #
 # Usage: hack/bench-guard.sh [--record | --compare FILE | --base REV]
 set -euo pipefail
@@ -44,7 +45,8 @@ packages=(webhook/policy webhook/admission)
 rounds=6
 
 # interleaved REV: builds the benchmarks' test binaries from a worktree of REV
-# and from this tree, and runs them in turn, -count 2 of each per round; writes bin/bench-guard-base.txt and $out.
+# and from this tree, and runs them in turn, -count 2 of each per round;
+# writes bin/bench-guard-base.txt and $out.
 interleaved() {
 	local rev=$1 tmp commit pkg round side dir
 	commit=$(git rev-parse --verify --quiet "$rev^{commit}") || {
