@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/runwarden/runwarden/policies"
@@ -39,10 +41,19 @@ import (
 // BenchmarkWebhookLoad is the load test: admission requests over TLS on
 // loopback, at fixed rates (open loop, latency measured from each request's
 // scheduled time, so queueing counts) and at saturation (closed loop), each
-// for a bounded time, against three servers side by side:
+// for a bounded time, against these servers side by side:
 //   - target=runwarden: the webhook's admission handler behind a TLS server,
 //     with the shipped policies and a platform configuration that turns most
-//     of them on;
+//     of them on, sent one runner pod again and again (pods of one template:
+//     after the first, each decision comes from the decision cache);
+//   - target=runwarden-per-task: the same server sent a new task's pod each
+//     time, the runner container's variables holding a value of the task's
+//     own (DEPLOY_REF), as a task's variables make each runner pod differ:
+//     the policies read the containers, so every decision is a full OPA
+//     evaluation;
+//   - target=decode-only: the floor of any pod webhook built on the
+//     Kubernetes API types, which decodes the review with its pod and answers
+//     runwarden's patch without deciding anything;
 //   - target=opa-server: what users run instead, `opa run --server` with the
 //     same policies, asked for the same decision on the same input over TLS;
 //   - target=empty: the ceiling, a TLS handler that answers a fixed
@@ -65,14 +76,22 @@ func BenchmarkWebhookLoad(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	review, input := loadRequest(b)
+	review, input := loadRequest(b, "")
+	perTask, _ := loadRequest(b, taskSeq)
+	var patch []byte // runwarden's answer, for the decode-only target
+	standard := []string{"rate=1000", "rate=3000", "saturation"}
 	targets := []struct {
 		name  string
 		start func(b *testing.B) (url string, body []byte)
+		modes []string
 	}{
-		{"runwarden", func(b *testing.B) (string, []byte) { return startRunwarden(b), review }},
-		{"opa-server", func(b *testing.B) (string, []byte) { return startOPA(b), input }},
-		{"empty", func(b *testing.B) (string, []byte) { return startEmpty(b), review }},
+		{"runwarden", func(b *testing.B) (string, []byte) { return startRunwarden(b), review }, standard},
+		// Past about 1,000/s this one is past its capacity: 3,000/s would
+		// only measure the queue.
+		{"runwarden-per-task", func(b *testing.B) (string, []byte) { return startRunwarden(b), perTask }, []string{"rate=100", "rate=1000", "saturation"}},
+		{"decode-only", func(b *testing.B) (string, []byte) { return startDecodeOnly(b, patch), review }, standard},
+		{"opa-server", func(b *testing.B) (string, []byte) { return startOPA(b), input }, standard},
+		{"empty", func(b *testing.B) (string, []byte) { return startEmpty(b), review }, standard},
 	}
 	for _, tgt := range targets {
 		url, body := tgt.start(b)
@@ -83,10 +102,14 @@ func BenchmarkWebhookLoad(b *testing.B) {
 				b.Fatalf("%s: %v", tgt.name, err)
 			}
 		}
-		if got := answer(b, client, url, body); tgt.name != "empty" && !strings.Contains(got, "AWS_ROLE_ARN") {
+		got := answer(b, client, url, body)
+		if tgt.name != "empty" && !strings.Contains(got, "AWS_ROLE_ARN") {
 			b.Fatalf("%s did not answer with the decision: %s", tgt.name, got)
 		}
-		for _, mode := range []string{"rate=1000", "rate=3000", "saturation"} {
+		if tgt.name == "runwarden" {
+			patch = []byte(got)
+		}
+		for _, mode := range tgt.modes {
 			b.Run(fmt.Sprintf("target=%s/%s", tgt.name, mode), func(b *testing.B) {
 				var res loadResult
 				for b.Loop() {
@@ -94,7 +117,7 @@ func BenchmarkWebhookLoad(b *testing.B) {
 				}
 				lat, svc, errs, elapsed := res.Latencies, res.Service, res.Errors, res.Elapsed
 				switch {
-				case errs > 0 && tgt.name == "opa-server":
+				case errs > 0 && (tgt.name == "opa-server" || tgt.name == "runwarden-per-task"):
 					// Past its capacity the open loop's queue outgrows the
 					// client's 10 s timeout: that is the measurement.
 					b.ReportMetric(float64(errs), "timeouts")
@@ -176,7 +199,7 @@ func generate() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	body, err := os.ReadFile(os.Getenv("RUNWARDEN_LOADGEN_BODY"))
+	first, err := os.ReadFile(os.Getenv("RUNWARDEN_LOADGEN_BODY"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -184,8 +207,9 @@ func generate() int {
 	url := os.Getenv("RUNWARDEN_LOADGEN_URL")
 	client := tlsClient()
 	for range 20 { // warm the connection
-		_ = post(client, url, body)
+		_ = post(client, url, first)
 	}
+	body := bodies(first)
 	var res loadResult
 	if mode == "saturation" {
 		res.Latencies, res.Errors, res.Elapsed = closedLoop(client, url, body, 16, d)
@@ -205,6 +229,25 @@ func generate() int {
 	return 0
 }
 
+// taskSeq stands in the per-task request for a value of the task's own, as
+// a task's variables make each runner pod's containers differ: the
+// generator gives each request its own number in its place.
+const taskSeq = "task-seq-000000000000"
+
+// bodies returns the body of each request: body itself, or, if it holds
+// taskSeq, a copy with a number of the same width in its place, a new one
+// for each request, so that no two requests are the same task.
+func bodies(body []byte) func() []byte {
+	if !bytes.Contains(body, []byte(taskSeq)) {
+		return func() []byte { return body }
+	}
+	var n atomic.Int64
+	return func() []byte {
+		seq := fmt.Sprintf("task-seq-%012d", n.Add(1))
+		return bytes.ReplaceAll(body, []byte(taskSeq), []byte(seq))
+	}
+}
+
 func pct(sorted []time.Duration, q float64) float64 {
 	if len(sorted) == 0 {
 		return 0
@@ -217,7 +260,7 @@ func pct(sorted []time.Duration, q float64) float64 {
 }
 
 // openLoop sends rate requests per second for d, each at its scheduled time.
-func openLoop(c *http.Client, url string, body []byte, rate int, d time.Duration) ([]time.Duration, []time.Duration, int, time.Duration) {
+func openLoop(c *http.Client, url string, body func() []byte, rate int, d time.Duration) ([]time.Duration, []time.Duration, int, time.Duration) {
 	n := int(float64(rate) * d.Seconds())
 	interval := time.Second / time.Duration(rate)
 	lat := make([]time.Duration, n)
@@ -231,10 +274,11 @@ func openLoop(c *http.Client, url string, body []byte, rate int, d time.Duration
 		at := start.Add(time.Duration(i) * interval)
 		time.Sleep(time.Until(at))
 		sem <- struct{}{}
+		req := body()
 		wg.Go(func() {
 			defer func() { <-sem }()
 			sent := time.Now()
-			err := post(c, url, body)
+			err := post(c, url, req)
 			lat[i] = time.Since(at)
 			svc[i] = time.Since(sent)
 			if err != nil {
@@ -250,7 +294,7 @@ func openLoop(c *http.Client, url string, body []byte, rate int, d time.Duration
 
 // closedLoop runs workers that each send a request as soon as the last one
 // returns, for d.
-func closedLoop(c *http.Client, url string, body []byte, workers int, d time.Duration) ([]time.Duration, int, time.Duration) {
+func closedLoop(c *http.Client, url string, body func() []byte, workers int, d time.Duration) ([]time.Duration, int, time.Duration) {
 	var mu sync.Mutex
 	var lat []time.Duration
 	var errs int
@@ -262,8 +306,9 @@ func closedLoop(c *http.Client, url string, body []byte, workers int, d time.Dur
 			var mine []time.Duration
 			bad := 0
 			for time.Now().Before(deadline) {
+				req := body()
 				t := time.Now()
-				if err := post(c, url, body); err != nil {
+				if err := post(c, url, req); err != nil {
 					bad++
 				}
 				mine = append(mine, time.Since(t))
@@ -351,10 +396,16 @@ func loadObjects() (*corev1.Namespace, *corev1.ServiceAccount) {
 }
 
 // loadRequest returns the AdmissionReview the API server would send, and
-// the OPA data API request for the same decision on the same input.
-func loadRequest(b *testing.B) (review, opaInput []byte) {
+// the OPA data API request for the same decision on the same input. With a
+// task value, the runner container also has a variable of the task's
+// (DEPLOY_REF) set to it.
+func loadRequest(b *testing.B, task string) (review, opaInput []byte) {
 	b.Helper()
 	pod := loadPod()
+	if task != "" {
+		c := &pod.Spec.Containers[0]
+		c.Env = append(c.Env, corev1.EnvVar{Name: "DEPLOY_REF", Value: task})
+	}
 	raw, _ := json.Marshal(pod)
 	ar := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
@@ -420,6 +471,45 @@ func (r sharedReader) Get(_ context.Context, key client.ObjectKey, obj client.Ob
 		return fmt.Errorf("unexpected %T %s", obj, key)
 	}
 	return nil
+}
+
+// startDecodeOnly serves the floor of any pod webhook written with the
+// Kubernetes API types: it decodes the AdmissionReview with its pod in one
+// pass, as the API machinery decodes (sigs.k8s.io/json), decides nothing,
+// and answers with a fixed patch (runwarden's for the same request). Its
+// server, like runwarden's, handles each request on the HTTP server's
+// goroutine; the difference between the two is runwarden's own work.
+func startDecodeOnly(b *testing.B, patch []byte) string {
+	b.Helper()
+	type podRequest struct {
+		admissionv1.AdmissionRequest
+		Object *corev1.Pod `json:"object"`
+	}
+	type podReview struct {
+		metav1.TypeMeta
+		Request *podRequest `json:"request"`
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		var ar podReview
+		if err == nil {
+			err = kjson.UnmarshalCaseSensitivePreserveInts(body, &ar)
+		}
+		if err != nil || ar.Request == nil || ar.Request.Object == nil || len(ar.Request.Object.Spec.Containers) == 0 {
+			http.Error(w, fmt.Sprintf("not a pod review: %v", err), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(admissionv1.AdmissionReview{
+			TypeMeta: ar.TypeMeta,
+			Response: &admissionv1.AdmissionResponse{UID: ar.Request.UID, Allowed: true, PatchType: &pt, Patch: patch},
+		})
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	b.Cleanup(srv.Close)
+	return srv.URL + MutatePath
 }
 
 func startEmpty(b *testing.B) string {
@@ -498,4 +588,35 @@ func startOPA(b *testing.B) string {
 		b.Fatalf("opa did not start: %s", logs.String())
 	}
 	return url
+}
+
+// TestLoadBodiesAreDistinctTasks checks the per-task target's requests: each
+// a valid review of its own task, and the others' requests all the same.
+func TestLoadBodiesAreDistinctTasks(t *testing.T) {
+	pod := loadPod()
+	c := &pod.Spec.Containers[0]
+	c.Env = append(c.Env, corev1.EnvVar{Name: "DEPLOY_REF", Value: taskSeq})
+	body, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := bodies(body)
+	seen := map[string]bool{}
+	for range 3 {
+		got := next()
+		var p corev1.Pod
+		if err := json.Unmarshal(got, &p); err != nil {
+			t.Fatalf("a request is not JSON: %v", err)
+		}
+		v := p.Spec.Containers[0].Env[len(p.Spec.Containers[0].Env)-1].Value
+		if v == taskSeq || len(v) != len(taskSeq) || seen[v] {
+			t.Errorf("task value %q: want a new one of %d bytes each time", v, len(taskSeq))
+		}
+		seen[v] = true
+	}
+	plain, _ := json.Marshal(loadPod())
+	same := bodies(plain)
+	if first, second := same(), same(); !bytes.Equal(first, plain) || !bytes.Equal(second, plain) {
+		t.Error("a body without the task placeholder should be sent as it is")
+	}
 }
