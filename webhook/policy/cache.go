@@ -3,6 +3,7 @@ package policy
 import (
 	"crypto/sha256"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -48,9 +49,16 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 		// An alias's own definition reads nothing by itself: its uses do.
 		for _, a := range aliases {
 			if a.module == name {
-				handled[a.def.Head.Value.Value.(ast.Call)[1]] = true
+				a.markDefinition(handled)
 			}
-			aliasReads(m, a, add)
+		}
+		// Lists iterated element by element, the elements' fields read by
+		// name (elements.go): each field read through its elements.
+		for _, r := range m.Rules {
+			elementReads(m, r, aliases, handled, add)
+		}
+		for _, a := range aliases {
+			aliasReads(m, a, add, handled)
 		}
 		// A builtin is called in two forms: as a term (x := time.now_ns())
 		// and as a statement whose last argument is the output
@@ -113,13 +121,33 @@ func coveringPaths(paths [][]string) [][]string {
 // "annotations"], {})` would put every pod annotation, the task's own
 // (runwarden.dev/task-id) among them, in the cache key, and no two runner
 // pods would share a decision.
+//
+// A list alias names the concatenation of such lists,
+// `name := array.concat(<list>, <list>)`, each an input path (a reference
+// or object.get as above) or another alias: its paths are theirs, and a
+// policy that iterates it reads each of them element by element
+// (elements.go).
 type inputAlias struct {
-	module string    // the file that defines it
-	def    *ast.Rule // its definition
-	pkg    ast.Ref   // its package, data.<package>
-	name   ast.Var   // its name in its package
-	full   ast.Ref   // data.<package>.<name>
-	path   []string  // the input path it names
+	module string     // the file that defines it
+	def    *ast.Rule  // its definition
+	pkg    ast.Ref    // its package, data.<package>
+	name   ast.Var    // its name in its package
+	full   ast.Ref    // data.<package>.<name>
+	paths  [][]string // the input paths it names: one, or a list alias's
+	list   bool       // a list alias
+}
+
+// markDefinition marks what the alias's definition refers to as read
+// through the alias: its uses say what is read.
+func (a inputAlias) markDefinition(handled map[*ast.Term]bool) {
+	if !a.list {
+		handled[a.def.Head.Value.Value.(ast.Call)[1]] = true
+		return
+	}
+	ast.WalkTerms(a.def.Head.Value, func(t *ast.Term) bool {
+		handled[t] = true
+		return false
+	})
 }
 
 // inputAliases finds the input aliases of the modules (tests left out).
@@ -159,12 +187,13 @@ func inputAliases(modules map[string]*ast.Module) []inputAlias {
 			if !constant {
 				continue
 			}
-			out = append(out, inputAlias{module: file, def: r, pkg: m.Package.Path, name: name, full: full, path: append(slices.Clone(base), key...)})
+			out = append(out, inputAlias{module: file, def: r, pkg: m.Package.Path, name: name, full: full, paths: [][]string{append(slices.Clone(base), key...)}})
 		}
 	}
 	// A name defined by more than one rule (an else, a default, another
 	// file) is not an alias.
-	return slices.DeleteFunc(out, func(a inputAlias) bool { return defs[a.full.String()] != 1 })
+	out = slices.DeleteFunc(out, func(a inputAlias) bool { return defs[a.full.String()] != 1 })
+	return append(out, listAliases(modules, defs, out)...)
 }
 
 // aliasReads adds the input paths module m reads through alias a: the
@@ -172,7 +201,7 @@ func inputAliases(modules map[string]*ast.Module) []inputAlias {
 // object.get(a, <constant key or path>, default); any other use (the alias
 // whole, a dynamic key, a reference to its package that may reach it)
 // reads the whole path.
-func aliasReads(m *ast.Module, a inputAlias, add func([]string)) {
+func aliasReads(m *ast.Module, a inputAlias, add func([]string), done map[*ast.Term]bool) {
 	samePackage := m.Package.Path.Equal(a.pkg)
 	// isAlias reports whether t names the alias: its name in its own
 	// package, data.<package>.<name> anywhere.
@@ -183,24 +212,28 @@ func aliasReads(m *ast.Module, a inputAlias, add func([]string)) {
 		ref, isRef := t.Value.(ast.Ref)
 		return isRef && ref.Equal(a.full)
 	}
-	extended := func(keys []string) []string { return append(slices.Clone(a.path), keys...) }
+	addAll := func(keys []string) {
+		for _, p := range a.paths {
+			add(append(slices.Clone(p), keys...))
+		}
+	}
 	handled := map[*ast.Term]bool{}
 	visit := func(t *ast.Term) bool {
-		if handled[t] {
+		if handled[t] || done[t] {
 			return false
 		}
 		switch v := t.Value.(type) {
 		case ast.Call:
 			if len(v) == 4 && v[0].Value.String() == "object.get" && isAlias(v[1]) {
 				if key, constant := constantPath(v[2]); constant {
-					add(extended(key))
+					addAll(key)
 					handled[v[1]] = true
 				}
 			}
 		case ast.Ref:
 			if samePackage && isAlias(v[0]) {
 				if keys := constantKeys(v[1:]); len(keys) > 0 {
-					add(extended(keys))
+					addAll(keys)
 					handled[v[0]] = true
 				}
 				return false
@@ -218,15 +251,15 @@ func aliasReads(m *ast.Module, a inputAlias, add func([]string)) {
 				return false
 			}
 			if len(keys) > len(full) {
-				add(extended(keys[len(full):]))
+				addAll(keys[len(full):])
 				handled[t] = true
 				return true
 			}
-			add(a.path)
+			addAll(nil)
 			return true
 		case ast.Var:
 			if isAlias(t) {
-				add(a.path)
+				addAll(nil)
 			}
 		}
 		return false
@@ -301,20 +334,26 @@ func constantPath(t *ast.Term) ([]string, bool) {
 
 // projection is the input paths the policies read, as a tree of keys,
 // walked once over the input's JSON: each path ends in a leaf (no path is
-// below another, see coveringPaths).
+// below another, see coveringPaths). A path with elementKey ends its walk
+// at the list before it; the rest (the suffix, from elementKey or countKey
+// on) is read from each of the list's elements, or is their number.
 type projection struct {
-	paths int
-	root  *projectionNode
+	paths  int
+	suffix [][]string // by path: the part from its first elementKey, or nil
+	root   *projectionNode
 }
 
 type projectionNode struct {
-	path     int // the index of the path ending here, or -1
+	paths    []int // the indexes of the paths (or their lists) ending here
 	children map[string]*projectionNode
 }
 
 func newProjection(paths [][]string) *projection {
-	p := &projection{paths: len(paths), root: &projectionNode{path: -1}}
+	p := &projection{paths: len(paths), suffix: make([][]string, len(paths)), root: &projectionNode{}}
 	for i, keys := range paths {
+		if j := slices.IndexFunc(keys, func(k string) bool { return k == elementKey || k == countKey }); j >= 0 {
+			keys, p.suffix[i] = keys[:j], keys[j:]
+		}
 		n := p.root
 		for _, k := range keys {
 			c := n.children[k]
@@ -322,12 +361,12 @@ func newProjection(paths [][]string) *projection {
 				if n.children == nil {
 					n.children = map[string]*projectionNode{}
 				}
-				c = &projectionNode{path: -1}
+				c = &projectionNode{}
 				n.children[k] = c
 			}
 			n = c
 		}
-		n.path = i
+		n.paths = append(n.paths, i)
 	}
 	return p
 }
@@ -349,16 +388,49 @@ func (p *projection) key(inputJSON []byte) [32]byte {
 	// What is hashed, gathered first: sha256.Sum256 of one slice costs no
 	// allocation, where a hash.Hash and its Writes of strings each do.
 	scratch := make([]byte, 0, 2048)
-	for _, r := range vals {
-		if r.Exists() {
-			scratch = append(scratch, 1)
-			scratch = append(scratch, r.Raw...)
-		} else {
-			scratch = append(scratch, 0)
-		}
+	for i, r := range vals {
+		scratch = appendProjected(scratch, r, p.suffix[i])
 		scratch = append(scratch, 0xff)
 	}
 	return sha256.Sum256(scratch)
+}
+
+// appendProjected appends to b what of r the path suffix reads: r whole
+// for none, else for elementKey the list's elements in order, each read at
+// the rest of the suffix, for countKey their number, and for a key that
+// field. A value not of the
+// kind the suffix expects (an object where a list was, a list where an
+// object was) is taken whole. Markers and separators are bytes no JSON
+// text holds (control characters are escaped in it, and 0xfd-0xff are not
+// UTF-8), so distinct projections never give the same bytes.
+func appendProjected(b []byte, r gjson.Result, suffix []string) []byte {
+	switch {
+	case !r.Exists():
+		return append(b, 0)
+	case len(suffix) == 0:
+		return append(append(b, 1), r.Raw...)
+	case suffix[0] == countKey && r.IsArray():
+		return strconv.AppendInt(append(b, 5), int64(len(r.Array())), 10)
+	case suffix[0] == elementKey && r.IsArray():
+		b = append(b, 3)
+		r.ForEach(func(_, v gjson.Result) bool {
+			b = append(appendProjected(b, v, suffix[1:]), 0xfe)
+			return true
+		})
+		return append(b, 0xfd)
+	case suffix[0] != elementKey && r.IsObject():
+		var field gjson.Result
+		r.ForEach(func(k, v gjson.Result) bool {
+			if k.Str == suffix[0] {
+				field = v // the first of duplicate keys, as walk reads
+				return false
+			}
+			return true
+		})
+		return appendProjected(append(b, 4), field, suffix[1:])
+	default:
+		return append(append(b, 2), r.Raw...)
+	}
 }
 
 // walk records in vals the values at the paths below n, one pass over the
@@ -368,13 +440,16 @@ func (n *projectionNode) walk(r gjson.Result, vals []gjson.Result) {
 		return
 	}
 	r.ForEach(func(k, v gjson.Result) bool {
-		switch c := n.children[k.Str]; {
-		case c == nil:
-		case c.path >= 0:
-			if !vals[c.path].Exists() {
-				vals[c.path] = v
+		c := n.children[k.Str]
+		if c == nil {
+			return true
+		}
+		for _, i := range c.paths {
+			if !vals[i].Exists() {
+				vals[i] = v
 			}
-		default:
+		}
+		if c.children != nil {
 			c.walk(v, vals)
 		}
 		return true

@@ -9,6 +9,7 @@ import (
 	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/runwarden/runwarden/policies"
 )
@@ -28,12 +29,25 @@ func TestInputReadsOfTheShippedPolicies(t *testing.T) {
 	}
 	slices.Sort(got)
 	for _, want := range []string{
-		"config", "pod.spec.containers", "secretRefs",
+		"config", "secretRefs.*",
 		"serviceAccount.annotations.eks.amazonaws.com/role-arn", "namespace.annotations.runwarden.dev/secret-stores",
 		"pod.metadata.annotations.eks.amazonaws.com/skip-containers",
+		// The containers by field (elements.go): their variables' names,
+		// not their values.
+		"pod.spec.containers.*.name", "pod.spec.containers.*.image", "pod.spec.containers.*.env.*.name",
+		"pod.spec.initContainers.*.name",
 	} {
 		if !slices.Contains(got, want) {
 			t.Errorf("reads %v lack %s", got, want)
+		}
+	}
+	// What differs from one task's runner pod to the next is never read.
+	for _, p := range got {
+		for _, list := range []string{"pod.spec.containers", "pod.spec.initContainers"} {
+			if p == list || p == list+".*" || p == list+".*.env" || p == list+".*.env.*" || strings.HasPrefix(p, list+".*.env.*.value") ||
+				strings.HasPrefix(p, list+".*.args") || strings.HasPrefix(p, list+".*.command") {
+				t.Errorf("reads %v include %s: a task's variables or arguments would be in the cache key", got, p)
+			}
 		}
 	}
 	// One label is read by its key, the one Azure's webhook selects pods by
@@ -162,6 +176,12 @@ func TestProjectionKeySeesWhatThePoliciesRead(t *testing.T) {
 		"skip-containers annotation": func(in *Input) {
 			in.Pod.Annotations = map[string]string{"eks.amazonaws.com/skip-containers": "main"}
 		},
+		"a variable's name": func(in *Input) {
+			in.Pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "AWS_ROLE_ARN", Value: "1"}}
+		},
+		"a second container": func(in *Input) {
+			in.Pod.Spec.Containers = append(in.Pod.Spec.Containers, corev1.Container{Name: "sidecar", Image: "r/x:1"})
+		},
 	} {
 		if keyOf(mut) == base {
 			t.Errorf("%s: a field the policies read did not change the key", name)
@@ -171,10 +191,19 @@ func TestProjectionKeySeesWhatThePoliciesRead(t *testing.T) {
 		"task-id annotation": func(in *Input) { in.Pod.Annotations = map[string]string{"runwarden.dev/task-id": "7"} },
 		"sa annotation":      func(in *Input) { in.ServiceAccount.Annotations["x"] = "y" },
 		"ns annotation":      func(in *Input) { in.Namespace.Annotations["x"] = "y" },
+		// What differs from one task's pod to the next.
+		"arguments": func(in *Input) { in.Pod.Spec.Containers[0].Args = []string{"deploy", "7"} },
+		"command":   func(in *Input) { in.Pod.Spec.Containers[0].Command = []string{"/bin/run"} },
 	} {
 		if keyOf(mut) != base {
-			t.Errorf("%s: an annotation the policies never read changed the key", name)
+			t.Errorf("%s: a field the policies never read changed the key", name)
 		}
+	}
+	deployRef := func(v string) func(*Input) {
+		return func(in *Input) { in.Pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "DEPLOY_REF", Value: v}} }
+	}
+	if keyOf(deployRef("1")) != keyOf(deployRef("7")) {
+		t.Error("a variable's value, which the policies never read, changed the key")
 	}
 }
 
@@ -207,9 +236,11 @@ decision := {"deny": [], "warnings": [ann[k]], "mutations": {}}`},
 			want: []string{"pod.metadata.annotations"},
 		},
 		{
+			// Every element whole: the projection takes an object whole
+			// there.
 			name:    "iterated",
 			modules: map[string]string{"p.rego": alias + `decision := {"deny": [], "warnings": [v | some v in ann], "mutations": {}}`},
-			want:    []string{"pod.metadata.annotations"},
+			want:    []string{"pod.metadata.annotations.#", "pod.metadata.annotations.*"},
 		},
 		{
 			name: "defined twice is no alias",
@@ -245,28 +276,41 @@ decision := {"deny": [], "warnings": [ann["a"]], "mutations": {}}`},
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			fsys := fstest.MapFS{}
-			for name, src := range tt.modules {
-				if !strings.HasPrefix(src, "package ") {
-					src = "package runwarden.admission\n\n" + src
-				}
-				fsys[name] = &fstest.MapFile{Data: []byte(src + "\n")}
-			}
-			s, err := Load(t.Context(), fsys, tt.name, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !s.Cached {
-				t.Fatalf("the cache is off (reads %v)", s.reads)
-			}
-			var got []string
-			for _, p := range s.reads {
-				got = append(got, strings.Join(p, "."))
-			}
-			slices.Sort(got)
+			got := readsOf(t, tt.modules, "", true)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("reads (-want +got):\n%s", diff)
 			}
 		})
 	}
+}
+
+// readsOf loads the modules (those without a package clause get package
+// runwarden.admission and head before them) and returns the input paths
+// they read, sorted, the lists' lengths (countKey) among them if counts.
+// The cache must be on.
+func readsOf(t *testing.T, modules map[string]string, head string, counts bool) []string {
+	t.Helper()
+	fsys := fstest.MapFS{}
+	for name, src := range modules {
+		if !strings.HasPrefix(src, "package ") {
+			src = "package runwarden.admission\n\n" + head + src
+		}
+		fsys[name] = &fstest.MapFile{Data: []byte(src + "\n")}
+	}
+	s, err := Load(t.Context(), fsys, t.Name(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Cached {
+		t.Fatalf("the cache is off (reads %v)", s.reads)
+	}
+	var got []string
+	for _, p := range s.reads {
+		if p[len(p)-1] == countKey && !counts {
+			continue
+		}
+		got = append(got, strings.Join(p, "."))
+	}
+	slices.Sort(got)
+	return got
 }

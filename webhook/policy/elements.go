@@ -1,0 +1,321 @@
+package policy
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// Runner pods of one template differ per task in their containers: a
+// task's variables, command, arguments, image. Policies iterate the
+// containers (`some c in input.pod.spec.containers`) and read some fields of
+// each by name (c.name, c.image, object.get(c, "env", [])); read as a
+// whole, the list would put every task's variables in the cache key, and no
+// two tasks' pods would share a decision.
+//
+// elementReads follows, in one rule, each variable that `some v in <list>`
+// binds to the elements of an input list, and reads through it:
+//   - v.<key>... or object.get(v, <constant key or path>, default) reads
+//     that field of every element: the path <list>.*.<key>...;
+//   - such a field iterated in turn (`some e in object.get(v, "env", [])`)
+//     binds e the same way, one level down (<list>.*.env.*.<key>);
+//   - any other use of v (v whole, a dynamic key, an argument of a
+//     function) reads whole elements: <list>.*, which is the list whole;
+//   - the iteration itself reads the number of elements (<list>.#), which
+//     a rule that uses no element still depends on.
+// A list is an input reference or object.get of constant keys, a variable
+// bound so, or an alias of one (inputAlias, list aliases included). The
+// projection (cache.go) hashes, for a path with "*", the list's length and
+// each element's value at the rest of the path, in order: what the rule can
+// see of the list.
+
+// elementKey stands in a read path for every element of a list, and
+// countKey for the number of its elements: iterating a list reads that
+// much even when the elements are not used.
+const (
+	elementKey = "*"
+	countKey   = "#"
+)
+
+// member is the builtin `x in xs` and `some x in xs` are calls of; with a
+// key (`some k, x in xs`), memberWithKey.
+var (
+	member        = ast.Member.Ref().String()
+	memberWithKey = ast.MemberWithKey.Ref().String()
+)
+
+// elementReads adds the reads of rule r through the element variables it
+// binds, and marks in handled the lists it binds them from (their reads are
+// their elements' fields, not the lists whole).
+func elementReads(m *ast.Module, r *ast.Rule, aliases []inputAlias, handled map[*ast.Term]bool, add func([]string)) {
+	elems := map[ast.Var][][]string{} // element variable: its element paths, ending in "*"
+	binding := map[*ast.Term]bool{}   // a variable's occurrence that binds it
+	collections := map[*ast.Term]bool{}
+	// Bind until nothing new: a variable bound from another's field needs
+	// that one bound first.
+	for changed := true; changed; {
+		changed = false
+		ast.WalkExprs(r, func(e *ast.Expr) bool {
+			decl, isSome := e.Terms.(*ast.SomeDecl)
+			if !isSome {
+				return false
+			}
+			for _, sym := range decl.Symbols {
+				call, isCall := sym.Value.(ast.Call)
+				if !isCall {
+					continue
+				}
+				var elem, list *ast.Term
+				switch op := call[0].Value.String(); {
+				case op == member && len(call) == 3:
+					elem, list = call[1], call[2]
+				case op == memberWithKey && len(call) == 4:
+					elem, list = call[2], call[3]
+				default:
+					continue
+				}
+				v, isVar := elem.Value.(ast.Var)
+				if !isVar || binding[elem] {
+					continue
+				}
+				paths, ok := listPaths(m, list, aliases, elems, handled)
+				if !ok {
+					continue
+				}
+				for _, p := range paths {
+					elems[v] = appendPath(elems[v], append(slices.Clone(p), elementKey))
+					add(append(slices.Clone(p), countKey))
+				}
+				binding[elem], collections[list] = true, true
+				changed = true
+			}
+			return false
+		})
+	}
+	if len(elems) == 0 {
+		return
+	}
+	addEach := func(v ast.Var, keys []string) {
+		for _, p := range elems[v] {
+			add(append(slices.Clone(p), keys...))
+		}
+	}
+	read := map[*ast.Term]bool{} // an element variable's occurrence read by field
+	ast.WalkTerms(r, func(t *ast.Term) bool {
+		switch x := t.Value.(type) {
+		case ast.Ref:
+			v, isVar := x[0].Value.(ast.Var)
+			if !isVar || elems[v] == nil {
+				return false
+			}
+			if keys := constantKeys(x[1:]); len(keys) > 0 {
+				read[x[0]] = true
+				if !collections[t] {
+					addEach(v, keys)
+				}
+			}
+		case ast.Call:
+			if len(x) != 4 || x[0].Value.String() != "object.get" {
+				return false
+			}
+			v, isVar := x[1].Value.(ast.Var)
+			if !isVar || elems[v] == nil {
+				return false
+			}
+			if keys, constant := constantPath(x[2]); constant {
+				read[x[1]] = true
+				if !collections[t] {
+					addEach(v, keys)
+				}
+			}
+		}
+		return false
+	})
+	// object.get as a statement (its terms the expression's, not a call
+	// term): object.get(v, <constant key or path>, default[, out]).
+	ast.WalkExprs(r, func(e *ast.Expr) bool {
+		terms, isCall := e.Terms.([]*ast.Term)
+		if !isCall || len(terms) < 4 || terms[0].Value.String() != "object.get" {
+			return false
+		}
+		if v, isVar := terms[1].Value.(ast.Var); isVar && elems[v] != nil {
+			if keys, constant := constantPath(terms[2]); constant {
+				read[terms[1]] = true
+				addEach(v, keys)
+			}
+		}
+		return false
+	})
+	ast.WalkTerms(r, func(t *ast.Term) bool {
+		if v, isVar := t.Value.(ast.Var); isVar && elems[v] != nil && !binding[t] && !read[t] {
+			addEach(v, nil) // used whole
+		}
+		return false
+	})
+}
+
+// listPaths returns the input paths of the list t names, if it names one:
+// an input reference or object.get of constant keys, an element variable's
+// field, or an alias. It marks in handled what it read t through.
+func listPaths(m *ast.Module, t *ast.Term, aliases []inputAlias, elems map[ast.Var][][]string, handled map[*ast.Term]bool) ([][]string, bool) {
+	switch x := t.Value.(type) {
+	case ast.Ref:
+		if v, isVar := x[0].Value.(ast.Var); isVar && elems[v] != nil {
+			keys := constantKeys(x[1:])
+			if len(keys) == 0 || len(keys) != len(x)-1 {
+				return nil, false
+			}
+			var out [][]string
+			for _, p := range elems[v] {
+				out = append(out, append(slices.Clone(p), keys...))
+			}
+			return out, true
+		}
+		if p, isInput := groundInputPrefix(t); isInput && len(p) == len(x)-1 && len(p) > 0 {
+			handled[t] = true
+			return [][]string{p}, true
+		}
+		if a, isAlias := aliasNamed(m, t, aliases); isAlias {
+			handled[t] = true
+			return a.paths, true
+		}
+	case ast.Var:
+		if a, isAlias := aliasNamed(m, t, aliases); isAlias {
+			handled[t] = true
+			return a.paths, true
+		}
+	case ast.Call:
+		if len(x) != 4 || x[0].Value.String() != "object.get" {
+			return nil, false
+		}
+		keys, constant := constantPath(x[2])
+		if !constant || len(keys) == 0 {
+			return nil, false
+		}
+		if v, isVar := x[1].Value.(ast.Var); isVar && elems[v] != nil {
+			var out [][]string
+			for _, p := range elems[v] {
+				out = append(out, append(slices.Clone(p), keys...))
+			}
+			return out, true
+		}
+		if base, isInput := groundInputPrefix(x[1]); isInput && len(base) == len(x[1].Value.(ast.Ref))-1 {
+			handled[x[1]] = true
+			return [][]string{append(slices.Clone(base), keys...)}, true
+		}
+	}
+	return nil, false
+}
+
+// aliasNamed returns the alias t names in module m: its name in its own
+// package, or data.<package>.<name>.
+func aliasNamed(m *ast.Module, t *ast.Term, aliases []inputAlias) (inputAlias, bool) {
+	for _, a := range aliases {
+		switch x := t.Value.(type) {
+		case ast.Var:
+			if m.Package.Path.Equal(a.pkg) && x.Equal(a.name) {
+				return a, true
+			}
+		case ast.Ref:
+			if x.Equal(a.full) {
+				return a, true
+			}
+		}
+	}
+	return inputAlias{}, false
+}
+
+// listAliases finds the list aliases of the modules (tests left out):
+// `name := array.concat(a, b)`, defined once, each of a and b an input
+// path (a reference or object.get of constant keys, with a constant
+// default) or an alias of the same package. found are the aliases known so
+// far; one list alias may name another.
+func listAliases(modules map[string]*ast.Module, defs map[string]int, found []inputAlias) []inputAlias {
+	var out []inputAlias
+	known := map[string]bool{}
+	for _, a := range found {
+		known[a.full.String()] = true
+	}
+	for changed := true; changed; {
+		changed = false
+		for file, m := range modules {
+			if strings.HasSuffix(file, "_test.rego") {
+				continue
+			}
+			for _, r := range m.Rules {
+				ref := r.Head.Ref()
+				if len(ref) != 1 || r.Default || r.Else != nil || len(r.Head.Args) > 0 || r.Head.Key != nil || r.Head.Value == nil {
+					continue
+				}
+				name, isVar := ref[0].Value.(ast.Var)
+				if !isVar {
+					continue
+				}
+				full := m.Package.Path.Append(ast.StringTerm(string(name)))
+				if known[full.String()] || defs[full.String()] != 1 {
+					continue
+				}
+				if len(r.Body) != 1 || !r.Body[0].Equal(ast.NewExpr(ast.BooleanTerm(true))) {
+					continue
+				}
+				call, isCall := r.Head.Value.Value.(ast.Call)
+				if !isCall || len(call) != 3 || call[0].Value.String() != "array.concat" {
+					continue
+				}
+				var paths [][]string
+				ok := true
+				for _, arg := range call[1:] {
+					p, isList := aliasListPaths(m, arg, append(slices.Clone(found), out...))
+					if !isList {
+						ok = false
+						break
+					}
+					for _, q := range p {
+						paths = appendPath(paths, q)
+					}
+				}
+				if !ok {
+					continue
+				}
+				out = append(out, inputAlias{module: file, def: r, pkg: m.Package.Path, name: name, full: full, paths: paths, list: true})
+				known[full.String()], changed = true, true
+			}
+		}
+	}
+	return out
+}
+
+// aliasListPaths reads one argument of a list alias's array.concat: an
+// input reference of constant keys, object.get of one with a constant key
+// and default, or an alias of the module's package.
+func aliasListPaths(m *ast.Module, t *ast.Term, aliases []inputAlias) ([][]string, bool) {
+	switch x := t.Value.(type) {
+	case ast.Ref:
+		if p, isInput := groundInputPrefix(t); isInput && len(p) == len(x)-1 && len(p) > 0 {
+			return [][]string{p}, true
+		}
+	case ast.Var:
+		if a, isAlias := aliasNamed(m, t, aliases); isAlias {
+			return a.paths, true
+		}
+	case ast.Call:
+		if len(x) != 4 || x[0].Value.String() != "object.get" || !ast.IsConstant(x[3].Value) {
+			return nil, false
+		}
+		base, isInput := groundInputPrefix(x[1])
+		keys, constant := constantPath(x[2])
+		if isInput && constant && len(keys) > 0 && len(base) == len(x[1].Value.(ast.Ref))-1 {
+			return [][]string{append(slices.Clone(base), keys...)}, true
+		}
+	}
+	return nil, false
+}
+
+// appendPath appends p to paths unless it is there already.
+func appendPath(paths [][]string, p []string) [][]string {
+	if slices.ContainsFunc(paths, func(q []string) bool { return slices.Equal(p, q) }) {
+		return paths
+	}
+	return append(paths, p)
+}
