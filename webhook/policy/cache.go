@@ -333,127 +333,187 @@ func constantPath(t *ast.Term) ([]string, bool) {
 }
 
 // projection is the input paths the policies read, as a tree of keys,
-// walked once over the input's JSON: each path ends in a leaf (no path is
-// below another, see coveringPaths). A path with elementKey ends its walk
-// at the list before it; the rest (the suffix, from elementKey or countKey
-// on) is read from each of the list's elements, or is their number.
+// walked once over the input's JSON. A path ends in a node read whole (no
+// path is below another, see coveringPaths); elementKey in a path goes on
+// in every element of the list there, and countKey reads its number of
+// elements.
 type projection struct {
-	paths  int
-	suffix [][]string // by path: the part from its first elementKey, or nil
-	root   *projectionNode
+	root *projectionNode
 }
 
 type projectionNode struct {
-	paths    []int // the indexes of the paths (or their lists) ending here
-	children map[string]*projectionNode
+	whole    bool            // a path ends here: the value whole
+	count    bool            // the number of elements (countKey)
+	elem     *projectionNode // what of each element (elementKey)
+	keys     []string        // the fields below, sorted
+	children []*projectionNode
+	index    map[string]int // keys[i] -> i
 }
 
 func newProjection(paths [][]string) *projection {
-	p := &projection{paths: len(paths), suffix: make([][]string, len(paths)), root: &projectionNode{}}
-	for i, keys := range paths {
-		if j := slices.IndexFunc(keys, func(k string) bool { return k == elementKey || k == countKey }); j >= 0 {
-			keys, p.suffix[i] = keys[:j], keys[j:]
-		}
+	p := &projection{root: &projectionNode{}}
+	for _, keys := range paths {
 		n := p.root
-		for _, k := range keys {
-			c := n.children[k]
-			if c == nil {
-				if n.children == nil {
-					n.children = map[string]*projectionNode{}
+		for i, k := range keys {
+			last := i == len(keys)-1
+			switch {
+			case k == countKey && last:
+				n.count = true
+				continue
+			case k == elementKey:
+				if n.elem == nil {
+					n.elem = &projectionNode{}
 				}
-				c = &projectionNode{}
-				n.children[k] = c
+				n = n.elem
+			default:
+				j, ok := n.index[k]
+				if !ok {
+					if n.index == nil {
+						n.index = map[string]int{}
+					}
+					j = len(n.keys)
+					n.index[k] = j
+					n.keys = append(n.keys, k)
+					n.children = append(n.children, &projectionNode{})
+				}
+				n = n.children[j]
 			}
-			n = c
+			if last {
+				n.whole = true
+			}
 		}
-		n.paths = append(n.paths, i)
 	}
+	p.root.sort()
 	return p
 }
 
-// key hashes the input's JSON at each path, in the paths' order.
-// encoding/json writes struct fields in a fixed order and map keys sorted,
-// so equal values give equal bytes; a missing value hashes differently
-// from any present one.
-func (p *projection) key(inputJSON []byte) [32]byte {
-	var small [64]gjson.Result
-	vals := small[:0]
-	if p.paths > len(small) {
-		vals = make([]gjson.Result, p.paths)
+// sort puts the fields of n and below in order, so that the key does not
+// depend on the order the paths were found in.
+func (n *projectionNode) sort() {
+	order := make([]int, len(n.keys))
+	for i := range order {
+		order[i] = i
 	}
-	vals = vals[:p.paths]
-	// Read in place: the Results point into inputJSON, which is neither
-	// kept nor changed before key returns.
-	p.root.walk(gjson.Parse(unsafe.String(unsafe.SliceData(inputJSON), len(inputJSON))), vals)
-	// What is hashed, gathered first: sha256.Sum256 of one slice costs no
-	// allocation, where a hash.Hash and its Writes of strings each do.
-	scratch := make([]byte, 0, 2048)
-	for i, r := range vals {
-		scratch = appendProjected(scratch, r, p.suffix[i])
-		scratch = append(scratch, 0xff)
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(n.keys[a], n.keys[b]) })
+	keys, children := make([]string, len(order)), make([]*projectionNode, len(order))
+	for i, j := range order {
+		keys[i], children[i] = n.keys[j], n.children[j]
+		n.index[keys[i]] = i
 	}
-	return sha256.Sum256(scratch)
-}
-
-// appendProjected appends to b what of r the path suffix reads: r whole
-// for none, else for elementKey the list's elements in order, each read at
-// the rest of the suffix, for countKey their number, and for a key that
-// field. A value not of the
-// kind the suffix expects (an object where a list was, a list where an
-// object was) is taken whole. Markers and separators are bytes no JSON
-// text holds (control characters are escaped in it, and 0xfd-0xff are not
-// UTF-8), so distinct projections never give the same bytes.
-func appendProjected(b []byte, r gjson.Result, suffix []string) []byte {
-	switch {
-	case !r.Exists():
-		return append(b, 0)
-	case len(suffix) == 0:
-		return append(append(b, 1), r.Raw...)
-	case suffix[0] == countKey && r.IsArray():
-		return strconv.AppendInt(append(b, 5), int64(len(r.Array())), 10)
-	case suffix[0] == elementKey && r.IsArray():
-		b = append(b, 3)
-		r.ForEach(func(_, v gjson.Result) bool {
-			b = append(appendProjected(b, v, suffix[1:]), 0xfe)
-			return true
-		})
-		return append(b, 0xfd)
-	case suffix[0] != elementKey && r.IsObject():
-		var field gjson.Result
-		r.ForEach(func(k, v gjson.Result) bool {
-			if k.Str == suffix[0] {
-				field = v // the first of duplicate keys, as walk reads
-				return false
-			}
-			return true
-		})
-		return appendProjected(append(b, 4), field, suffix[1:])
-	default:
-		return append(append(b, 2), r.Raw...)
+	n.keys, n.children = keys, children
+	for _, c := range n.children {
+		c.sort()
+	}
+	if n.elem != nil {
+		n.elem.sort()
 	}
 }
 
-// walk records in vals the values at the paths below n, one pass over the
-// object r (the first of duplicate keys, as gjson's paths read them).
-func (n *projectionNode) walk(r gjson.Result, vals []gjson.Result) {
-	if !r.IsObject() {
-		return
-	}
-	r.ForEach(func(k, v gjson.Result) bool {
-		c := n.children[k.Str]
-		if c == nil {
-			return true
+// field is the index of key among n's fields, or -1: a scan of the
+// sorted keys when they are few (most nodes read one to eight), cheaper
+// than hashing the key for the map.
+func (n *projectionNode) field(key string) int {
+	if len(n.keys) > 8 {
+		if i, ok := n.index[key]; ok {
+			return i
 		}
-		for _, i := range c.paths {
-			if !vals[i].Exists() {
+		return -1
+	}
+	for i, k := range n.keys {
+		if k == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// key hashes what the paths read of the input's JSON. encoding/json
+// writes struct fields in a fixed order and map keys sorted, so equal
+// values give equal bytes; a missing value hashes differently from any
+// present one.
+func (p *projection) key(inputJSON []byte) [32]byte {
+	// Read in place: the Results point into inputJSON, which is neither
+	// kept nor changed before key returns. What is hashed is gathered
+	// first: sha256.Sum256 of one slice costs no allocation, where a
+	// hash.Hash and its Writes of strings each do.
+	r := gjson.Parse(unsafe.String(unsafe.SliceData(inputJSON), len(inputJSON)))
+	return sha256.Sum256(p.root.appendTo(make([]byte, 0, 2048), r))
+}
+
+// appendTo appends to b what n reads of r: r whole, or its number of
+// elements, each element as n.elem reads it, and each field as its node
+// reads it (the first of duplicate keys, as gjson's paths read them). A
+// missing value reads as such (its fields as missing ones); a value not of
+// the kind n expects (an object where a list was read, a string where
+// fields were) is taken whole. Markers and
+// terminators are bytes no JSON text holds (control characters are escaped
+// in it, and 0xfb-0xff are not UTF-8), and every part ends in a
+// terminator, so distinct projections never give the same bytes.
+func (n *projectionNode) appendTo(b []byte, r gjson.Result) []byte {
+	if n.whole {
+		if !r.Exists() {
+			return append(b, 0)
+		}
+		return append(append(b, 1), r.Raw...)
+	}
+	// With each element read, their number is read with them.
+	if n.count && n.elem == nil {
+		switch {
+		case !r.Exists():
+			b = append(b, 0)
+		case r.IsArray():
+			count := 0
+			r.ForEach(func(_, _ gjson.Result) bool {
+				count++
+				return true
+			})
+			b = strconv.AppendInt(append(b, 5), int64(count), 10)
+		default:
+			b = append(append(b, 2), r.Raw...)
+		}
+		b = append(b, 0xfc)
+	}
+	if n.elem != nil {
+		switch {
+		case !r.Exists():
+			b = append(b, 0)
+		case r.IsArray():
+			b = append(b, 3)
+			r.ForEach(func(_, v gjson.Result) bool {
+				b = append(n.elem.appendTo(b, v), 0xfe)
+				return true
+			})
+		default:
+			b = append(append(b, 2), r.Raw...)
+		}
+		b = append(b, 0xfd)
+	}
+	if len(n.keys) == 0 {
+		return b
+	}
+	var small [16]gjson.Result
+	vals := small[:0]
+	if len(n.keys) > len(small) {
+		vals = make([]gjson.Result, len(n.keys))
+	}
+	vals = vals[:len(n.keys)]
+	switch {
+	case r.IsObject():
+		r.ForEach(func(k, v gjson.Result) bool {
+			if i := n.field(k.Str); i >= 0 && !vals[i].Exists() {
 				vals[i] = v
 			}
-		}
-		if c.children != nil {
-			c.walk(v, vals)
-		}
-		return true
-	})
+			return true
+		})
+	case r.Exists():
+		// Not an object: taken whole (object.get of one is an error, where
+		// that of an object without the field is its default).
+		return append(append(b, 7), r.Raw...)
+	}
+	for i, c := range n.children {
+		b = append(c.appendTo(b, vals[i]), 0xfb)
+	}
+	return b
 }
 
 // decisionCache is a bounded map from input projections to decisions.
