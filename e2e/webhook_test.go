@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -385,15 +386,16 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
 				t.Fatal(err)
 			}
+			// As the chart's runner service account: no API token mounted.
 			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: ns, Annotations: map[string]string{
 				"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/runner",
-			}}}
+			}}, AutomountServiceAccountToken: ptr.To(false)}
 			if err := r.Create(ctx, sa); err != nil {
 				t.Fatal(err)
 			}
 			return ctx
 		}).
-		Assess("runner pods get credentials, identity and placement; others are untouched; rule breakers are refused; a broken policy changes nothing, nor does a slow one (stopped at the deadline, an Event on the pod); after SIGTERM it serves on, not ready, for its shutdown delay; without the webhook runner pods are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+		Assess("runner pods get credentials, identity and placement; tasks of one template share a decision; others are untouched; rule breakers are refused; a broken policy changes nothing, nor does a slow one (stopped at the deadline, an Event on the pod); after SIGTERM it serves on, not ready, for its shutdown delay; without the webhook runner pods are refused", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			r := cfg.Client().Resources(ns)
 			const shutdownDelay = 10 * time.Second
@@ -403,9 +405,12 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 			w := startWebhook(ctx, t, cfg, "--shutdown-delay", shutdownDelay.String(),
 				"--pod-name", "webhook-e2e", "--pod-namespace", ns)
 
-			checkShaped := func(name string) {
+			checkShaped := func(name string, extra ...corev1.EnvVar) {
 				t.Helper()
-				pod, failure := jobPod(ctx, t, cfg, runnerJobFor(ns, name, false))
+				j := runnerJobFor(ns, name, false)
+				c := &j.Spec.Template.Spec.Containers[0]
+				c.Env = append(c.Env, extra...)
+				pod, failure := jobPod(ctx, t, cfg, j)
 				if pod == nil {
 					t.Fatalf("runner Job %s got no pod: %s\nwebhook log:\n%s", name, failure, w.log.String())
 				}
@@ -445,7 +450,33 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 					t.Errorf("pod %s has no aws-iam-token projected volume: %+v", name, pod.Spec.Volumes)
 				}
 			}
-			checkShaped("runner-1")
+			// decisions is the webhook's count of decisions from source.
+			decisions := func(source string) float64 {
+				t.Helper()
+				text := w.metric(t, "runwarden_webhook_policy_decisions_total")
+				for _, l := range strings.Split(text, "\n") {
+					if strings.Contains(l, `source="`+source+`"}`) {
+						v, err := strconv.ParseFloat(l[strings.LastIndex(l, " ")+1:], 64)
+						if err != nil {
+							t.Fatalf("%q: %v", l, err)
+						}
+						return v
+					}
+				}
+				t.Fatalf("no decisions from %s in the metrics:\n%s", source, text)
+				return 0
+			}
+			checkShaped("runner-1", corev1.EnvVar{Name: "DEPLOY_REF", Value: "task-1"})
+			// A second task of the template, its variable's value its own:
+			// both webhooks answer its pod from the first one's decisions
+			// (the cache keys on what the policies read of the containers,
+			// not on the variables' values).
+			cached, evaluated := decisions("cache"), decisions("evaluation")
+			checkShaped("runner-1b", corev1.EnvVar{Name: "DEPLOY_REF", Value: "task-1b"})
+			if got := decisions("evaluation"); got != evaluated || decisions("cache") < cached+1 {
+				t.Errorf("the second task's pod: decisions from the cache %v -> %v, evaluations %v -> %v; want its decisions from the cache\nwebhook log:\n%s",
+					cached, decisions("cache"), evaluated, got, w.log.String())
+			}
 
 			// A pod that breaks a rule is refused, and the Job's events say
 			// which rule.

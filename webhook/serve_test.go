@@ -125,6 +125,8 @@ func TestFirstPolicyLoadIsNotAReload(t *testing.T) {
 		"runwarden_webhook_policy_reloads_total{result=failure}":               0,
 		"runwarden_webhook_policy_reloads_total{result=success}":               0,
 		"runwarden_webhook_policy_reload_timeouts_total":                       0,
+		"runwarden_webhook_policy_decisions_total{source=cache}":               0,
+		"runwarden_webhook_policy_decisions_total{source=evaluation}":          0,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("policy metrics after the first load (-want +got):\n%s", diff)

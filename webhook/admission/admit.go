@@ -190,10 +190,13 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 	if h.opts.Resolver != nil {
 		in.ResolverImage = h.opts.Resolver.Image
 	}
-	d, err := set.Eval(ctx, in)
+	d, source, err := set.EvalWithSource(ctx, in)
 	if err != nil {
 		logger.Error(err, "evaluating the policies", "policies", set.Digest)
 		return Result{}, err
+	}
+	if h.opts.Recorder != nil {
+		h.opts.Recorder.Decision(source)
 	}
 	res.Evaluated, res.Decision, res.Warnings = true, d, d.Warnings
 	if len(d.Deny) > 0 {

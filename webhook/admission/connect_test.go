@@ -25,6 +25,7 @@ type denials struct{ rules []string }
 
 func (d *denials) Admission(string, time.Duration) {}
 func (d *denials) Violation(rule, action string)   { d.rules = append(d.rules, rule+"/"+action) }
+func (d *denials) Decision(policy.Source)          {}
 
 // connectRequest is a CONNECT on a subresource of pod name in team-a, as
 // the API server sends it: the options as the object, the pod by name.

@@ -55,6 +55,8 @@ type Recorder interface {
 	// Violation counts one violation of a rule with its action (deny,
 	// warn or dryrun).
 	Violation(rule, action string)
+	// Decision counts one decision of the policies by where it came from.
+	Decision(source policy.Source)
 }
 
 // Options configure a Handler.

@@ -5,11 +5,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -764,5 +766,35 @@ func TestHandlerRefusesAContainerInTheResolversPlace(t *testing.T) {
 	pod.Spec.Containers[0].Env = nil
 	if resp := h.Handle(t.Context(), request(t, pod)); !resp.Allowed {
 		t.Errorf("the same pod without references: %v, want allowed", resp.Result)
+	}
+}
+
+// sources counts the decisions a handler records, by source.
+type sources map[policy.Source]int
+
+func (s sources) Admission(string, time.Duration) {}
+func (s sources) Violation(string, string)        {}
+func (s sources) Decision(src policy.Source)      { s[src]++ }
+
+// TestTasksShareADecision admits the runner pods of three tasks of one
+// template, each with variables and arguments of its own, then one with
+// another image: the tasks share the first one's decision, from the cache,
+// and the other image is evaluated.
+func TestTasksShareADecision(t *testing.T) {
+	t.Parallel()
+	rec := sources{}
+	h := newHandler(t, true)
+	h.opts.Recorder = rec
+	for i, image := range []string{"registry.example.com/runner:1", "registry.example.com/runner:1", "registry.example.com/runner:1", "registry.example.com/runner:2"} {
+		pod := runnerPod(image)
+		c := &pod.Spec.Containers[0]
+		c.Env = append(c.Env, corev1.EnvVar{Name: "DEPLOY_REF", Value: strings.Repeat("x", i+1)})
+		c.Args = []string{"deploy", image, strings.Repeat("y", i+1)}
+		if resp := h.Handle(t.Context(), request(t, pod)); !resp.Allowed {
+			t.Fatalf("pod %d denied: %v", i, resp.Result)
+		}
+	}
+	if want := (sources{policy.FromEvaluation: 2, policy.FromCache: 2}); !maps.Equal(rec, want) {
+		t.Errorf("decisions by source: %v, want %v", rec, want)
 	}
 }

@@ -27,6 +27,7 @@ type Recorder struct {
 	reloads    *prometheus.CounterVec
 	timeouts   prometheus.Counter
 	denials    *prometheus.CounterVec
+	decisions  *prometheus.CounterVec
 	policyInfo *prometheus.GaugeVec
 
 	reg prometheus.Registerer
@@ -64,6 +65,10 @@ func New(reg prometheus.Registerer) *Recorder {
 			Name: "runwarden_webhook_denials_total",
 			Help: "Rule violations by rule and action: deny (the pod was refused), warn (admitted with a warning), dryrun (admitted, the user told nothing).",
 		}, []string{"rule", "action"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runwarden_webhook_policy_decisions_total",
+			Help: "Decisions of the policies by source: cache (pods whose parts the policies read were seen before), evaluation (a full evaluation of the policies).",
+		}, []string{"source"}),
 		policyInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "runwarden_webhook_policy_info",
 			Help: "The policy set in force: 1 for its digest.",
@@ -77,7 +82,10 @@ func New(reg prometheus.Registerer) *Recorder {
 	for _, result := range []string{"mutated", "allowed", "denied", "skipped", "error"} {
 		r.admissions.WithLabelValues(result)
 	}
-	reg.MustRegister(r.admissions, r.latency, r.reloads, r.timeouts, r.denials, r.policyInfo)
+	for _, source := range []policy.Source{policy.FromCache, policy.FromEvaluation} {
+		r.decisions.WithLabelValues(string(source))
+	}
+	reg.MustRegister(r.admissions, r.latency, r.reloads, r.timeouts, r.denials, r.decisions, r.policyInfo)
 	r.reg = reg
 	return r
 }
@@ -125,6 +133,11 @@ func notAfter(path string) (time.Time, error) {
 func (r *Recorder) Admission(result string, d time.Duration) {
 	r.admissions.WithLabelValues(result).Inc()
 	r.latency.Observe(d.Seconds())
+}
+
+// Decision records one decision of the policies by its source.
+func (r *Recorder) Decision(source policy.Source) {
+	r.decisions.WithLabelValues(string(source)).Inc()
 }
 
 var ruleName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"os"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/runwarden/runwarden/webhook/policy"
 )
 
 // A policy that names rules from its input cannot grow the denials metric
@@ -153,5 +156,30 @@ func TestCertificateExpiry(t *testing.T) {
 		if v := expiry(); v != float64(notAfter.Unix()) {
 			t.Errorf("expiry %v, want %d", v, notAfter.Unix())
 		}
+	}
+}
+
+func TestDecisionsBySource(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	r := New(reg)
+	r.Decision(policy.FromEvaluation)
+	r.Decision(policy.FromCache)
+	r.Decision(policy.FromCache)
+	got := map[string]float64{}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "runwarden_webhook_policy_decisions_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	if want := map[string]float64{"cache": 2, "evaluation": 1}; !maps.Equal(got, want) {
+		t.Errorf("decisions by source: %v, want %v", got, want)
 	}
 }

@@ -314,31 +314,48 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Optio
 // the parts of the input the policies read (see cache.go); the returned
 // decision may be shared, and must not be modified.
 func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
+	d, _, err := s.EvalWithSource(ctx, in)
+	return d, err
+}
+
+// Source says where a decision came from: the decision cache, or an
+// evaluation of the policies.
+type Source string
+
+// The sources of a decision.
+const (
+	FromCache      Source = "cache"
+	FromEvaluation Source = "evaluation"
+)
+
+// EvalWithSource is Eval, and says whether the decision came from the
+// cache (the webhook counts both: runwarden_webhook_policy_decisions_total).
+func (s *Set) EvalWithSource(ctx context.Context, in *Input) (Decision, Source, error) {
 	buf := s.inputBuf()
 	defer s.putInputBuf(buf)
 	if err := appendInput(buf, in); err != nil {
-		return Decision{}, fmt.Errorf("encoding the input: %w", err)
+		return Decision{}, FromEvaluation, fmt.Errorf("encoding the input: %w", err)
 	}
 	b := buf.Bytes()
 	var k [32]byte
 	if s.Cached {
 		k = s.proj.key(b)
 		if d, hit := s.cache.get(k); hit {
-			return d, nil
+			return d, FromCache, nil
 		}
 	}
 	v, err := valueOf(b)
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, FromEvaluation, err
 	}
 	d, err := s.eval(ctx, v)
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, FromEvaluation, err
 	}
 	if s.Cached {
 		s.cache.put(k, d)
 	}
-	return d, nil
+	return d, FromEvaluation, nil
 }
 
 // EvalUncached evaluates the decision without the cache, for tests and
