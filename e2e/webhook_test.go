@@ -470,12 +470,14 @@ func TestWebhookShapesRunnerPods(t *testing.T) {
 			// A second task of the template, its variable's value its own:
 			// both webhooks answer its pod from the first one's decisions
 			// (the cache keys on what the policies read of the containers,
-			// not on the variables' values).
+			// not on the variables' values). The first pod's update when it
+			// ends (the Job controller's finalizer) may be evaluated
+			// meanwhile: only the decisions from the cache are counted.
 			cached, evaluated := decisions("cache"), decisions("evaluation")
 			checkShaped("runner-1b", corev1.EnvVar{Name: "DEPLOY_REF", Value: "task-1b"})
-			if got := decisions("evaluation"); got != evaluated || decisions("cache") < cached+1 {
-				t.Errorf("the second task's pod: decisions from the cache %v -> %v, evaluations %v -> %v; want its decisions from the cache\nwebhook log:\n%s",
-					cached, decisions("cache"), evaluated, got, w.log.String())
+			if got := decisions("cache"); got < cached+2 {
+				t.Errorf("the second task's pod: decisions from the cache %v -> %v (evaluations %v -> %v), want its two (mutating, validating) from the cache\nwebhook log:\n%s",
+					cached, got, evaluated, decisions("evaluation"), w.log.String())
 			}
 
 			// A pod that breaks a rule is refused, and the Job's events say

@@ -94,7 +94,9 @@ git_url_allowed if {
 # allowed debug container that targets "main" shares its process namespace
 # and can still read its environment through /proc: allowing them is a
 # trust decision (docs/policy.md).
-old_ephemeral_names := {c.name | some c in object.get(object.get(input, "oldPod", {}), ["spec", "ephemeralContainers"], [])}
+# The path in one object.get: the decision cache then keys on those names
+# alone, not on the whole pod before the update (docs/policy.md, caching).
+old_ephemeral_names := {c.name | some c in object.get(input, ["oldPod", "spec", "ephemeralContainers"], [])}
 
 new_ephemeral contains c if {
 	some c in ephemeral_containers

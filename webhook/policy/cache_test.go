@@ -36,6 +36,8 @@ func TestInputReadsOfTheShippedPolicies(t *testing.T) {
 		// not their values.
 		"pod.spec.containers.*.name", "pod.spec.containers.*.image", "pod.spec.containers.*.env.*.name",
 		"pod.spec.initContainers.*.name",
+		// Of the pod before an update, the ephemeral containers' names.
+		"oldPod.spec.ephemeralContainers.*.name",
 	} {
 		if !slices.Contains(got, want) {
 			t.Errorf("reads %v lack %s", got, want)
@@ -43,6 +45,9 @@ func TestInputReadsOfTheShippedPolicies(t *testing.T) {
 	}
 	// What differs from one task's runner pod to the next is never read.
 	for _, p := range got {
+		if p == "oldPod" || p == "oldPod.spec" {
+			t.Errorf("reads %v include %s: every update of a runner pod would be a full evaluation", got, p)
+		}
 		for _, list := range []string{"pod.spec.containers", "pod.spec.initContainers"} {
 			if p == list || p == list+".*" || p == list+".*.env" || p == list+".*.env.*" || strings.HasPrefix(p, list+".*.env.*.value") ||
 				strings.HasPrefix(p, list+".*.args") || strings.HasPrefix(p, list+".*.command") {

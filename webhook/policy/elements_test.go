@@ -280,9 +280,10 @@ func TestCachedDecisionsEqualFreshOnesPerTask(t *testing.T) {
 		if rng.IntN(3) == 0 {
 			in.Pod.Spec.InitContainers = []corev1.Container{container(pick("init", "runwarden-secrets"))}
 		}
-		if rng.IntN(4) == 0 {
+		if i%4 == 3 { // two templates are updates adding a debug container
 			in.Operation, in.SubResource = "UPDATE", "ephemeralcontainers"
 			in.OldPod = in.Pod.DeepCopy()
+			in.OldPod.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "earlier", Image: "r/x:1"}}}
 			in.Pod.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon(container("debug"))}}
 		}
 		templates[i] = in
@@ -331,21 +332,34 @@ func TestCachedDecisionsEqualFreshOnesPerTask(t *testing.T) {
 		func(_ *corev1.Container, in *Input) {
 			in.Pod.Spec.InitContainers = append(in.Pod.Spec.InitContainers, container("runwarden-secrets"))
 		},
+		// An update whose debug container was there before: not a new one.
+		func(_ *corev1.Container, in *Input) {
+			if in.OldPod != nil {
+				in.OldPod.Spec.EphemeralContainers[0].Name = in.Pod.Spec.EphemeralContainers[0].Name
+			}
+		},
 	}
 	// A task's pod: the template with its own variables' values, arguments
 	// and labels (never read), and change, if any, to one container.
 	task := func(tmpl *Input, i int, change func(*corev1.Container, *Input), container int) *Input {
 		in := *tmpl
 		in.Pod = tmpl.Pod.DeepCopy()
-		in.Pod.Labels["runwarden.dev/task-id"] = fmt.Sprint(i)
-		for j := range in.Pod.Spec.Containers {
-			c := &in.Pod.Spec.Containers[j]
-			for k := range c.Env {
-				if c.Env[k].ValueFrom == nil {
-					c.Env[k].Value = fmt.Sprintf("task-%d", i)
+		pods := []*corev1.Pod{in.Pod}
+		if tmpl.OldPod != nil {
+			in.OldPod = tmpl.OldPod.DeepCopy()
+			pods = append(pods, in.OldPod)
+		}
+		for _, p := range pods {
+			p.Labels["runwarden.dev/task-id"] = fmt.Sprint(i)
+			for j := range p.Spec.Containers {
+				c := &p.Spec.Containers[j]
+				for k := range c.Env {
+					if c.Env[k].ValueFrom == nil {
+						c.Env[k].Value = fmt.Sprintf("task-%d", i)
+					}
 				}
+				c.Args = []string{"deploy", fmt.Sprint(i)}
 			}
-			c.Args = []string{"deploy", fmt.Sprint(i)}
 		}
 		if change != nil {
 			change(&in.Pod.Spec.Containers[container%len(in.Pod.Spec.Containers)], &in)

@@ -374,8 +374,8 @@ func used(exprs []string, known map[string]string) (names map[string]bool, unkno
 func TestMonitoringUsesRegisteredMetrics(t *testing.T) {
 	t.Parallel()
 	known := registered(t)
-	if len(known) != 19 {
-		t.Errorf("%d metrics registered, want the 12 of the dispatcher and the 7 of the webhook: %v", len(known), known)
+	if len(known) != 20 {
+		t.Errorf("%d metrics registered, want the 12 of the dispatcher and the 8 of the webhook: %v", len(known), known)
 	}
 
 	d := readDashboard(t)
