@@ -32,7 +32,7 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 			ok = false
 			return
 		}
-		k := strings.Join(p, "\x00")
+		k := pathKey(p)
 		if !seen[k] {
 			seen[k] = true
 			paths = append(paths, p)
@@ -64,13 +64,20 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 		// and as a statement whose last argument is the output
 		// (time.now_ns(x), http.send(req, resp)); the second is an
 		// expression whose first term is the operator, not an ast.Call.
-		ast.WalkExprs(m, func(e *ast.Expr) bool {
+		walkExprs(m, func(e *ast.Expr) bool {
 			if e.IsCall() && nondeterministic(e.Operator().String()) {
 				ok = false
 			}
+			// A function or built-in replaced with `with` (object.get as
+			// f) changes what the reads found in the syntax mean.
+			for _, w := range e.With {
+				if ref, isRef := w.Target.Value.(ast.Ref); !isRef || !ref[0].Equal(ast.InputRootDocument) && !ref[0].Equal(ast.DefaultRootDocument) {
+					ok = false
+				}
+			}
 			return false
 		})
-		ast.WalkTerms(m, func(t *ast.Term) bool {
+		walkTerms(m, func(t *ast.Term) bool {
 			call, isCall := t.Value.(ast.Call)
 			if !isCall || len(call) == 0 {
 				return false
@@ -92,7 +99,7 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 			}
 			return false
 		})
-		ast.WalkTerms(m, func(t *ast.Term) bool {
+		walkTerms(m, func(t *ast.Term) bool {
 			if handled[t] {
 				return false
 			}
@@ -103,6 +110,57 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 		})
 	}
 	return coveringPaths(paths), ok
+}
+
+// pathKey is a path as one string, distinct for distinct paths whatever
+// their keys hold.
+func pathKey(p []string) string {
+	var b []byte
+	for _, k := range p {
+		b = strconv.AppendInt(b, int64(len(k)), 10)
+		b = append(append(b, ':'), k...)
+	}
+	return string(b)
+}
+
+// walkTerms is ast.WalkTerms over a module or a rule, the rules' head
+// references included: ast.WalkTerms leaves out the terms of a head such
+// as p[input.x] := ... or p[c.name].f := ..., which read what they name.
+func walkTerms(x any, f func(*ast.Term) bool) {
+	ast.WalkTerms(x, f)
+	for _, r := range headRefs(x) {
+		ast.WalkTerms(r, f)
+	}
+}
+
+// walkExprs is ast.WalkExprs over a module or a rule, the expressions of
+// comprehensions in the rules' head references included.
+func walkExprs(x any, f func(*ast.Expr) bool) {
+	ast.WalkExprs(x, f)
+	for _, r := range headRefs(x) {
+		ast.WalkExprs(r, f)
+	}
+}
+
+// headRefs are the head references of a module's or a rule's rules (else
+// branches included), past their names.
+func headRefs(x any) []ast.Ref {
+	var rules []*ast.Rule
+	switch x := x.(type) {
+	case *ast.Module:
+		rules = x.Rules
+	case *ast.Rule:
+		rules = []*ast.Rule{x}
+	}
+	var out []ast.Ref
+	for _, r := range rules {
+		for ; r != nil; r = r.Else {
+			if len(r.Head.Reference) > 1 {
+				out = append(out, r.Head.Reference[1:])
+			}
+		}
+	}
+	return out
 }
 
 // coveringPaths leaves out each path below another one: reading "config"
@@ -135,6 +193,10 @@ type inputAlias struct {
 	full   ast.Ref    // data.<package>.<name>
 	paths  [][]string // the input paths it names: one, or a list alias's
 	list   bool       // a list alias
+	// byKey: its default is {}, so a key read through it reads the same
+	// whether the part is missing or there without that key; with any
+	// other default the two differ, and a use by key reads the part whole.
+	byKey bool
 }
 
 // markDefinition marks what the alias's definition refers to as read
@@ -187,7 +249,10 @@ func inputAliases(modules map[string]*ast.Module) []inputAlias {
 			if !constant {
 				continue
 			}
-			out = append(out, inputAlias{module: file, def: r, pkg: m.Package.Path, name: name, full: full, paths: [][]string{append(slices.Clone(base), key...)}})
+			out = append(out, inputAlias{
+				module: file, def: r, pkg: m.Package.Path, name: name, full: full, paths: [][]string{append(slices.Clone(base), key...)},
+				byKey: call[3].Value.Compare(ast.NewObject()) == 0,
+			})
 		}
 	}
 	// A name defined by more than one rule (an else, a default, another
@@ -213,6 +278,9 @@ func aliasReads(m *ast.Module, a inputAlias, add func([]string), done map[*ast.T
 		return isRef && ref.Equal(a.full)
 	}
 	addAll := func(keys []string) {
+		if !a.byKey {
+			keys = nil
+		}
 		for _, p := range a.paths {
 			add(append(slices.Clone(p), keys...))
 		}
@@ -238,13 +306,20 @@ func aliasReads(m *ast.Module, a inputAlias, add func([]string), done map[*ast.T
 				}
 				return false
 			}
-			if !v[0].Equal(ast.DefaultRootDocument) {
+			// data.<...>, or a reference relative to the module's package
+			// (x.y names data.<package>.x.y where x is one of its rules): a
+			// reference past the alias reads its keys; one that stops
+			// before it, or goes on with a dynamic key before reaching it,
+			// may read it whole. A local variable read so only adds reads.
+			var keys []string
+			switch head, isVar := v[0].Value.(ast.Var); {
+			case !isVar || v[0].Equal(ast.InputRootDocument):
 				return false
+			case v[0].Equal(ast.DefaultRootDocument):
+				keys = constantKeys(v[1:])
+			default:
+				keys = append(relative(m, head), constantKeys(v[1:])...)
 			}
-			// data.<...>: a reference past the alias reads its keys; one
-			// that stops before it, or goes on with a dynamic key before
-			// reaching it, may read it whole.
-			keys := constantKeys(v[1:])
 			full := constantKeys(a.full[1:])
 			n := min(len(keys), len(full))
 			if !slices.Equal(keys[:n], full[:n]) {
@@ -258,7 +333,10 @@ func aliasReads(m *ast.Module, a inputAlias, add func([]string), done map[*ast.T
 			addAll(nil)
 			return true
 		case ast.Var:
-			if isAlias(t) {
+			// The alias by name, or a rule of the module's package above
+			// it (x for data.<package>.x.<name>) whole.
+			full := constantKeys(a.full[1:])
+			if r := relative(m, v); isAlias(t) || len(r) < len(full) && slices.Equal(r, full[:len(r)]) {
 				addAll(nil)
 			}
 		}
@@ -269,9 +347,15 @@ func aliasReads(m *ast.Module, a inputAlias, add func([]string), done map[*ast.T
 	}
 	for _, r := range m.Rules {
 		if r != a.def {
-			ast.WalkTerms(r, visit)
+			walkTerms(r, visit)
 		}
 	}
+}
+
+// relative is the path below data a name of module m stands for, were it
+// one of its package's rules: <package>.<name>.
+func relative(m *ast.Module, name ast.Var) []string {
+	return append(constantKeys(m.Package.Path[1:]), string(name))
 }
 
 // constantKeys is the longest prefix of string keys of a reference's
@@ -289,10 +373,19 @@ func constantKeys(elems []*ast.Term) []string {
 }
 
 // nondeterministic reports whether OPA marks the named builtin as
-// non-deterministic (time.now_ns, rand.intn, http.send, ...).
+// non-deterministic (time.now_ns, rand.intn, http.send, ...), or it reads
+// the clock although OPA does not mark it so (clockBuiltins).
 func nondeterministic(fn string) bool {
 	b, known := ast.BuiltinMap[fn]
-	return known && b.Nondeterministic
+	return known && b.Nondeterministic || slices.Contains(clockBuiltins, fn)
+}
+
+// clockBuiltins read the current time without OPA marking them
+// non-deterministic: a certificate chain verified now may have expired by
+// the next pod, so a decision using them is never cached.
+var clockBuiltins = []string{
+	ast.CryptoX509ParseAndVerifyCertificates.Name,
+	ast.CryptoX509ParseAndVerifyCertificatesWithOptions.Name,
 }
 
 // groundInputPrefix returns, for a reference rooted at input, its longest

@@ -56,7 +56,7 @@ func elementReads(m *ast.Module, r *ast.Rule, aliases []inputAlias, handled map[
 	// that one bound first.
 	for changed := true; changed; {
 		changed = false
-		ast.WalkExprs(r, func(e *ast.Expr) bool {
+		walkExprs(r, func(e *ast.Expr) bool {
 			decl, isSome := e.Terms.(*ast.SomeDecl)
 			if !isSome {
 				return false
@@ -102,7 +102,7 @@ func elementReads(m *ast.Module, r *ast.Rule, aliases []inputAlias, handled map[
 		}
 	}
 	read := map[*ast.Term]bool{} // an element variable's occurrence read by field
-	ast.WalkTerms(r, func(t *ast.Term) bool {
+	walkTerms(r, func(t *ast.Term) bool {
 		switch x := t.Value.(type) {
 		case ast.Ref:
 			v, isVar := x[0].Value.(ast.Var)
@@ -134,7 +134,7 @@ func elementReads(m *ast.Module, r *ast.Rule, aliases []inputAlias, handled map[
 	})
 	// object.get as a statement (its terms the expression's, not a call
 	// term): object.get(v, <constant key or path>, default[, out]).
-	ast.WalkExprs(r, func(e *ast.Expr) bool {
+	walkExprs(r, func(e *ast.Expr) bool {
 		terms, isCall := e.Terms.([]*ast.Term)
 		if !isCall || len(terms) < 4 || terms[0].Value.String() != "object.get" {
 			return false
@@ -147,7 +147,7 @@ func elementReads(m *ast.Module, r *ast.Rule, aliases []inputAlias, handled map[
 		}
 		return false
 	})
-	ast.WalkTerms(r, func(t *ast.Term) bool {
+	walkTerms(r, func(t *ast.Term) bool {
 		if v, isVar := t.Value.(ast.Var); isVar && elems[v] != nil && !binding[t] && !read[t] {
 			addEach(v, nil) // used whole
 		}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -419,4 +421,158 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestCacheHoldsAgainstPolicyForms decides on two inputs, A then B, that
+// differ where each policy reads in a way the syntax hides, and checks that
+// B's decision is B's own: the cache is off for the set, or its key tells
+// the two apart.
+func TestCacheHoldsAgainstPolicyForms(t *testing.T) {
+	t.Parallel()
+	const decide = `decision := {"deny": [], "warnings": [x | some x in data.runwarden.w], "mutations": {}}
+`
+	labels := func(k, v string) func(*Input) { return func(in *Input) { in.Pod.Labels[k] = v } }
+	tests := []struct {
+		name    string
+		modules map[string]string
+		a, b    func(*Input)
+	}{
+		{
+			name:    "an input reference in a rule's head",
+			modules: map[string]string{"p.rego": "package runwarden\n\nby.node[input.pod.spec.nodeName] := true\n\nw contains \"evil\" if by.node.evil\n"},
+			a:       func(in *Input) { in.Pod.Spec.NodeName = "good" },
+			b:       func(in *Input) { in.Pod.Spec.NodeName = "evil" },
+		},
+		{
+			name: "an element's field in a rule's head",
+			modules: map[string]string{"p.rego": `package runwarden
+
+imgs[c.name].img := c.image if { some c in input.pod.spec.containers }
+
+w contains "evil" if imgs.evil.img == "r/x:1"
+`},
+			a: func(in *Input) {
+				in.Pod.Spec.Containers = append(in.Pod.Spec.Containers, corev1.Container{Name: "side", Image: "r/x:1"})
+			},
+			b: func(in *Input) {
+				in.Pod.Spec.Containers = append(in.Pod.Spec.Containers, corev1.Container{Name: "evil", Image: "r/x:1"})
+			},
+		},
+		{
+			name: "an alias in a rule's head",
+			modules: map[string]string{"p.rego": `package runwarden
+
+lbl := object.get(input, ["pod", "metadata", "labels"], {})
+
+s.t[lbl.x] := 1
+
+w contains "evil" if s.t.evil
+`},
+			a: labels("x", "good"),
+			b: labels("x", "evil"),
+		},
+		{
+			name: "an alias whose default is not empty",
+			modules: map[string]string{"p.rego": `package runwarden
+
+ann := object.get(input, ["pod", "metadata", "annotations"], {"runwarden.dev/allow": "true"})
+
+w contains "not allowed" if not ann["runwarden.dev/allow"] == "true"
+`},
+			a: func(in *Input) { in.Pod.Annotations = nil },
+			b: func(in *Input) { in.Pod.Annotations = map[string]string{"x": "y"} },
+		},
+		{
+			name: "a key holding a NUL",
+			modules: map[string]string{"p.rego": `package runwarden
+
+v := input.config["a\u0000b"]
+
+w contains "b" if input.config.a.b == "x"
+
+w contains "v" if v == "zz"
+`},
+			a: func(in *Input) { in.Config = map[string]any{"a": map[string]any{"b": "y"}} },
+			b: func(in *Input) { in.Config = map[string]any{"a": map[string]any{"b": "x"}} },
+		},
+		{
+			name: "an alias reached from another package by a relative reference",
+			modules: map[string]string{
+				"a.rego": "package runwarden.admission\n\nann := object.get(input, [\"pod\", \"metadata\", \"labels\"], {})\n",
+				"b.rego": "package runwarden\n\nadmission.helper := 1\n\nw contains \"evil\" if admission.ann.evil == \"true\"\n",
+			},
+			a: labels("evil", "false"),
+			b: labels("evil", "true"),
+		},
+		{
+			name: "a built-in replaced with with",
+			modules: map[string]string{"p.rego": `package runwarden
+
+n := object.get(input.pod.spec, "nodeName", "")
+
+myget(x, _, _) := x
+
+w contains "evil" if {
+	v := n with object.get as myget
+	v.hostNetwork
+}
+`},
+			a: func(in *Input) { in.Pod.Spec.HostNetwork = false },
+			b: func(in *Input) { in.Pod.Spec.HostNetwork = true },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fsys := fstest.MapFS{"decision.rego": {Data: []byte("package runwarden.admission\n\n" + decide)}}
+			for name, src := range tt.modules {
+				if name == "a.rego" {
+					src = "package runwarden.admission\n\n" + strings.TrimPrefix(src, "package runwarden.admission\n\n")
+					fsys["decision.rego"] = &fstest.MapFile{Data: []byte(src + "\n" + decide)}
+					continue
+				}
+				fsys[name] = &fstest.MapFile{Data: []byte(src)}
+			}
+			s, err := Load(t.Context(), fsys, tt.name, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b := runnerInput(), runnerInput()
+			tt.a(a)
+			tt.b(b)
+			if _, err := s.Eval(t.Context(), a); err != nil {
+				t.Fatal(err)
+			}
+			cached, err := s.Eval(t.Context(), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := s.EvalUncached(t.Context(), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(fresh, cached); diff != "" {
+				t.Errorf("B's decision came from A's (cache on: %v, reads %v) (-fresh +cached):\n%s", s.Cached, s.reads, diff)
+			}
+		})
+	}
+}
+
+// TestCacheIsOffForClockBuiltins: a certificate chain verified now may
+// have expired by the next pod.
+func TestCacheIsOffForClockBuiltins(t *testing.T) {
+	t.Parallel()
+	for _, call := range []string{
+		`crypto.x509.parse_and_verify_certificates(input.config.chain)`,
+		`crypto.x509.parse_and_verify_certificates_with_options(input.config.chain, {})`,
+	} {
+		fsys := fstest.MapFS{"p.rego": {Data: []byte("package runwarden.admission\n\nchain := " + call + "\n\ndecision := {\"deny\": [], \"warnings\": [json.marshal(chain)], \"mutations\": {}}\n")}}
+		s, err := Load(t.Context(), fsys, "clock", Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Cached {
+			t.Errorf("%s: the cache is on", call)
+		}
+	}
 }
