@@ -38,6 +38,9 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 			paths = append(paths, p)
 		}
 	}
+	if shadowsBuiltins(modules) {
+		return nil, false
+	}
 	aliases := inputAliases(modules)
 	for name, m := range modules {
 		if strings.HasSuffix(name, "_test.rego") {
@@ -110,6 +113,35 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 		})
 	}
 	return coveringPaths(paths), ok
+}
+
+// shadowsBuiltins reports whether a module defines, or imports, a name
+// that a built-in's name starts with (object, array, time, ...): a call
+// such as object.get(...) then calls the policies' own function, and what
+// the analysis reads from the syntax of a built-in's call does not hold.
+func shadowsBuiltins(modules map[string]*ast.Module) bool {
+	roots := map[string]bool{}
+	for name := range ast.BuiltinMap {
+		if root, _, dotted := strings.Cut(name, "."); dotted {
+			roots[root] = true
+		}
+	}
+	for file, m := range modules {
+		if strings.HasSuffix(file, "_test.rego") {
+			continue
+		}
+		for _, r := range m.Rules {
+			if ref := r.Head.Ref(); len(ref) > 0 && roots[strings.Trim(ref[0].String(), `"`)] {
+				return true
+			}
+		}
+		for _, imp := range m.Imports {
+			if roots[string(imp.Name())] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // pathKey is a path as one string, distinct for distinct paths whatever
@@ -535,7 +567,9 @@ func (p *projection) key(inputJSON []byte) [32]byte {
 
 // appendTo appends to b what n reads of r: r whole, or its number of
 // elements, each element as n.elem reads it, and each field as its node
-// reads it (the first of duplicate keys, as gjson's paths read them). A
+// reads it (the last of duplicate keys, as OPA's decoding of the input
+// keeps: encoding/json writes two map keys that differ only in invalid
+// UTF-8 as the same key). A
 // missing value reads as such (its fields as missing ones); a value not of
 // the kind n expects (an object where a list was read, a string where
 // fields were) is taken whole. Markers and
@@ -593,8 +627,8 @@ func (n *projectionNode) appendTo(b []byte, r gjson.Result) []byte {
 	switch {
 	case r.IsObject():
 		r.ForEach(func(k, v gjson.Result) bool {
-			if i := n.field(k.Str); i >= 0 && !vals[i].Exists() {
-				vals[i] = v
+			if i := n.field(k.Str); i >= 0 {
+				vals[i] = v // the last of duplicate keys, as OPA decodes the input
 			}
 			return true
 		})

@@ -199,6 +199,11 @@ func TestProjectionOfElements(t *testing.T) {
 	if key(differ[len(differ)-1]) != base {
 		t.Error("a key the policies never read changed the key")
 	}
+	// Of duplicate keys, the last is what OPA decodes, and what is read.
+	dup := newProjection([][]string{{"o", "k"}})
+	if dup.key([]byte(`{"o":{"k":"1","k":"2"}}`)) == dup.key([]byte(`{"o":{"k":"1","k":"3"}}`)) {
+		t.Error("the last of duplicate keys did not change the key")
+	}
 	count := newProjection([][]string{{"l", countKey}})
 	if count.key([]byte(`{"l":[1,2]}`)) != count.key([]byte(`{"l":[3,{"x":4}]}`)) {
 		t.Error("the elements changed the key of their number")
@@ -503,6 +508,51 @@ w contains "v" if v == "zz"
 			},
 			a: labels("evil", "false"),
 			b: labels("evil", "true"),
+		},
+		{
+			name: "a function of the policies' own named object.get",
+			modules: map[string]string{"p.rego": `package runwarden
+
+object.get(x, _, _) := x
+
+lb := object.get(input, ["pod", "metadata", "labels"], {})
+
+w contains "evil" if lb.pod.spec.hostNetwork
+`},
+			a: func(in *Input) { in.Pod.Spec.HostNetwork = false },
+			b: func(in *Input) { in.Pod.Spec.HostNetwork = true },
+		},
+		{
+			name: "a function of the policies' own named array.concat",
+			modules: map[string]string{"p.rego": `package runwarden
+
+array.concat(x, _) := [{"name": json.marshal(x)}]
+
+cs := array.concat(input.pod.spec.containers, input.pod.spec.containers)
+
+w contains "evil" if {
+	some c in cs
+	contains(c.name, "evil")
+}
+`},
+			a: func(in *Input) { in.Pod.Spec.Containers[0].Image = "good" },
+			b: func(in *Input) { in.Pod.Spec.Containers[0].Image = "evil" },
+		},
+		{
+			name: "object.get imported from another package",
+			modules: map[string]string{
+				"lib.rego": "package runwarden.lib\n\nobject.get(x, _, _) := x\n",
+				"p.rego": `package runwarden
+
+import data.runwarden.lib.object
+
+lb := object.get(input, ["pod", "metadata", "labels"], {})
+
+w contains "evil" if lb.pod.spec.hostNetwork
+`,
+			},
+			a: func(in *Input) { in.Pod.Spec.HostNetwork = false },
+			b: func(in *Input) { in.Pod.Spec.HostNetwork = true },
 		},
 		{
 			name: "a built-in replaced with with",
