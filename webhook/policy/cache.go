@@ -42,6 +42,13 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 		return nil, false
 	}
 	aliases := inputAliases(modules)
+	// An alias is undefined where the object its object.get reads is
+	// missing, and its default where that object lacks the key.
+	for _, a := range aliases {
+		for _, b := range a.bases {
+			add(existsRead(b))
+		}
+	}
 	for name, m := range modules {
 		if strings.HasSuffix(name, "_test.rego") {
 			continue
@@ -98,6 +105,9 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 			}
 			if key, constant := constantPath(call[2]); constant {
 				add(append(slices.Clone(base), key...))
+				if e := existsRead(base); e != nil {
+					add(e)
+				}
 				handled[call[1]] = true
 			}
 			return false
@@ -224,6 +234,7 @@ type inputAlias struct {
 	name   ast.Var    // its name in its package
 	full   ast.Ref    // data.<package>.<name>
 	paths  [][]string // the input paths it names: one, or a list alias's
+	bases  [][]string // the objects its object.get calls read from, the input itself left out
 	list   bool       // a list alias
 	// byKey: its default is {}, so a key read through it reads the same
 	// whether the part is missing or there without that key; with any
@@ -281,10 +292,14 @@ func inputAliases(modules map[string]*ast.Module) []inputAlias {
 			if !constant {
 				continue
 			}
-			out = append(out, inputAlias{
+			a := inputAlias{
 				module: file, def: r, pkg: m.Package.Path, name: name, full: full, paths: [][]string{append(slices.Clone(base), key...)},
 				byKey: call[3].Value.Compare(ast.NewObject()) == 0,
-			})
+			}
+			if len(base) > 0 {
+				a.bases = [][]string{base}
+			}
+			out = append(out, a)
 		}
 	}
 	// A name defined by more than one rule (an else, a default, another
@@ -468,6 +483,7 @@ type projection struct {
 
 type projectionNode struct {
 	whole    bool            // a path ends here: the value whole
+	exists   bool            // whether the value is there (existsKey)
 	count    bool            // the number of elements (countKey)
 	elem     *projectionNode // what of each element (elementKey)
 	keys     []string        // the fields below, sorted
@@ -484,6 +500,9 @@ func newProjection(paths [][]string) *projection {
 			switch {
 			case k == countKey && last:
 				n.count = true
+				continue
+			case k == existsKey && last:
+				n.exists = true
 				continue
 			case k == elementKey:
 				if n.elem == nil {
@@ -582,6 +601,14 @@ func (n *projectionNode) appendTo(b []byte, r gjson.Result) []byte {
 			return append(b, 0)
 		}
 		return append(append(b, 1), r.Raw...)
+	}
+	if n.exists {
+		if r.Exists() {
+			b = append(b, 9)
+		} else {
+			b = append(b, 0)
+		}
+		b = append(b, 0xfa)
 	}
 	// With each element read, their number is read with them.
 	if n.count && n.elem == nil {

@@ -291,7 +291,8 @@ decision := {"deny": [], "warnings": [ann["a"]], "mutations": {}}`},
 
 // readsOf loads the modules (those without a package clause get package
 // runwarden.admission and head before them) and returns the input paths
-// they read, sorted, the lists' lengths (countKey) among them if counts.
+// they read, sorted, the lists' lengths (countKey) and the objects' presence
+// (existsKey) among them if counts.
 // The cache must be on.
 func readsOf(t *testing.T, modules map[string]string, head string, counts bool) []string {
 	t.Helper()
@@ -311,7 +312,7 @@ func readsOf(t *testing.T, modules map[string]string, head string, counts bool) 
 	}
 	var got []string
 	for _, p := range s.reads {
-		if p[len(p)-1] == countKey && !counts {
+		if (p[len(p)-1] == countKey || p[len(p)-1] == existsKey) && !counts {
 			continue
 		}
 		got = append(got, strings.Join(p, "."))

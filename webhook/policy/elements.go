@@ -36,7 +36,21 @@ import (
 const (
 	elementKey = "*"
 	countKey   = "#"
+	// existsKey reads whether a value is there at all: object.get(x, k, d)
+	// is d where x is an object without k, and undefined where x is
+	// missing, which the reads of x's fields alone do not tell apart.
+	existsKey = "?"
 )
+
+// existsRead is the read of whether the value at path is there, for an
+// object.get whose object is that path; nil for the input itself, which is
+// always there.
+func existsRead(path []string) []string {
+	if len(path) == 0 {
+		return nil
+	}
+	return append(slices.Clone(path), existsKey)
+}
 
 // member is the builtin `x in xs` and `some x in xs` are calls of; with a
 // key (`some k, x in xs`), memberWithKey.
@@ -79,7 +93,7 @@ func elementReads(m *ast.Module, r *ast.Rule, aliases []inputAlias, handled map[
 				if !isVar || binding[elem] {
 					continue
 				}
-				paths, ok := listPaths(m, list, aliases, elems, handled)
+				paths, ok := listPaths(m, list, aliases, elems, handled, add)
 				if !ok {
 					continue
 				}
@@ -158,7 +172,7 @@ func elementReads(m *ast.Module, r *ast.Rule, aliases []inputAlias, handled map[
 // listPaths returns the input paths of the list t names, if it names one:
 // an input reference or object.get of constant keys, an element variable's
 // field, or an alias. It marks in handled what it read t through.
-func listPaths(m *ast.Module, t *ast.Term, aliases []inputAlias, elems map[ast.Var][][]string, handled map[*ast.Term]bool) ([][]string, bool) {
+func listPaths(m *ast.Module, t *ast.Term, aliases []inputAlias, elems map[ast.Var][][]string, handled map[*ast.Term]bool, add func([]string)) ([][]string, bool) {
 	switch x := t.Value.(type) {
 	case ast.Ref:
 		if v, isVar := x[0].Value.(ast.Var); isVar && elems[v] != nil {
@@ -202,6 +216,9 @@ func listPaths(m *ast.Module, t *ast.Term, aliases []inputAlias, elems map[ast.V
 		}
 		if base, isInput := groundInputPrefix(x[1]); isInput && len(base) == len(x[1].Value.(ast.Ref))-1 {
 			handled[x[1]] = true
+			if e := existsRead(base); e != nil {
+				add(e)
+			}
 			return [][]string{append(slices.Clone(base), keys...)}, true
 		}
 	}
@@ -263,10 +280,10 @@ func listAliases(modules map[string]*ast.Module, defs map[string]int, found []in
 				if !isCall || len(call) != 3 || call[0].Value.String() != "array.concat" {
 					continue
 				}
-				var paths [][]string
+				var paths, bases [][]string
 				ok := true
 				for _, arg := range call[1:] {
-					p, isList := aliasListPaths(m, arg, append(slices.Clone(found), out...))
+					p, b, isList := aliasListPaths(m, arg, append(slices.Clone(found), out...))
 					if !isList {
 						ok = false
 						break
@@ -274,11 +291,14 @@ func listAliases(modules map[string]*ast.Module, defs map[string]int, found []in
 					for _, q := range p {
 						paths = appendPath(paths, q)
 					}
+					for _, q := range b {
+						bases = appendPath(bases, q)
+					}
 				}
 				if !ok {
 					continue
 				}
-				out = append(out, inputAlias{module: file, def: r, pkg: m.Package.Path, name: name, full: full, paths: paths, list: true})
+				out = append(out, inputAlias{module: file, def: r, pkg: m.Package.Path, name: name, full: full, paths: paths, bases: bases, list: true})
 				known[full.String()], changed = true, true
 			}
 		}
@@ -288,28 +308,32 @@ func listAliases(modules map[string]*ast.Module, defs map[string]int, found []in
 
 // aliasListPaths reads one argument of a list alias's array.concat: an
 // input reference of constant keys, object.get of one with a constant key
-// and default, or an alias of the module's package.
-func aliasListPaths(m *ast.Module, t *ast.Term, aliases []inputAlias) ([][]string, bool) {
+// and default, or an alias of the module's package. bases are the objects
+// object.get reads from (inputAlias.bases).
+func aliasListPaths(m *ast.Module, t *ast.Term, aliases []inputAlias) (paths, bases [][]string, ok bool) {
 	switch x := t.Value.(type) {
 	case ast.Ref:
 		if p, isInput := groundInputPrefix(t); isInput && len(p) == len(x)-1 && len(p) > 0 {
-			return [][]string{p}, true
+			return [][]string{p}, nil, true
 		}
 	case ast.Var:
 		if a, isAlias := aliasNamed(m, t, aliases); isAlias {
-			return a.paths, true
+			return a.paths, a.bases, true
 		}
 	case ast.Call:
 		if len(x) != 4 || x[0].Value.String() != "object.get" || !ast.IsConstant(x[3].Value) {
-			return nil, false
+			return nil, nil, false
 		}
 		base, isInput := groundInputPrefix(x[1])
 		keys, constant := constantPath(x[2])
 		if isInput && constant && len(keys) > 0 && len(base) == len(x[1].Value.(ast.Ref))-1 {
-			return [][]string{append(slices.Clone(base), keys...)}, true
+			if len(base) > 0 {
+				bases = [][]string{base}
+			}
+			return [][]string{append(slices.Clone(base), keys...)}, bases, true
 		}
 	}
-	return nil, false
+	return nil, nil, false
 }
 
 // appendPath appends p to paths unless it is there already.

@@ -443,10 +443,15 @@ func TestCacheHoldsAgainstPolicyForms(t *testing.T) {
 		a, b    func(*Input)
 	}{
 		{
-			name:    "an input reference in a rule's head",
-			modules: map[string]string{"p.rego": "package runwarden\n\nby.node[input.pod.spec.nodeName] := true\n\nw contains \"evil\" if by.node.evil\n"},
-			a:       func(in *Input) { in.Pod.Spec.NodeName = "good" },
-			b:       func(in *Input) { in.Pod.Spec.NodeName = "evil" },
+			name: "an input reference in a rule's head",
+			modules: map[string]string{"p.rego": `package runwarden
+
+by.node[input.pod.spec.nodeName] := true
+
+w contains "evil" if by.node.evil
+`},
+			a: func(in *Input) { in.Pod.Spec.NodeName = "good" },
+			b: func(in *Input) { in.Pod.Spec.NodeName = "evil" },
 		},
 		{
 			name: "an element's field in a rule's head",
@@ -553,6 +558,65 @@ w contains "evil" if lb.pod.spec.hostNetwork
 			},
 			a: func(in *Input) { in.Pod.Spec.HostNetwork = false },
 			b: func(in *Input) { in.Pod.Spec.HostNetwork = true },
+		},
+		{
+			name: "object.get of an object that may be missing",
+			modules: map[string]string{"p.rego": `package runwarden
+
+w contains "root" if object.get(input.pod.spec.securityContext, "runAsUser", 0) == 0
+`},
+			a: func(in *Input) { in.Pod.Spec.SecurityContext = nil },
+			b: func(in *Input) { in.Pod.Spec.SecurityContext = &corev1.PodSecurityContext{} },
+		},
+		{
+			name: "object.get of a map that may be missing",
+			modules: map[string]string{"p.rego": `package runwarden
+
+w contains "d" if object.get(input.pod.metadata.annotations, "foo", "d") == "d"
+`},
+			a: func(in *Input) { in.Pod.Annotations = nil },
+			b: func(in *Input) { in.Pod.Annotations = map[string]string{"x": "y"} },
+		},
+		{
+			name: "an alias of an object that may be missing, read by key",
+			modules: map[string]string{"p.rego": `package runwarden
+
+sp := object.get(input.pod.spec.securityContext, "seccompProfile", {})
+
+w contains "none" if object.get(sp, "type", "none") == "none"
+`},
+			a: func(in *Input) { in.Pod.Spec.SecurityContext = nil },
+			b: func(in *Input) { in.Pod.Spec.SecurityContext = &corev1.PodSecurityContext{} },
+		},
+		{
+			name: "object.get of an input field that may be missing",
+			modules: map[string]string{"p.rego": `package runwarden
+
+w contains "x" if object.get(input.awsRoleMappings, "a/b", null) == null
+`},
+			a: func(in *Input) { in.AWSRoleMappings = nil },
+			b: func(in *Input) { in.AWSRoleMappings = map[string]AWSRoleMapping{"c/d": {}} },
+		},
+		{
+			name: "every over object.get of an object that may be missing",
+			modules: map[string]string{"p.rego": `package runwarden
+
+w contains "x" if every s in object.get(input.pod.spec.securityContext, "sysctls", []) { s.name != "" }
+`},
+			a: func(in *Input) { in.Pod.Spec.SecurityContext = nil },
+			b: func(in *Input) { in.Pod.Spec.SecurityContext = &corev1.PodSecurityContext{} },
+		},
+		{
+			name: "elements of object.get of an object that may be missing",
+			modules: map[string]string{"p.rego": `package runwarden
+
+w contains "x" if {
+	some s in object.get(input.pod.spec.securityContext, "sysctls", [{"name": "d"}])
+	s.name == "d"
+}
+`},
+			a: func(in *Input) { in.Pod.Spec.SecurityContext = nil },
+			b: func(in *Input) { in.Pod.Spec.SecurityContext = &corev1.PodSecurityContext{} },
 		},
 		{
 			name: "a built-in replaced with with",
