@@ -498,6 +498,13 @@ func TestOrchestratorSIGTERMStopsLeasing(t *testing.T) {
 			if took := time.Since(start); state.ExitCode() != 0 || took > 10*time.Second {
 				t.Errorf("after SIGTERM: exit %d after %s, want 0 at once\n%s", state.ExitCode(), took, tail(d.log.String(), 2000))
 			}
+			// The poll it had in flight ends when the server notices its
+			// connection closed; a task added before that could go to it,
+			// as to any poll whose client the server still takes as there.
+			polling := func(context.Context) (bool, error) { return o.srv.Stats().PollsWaiting == 0, nil }
+			if err := harness.WaitFor(ctx, "the stopped dispatcher's held poll to end", 10*time.Second, polling); err != nil {
+				t.Fatal(err)
+			}
 			polls := o.srv.Stats().Requests[orchestratortest.EndpointPoll]
 			o.srv.Add(orchestrator.Task{ID: "after", Command: []string{"true"}})
 			time.Sleep(2 * time.Second)

@@ -131,6 +131,10 @@ type Stats struct {
 	UnsupportedVersion int
 	// Held counts the event requests Faults.Hold held.
 	Held int
+	// PollsWaiting is how many polls are held now, waiting for a task: a
+	// dispatcher that has stopped may leave one until the server notices
+	// its connection closed.
+	PollsWaiting int
 }
 
 func (st *Stats) clone() Stats {

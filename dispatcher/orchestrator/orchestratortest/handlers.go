@@ -71,19 +71,30 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, caller string) {
 			wait = min(wait, next.Sub(s.clock.Now())+expiryMargin)
 		}
 		timer := s.clock.NewTimer(wait)
+		s.mu.Lock()
+		s.stats.PollsWaiting++
+		s.mu.Unlock()
 		select {
 		case <-wake:
 		case <-timer.C():
 		case <-s.closed:
-			timer.Stop()
+			s.pollDone(timer)
 			w.WriteHeader(http.StatusNoContent)
 			return
 		case <-r.Context().Done():
-			timer.Stop()
+			s.pollDone(timer)
 			return
 		}
-		timer.Stop()
+		s.pollDone(timer)
 	}
+}
+
+// pollDone ends one wait of a held poll.
+func (s *Server) pollDone(timer interface{ Stop() bool }) {
+	timer.Stop()
+	s.mu.Lock()
+	s.stats.PollsWaiting--
+	s.mu.Unlock()
 }
 
 // leasesLocked hands out what a poll gets now: duplicates owed to the
