@@ -96,15 +96,8 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 			if nondeterministic(fn) {
 				ok = false
 			}
-			if fn != "object.get" || len(call) != 4 || handled[call[1]] {
-				return false
-			}
-			base, isInput := groundInputPrefix(call[1])
-			if !isInput || len(base) != len(call[1].Value.(ast.Ref))-1 {
-				return false
-			}
-			if key, constant := constantPath(call[2]); constant {
-				add(append(slices.Clone(base), key...))
+			if base, path, isGet := objectGetOfInput(call); isGet && !handled[call[1]] {
+				add(path)
 				if e := existsRead(base); e != nil {
 					add(e)
 				}
@@ -281,19 +274,15 @@ func inputAliases(modules map[string]*ast.Module) []inputAlias {
 				continue
 			}
 			call, isCall := r.Head.Value.Value.(ast.Call)
-			if !isCall || len(call) != 4 || call[0].Value.String() != "object.get" || !ast.IsConstant(call[3].Value) {
+			if !isCall || len(call) != 4 || !ast.IsConstant(call[3].Value) {
 				continue
 			}
-			base, isInput := groundInputPrefix(call[1])
-			if !isInput || len(base) != len(call[1].Value.(ast.Ref))-1 {
-				continue
-			}
-			key, constant := constantPath(call[2])
-			if !constant {
+			base, path, isGet := objectGetOfInput(call)
+			if !isGet {
 				continue
 			}
 			a := inputAlias{
-				module: file, def: r, pkg: m.Package.Path, name: name, full: full, paths: [][]string{append(slices.Clone(base), key...)},
+				module: file, def: r, pkg: m.Package.Path, name: name, full: full, paths: [][]string{path},
 				byKey: call[3].Value.Compare(ast.NewObject()) == 0,
 			}
 			if len(base) > 0 {
@@ -332,6 +321,7 @@ func aliasReads(m *ast.Module, a inputAlias, add func([]string), done map[*ast.T
 			add(append(slices.Clone(p), keys...))
 		}
 	}
+	full := constantKeys(a.full[1:]) // the alias's path below data
 	handled := map[*ast.Term]bool{}
 	visit := func(t *ast.Term) bool {
 		if handled[t] || done[t] {
@@ -367,7 +357,6 @@ func aliasReads(m *ast.Module, a inputAlias, add func([]string), done map[*ast.T
 			default:
 				keys = append(relative(m, head), constantKeys(v[1:])...)
 			}
-			full := constantKeys(a.full[1:])
 			n := min(len(keys), len(full))
 			if !slices.Equal(keys[:n], full[:n]) {
 				return false
@@ -382,7 +371,6 @@ func aliasReads(m *ast.Module, a inputAlias, add func([]string), done map[*ast.T
 		case ast.Var:
 			// The alias by name, or a rule of the module's package above
 			// it (x for data.<package>.x.<name>) whole.
-			full := constantKeys(a.full[1:])
 			if r := relative(m, v); isAlias(t) || len(r) < len(full) && slices.Equal(r, full[:len(r)]) {
 				addAll(nil)
 			}
@@ -433,6 +421,29 @@ func nondeterministic(fn string) bool {
 var clockBuiltins = []string{
 	ast.CryptoX509ParseAndVerifyCertificates.Name,
 	ast.CryptoX509ParseAndVerifyCertificatesWithOptions.Name,
+}
+
+// inputPath is the path of t if it is a reference into the input of
+// constant keys only.
+func inputPath(t *ast.Term) ([]string, bool) {
+	ref, isRef := t.Value.(ast.Ref)
+	p, isInput := groundInputPrefix(t)
+	return p, isRef && isInput && len(p) == len(ref)-1
+}
+
+// objectGetOfInput reads call as object.get(<input path>, <constant key or
+// path>, default): the path of the object it reads from (base), and of the
+// value it reads (path).
+func objectGetOfInput(call ast.Call) (base, path []string, ok bool) {
+	if len(call) != 4 || call[0].Value.String() != "object.get" {
+		return nil, nil, false
+	}
+	base, isInput := inputPath(call[1])
+	keys, constant := constantPath(call[2])
+	if !isInput || !constant {
+		return nil, nil, false
+	}
+	return base, append(slices.Clone(base), keys...), true
 }
 
 // groundInputPrefix returns, for a reference rooted at input, its longest
@@ -486,7 +497,7 @@ type projectionNode struct {
 	exists   bool            // whether the value is there (existsKey)
 	count    bool            // the number of elements (countKey)
 	elem     *projectionNode // what of each element (elementKey)
-	keys     []string        // the fields below, sorted
+	keys     []string        // the fields below, in the order the paths were found (a key is only compared within its Set)
 	children []*projectionNode
 	index    map[string]int // keys[i] -> i
 }
@@ -527,34 +538,11 @@ func newProjection(paths [][]string) *projection {
 			}
 		}
 	}
-	p.root.sort()
 	return p
 }
 
-// sort puts the fields of n and below in order, so that the key does not
-// depend on the order the paths were found in.
-func (n *projectionNode) sort() {
-	order := make([]int, len(n.keys))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(n.keys[a], n.keys[b]) })
-	keys, children := make([]string, len(order)), make([]*projectionNode, len(order))
-	for i, j := range order {
-		keys[i], children[i] = n.keys[j], n.children[j]
-		n.index[keys[i]] = i
-	}
-	n.keys, n.children = keys, children
-	for _, c := range n.children {
-		c.sort()
-	}
-	if n.elem != nil {
-		n.elem.sort()
-	}
-}
-
 // field is the index of key among n's fields, or -1: a scan of the
-// sorted keys when they are few (most nodes read one to eight), cheaper
+// keys when they are few (most nodes read one to eight), cheaper
 // than hashing the key for the map.
 func (n *projectionNode) field(key string) int {
 	if len(n.keys) > 8 {

@@ -111,11 +111,25 @@ func elementReads(m *ast.Module, r *ast.Rule, aliases []inputAlias, handled map[
 		return
 	}
 	addEach := func(v ast.Var, keys []string) {
-		for _, p := range elems[v] {
-			add(append(slices.Clone(p), keys...))
+		for _, p := range under(elems[v], keys) {
+			add(p)
 		}
 	}
 	read := map[*ast.Term]bool{} // an element variable's occurrence read by field
+	// viaGet reads object.get(v, <constant key or path>, default), its
+	// arguments given, unless the call is a list bound in turn.
+	viaGet := func(args []*ast.Term, collection bool) {
+		v, isVar := args[0].Value.(ast.Var)
+		if !isVar || elems[v] == nil {
+			return
+		}
+		if keys, constant := constantPath(args[1]); constant {
+			read[args[0]] = true
+			if !collection {
+				addEach(v, keys)
+			}
+		}
+	}
 	walkTerms(r, func(t *ast.Term) bool {
 		switch x := t.Value.(type) {
 		case ast.Ref:
@@ -130,18 +144,8 @@ func elementReads(m *ast.Module, r *ast.Rule, aliases []inputAlias, handled map[
 				}
 			}
 		case ast.Call:
-			if len(x) != 4 || x[0].Value.String() != "object.get" {
-				return false
-			}
-			v, isVar := x[1].Value.(ast.Var)
-			if !isVar || elems[v] == nil {
-				return false
-			}
-			if keys, constant := constantPath(x[2]); constant {
-				read[x[1]] = true
-				if !collections[t] {
-					addEach(v, keys)
-				}
+			if len(x) == 4 && x[0].Value.String() == "object.get" {
+				viaGet(x[1:], collections[t])
 			}
 		}
 		return false
@@ -149,15 +153,8 @@ func elementReads(m *ast.Module, r *ast.Rule, aliases []inputAlias, handled map[
 	// object.get as a statement (its terms the expression's, not a call
 	// term): object.get(v, <constant key or path>, default[, out]).
 	walkExprs(r, func(e *ast.Expr) bool {
-		terms, isCall := e.Terms.([]*ast.Term)
-		if !isCall || len(terms) < 4 || terms[0].Value.String() != "object.get" {
-			return false
-		}
-		if v, isVar := terms[1].Value.(ast.Var); isVar && elems[v] != nil {
-			if keys, constant := constantPath(terms[2]); constant {
-				read[terms[1]] = true
-				addEach(v, keys)
-			}
+		if terms, isCall := e.Terms.([]*ast.Term); isCall && len(terms) >= 4 && terms[0].Value.String() == "object.get" {
+			viaGet(terms[1:], false)
 		}
 		return false
 	})
@@ -180,13 +177,9 @@ func listPaths(m *ast.Module, t *ast.Term, aliases []inputAlias, elems map[ast.V
 			if len(keys) == 0 || len(keys) != len(x)-1 {
 				return nil, false
 			}
-			var out [][]string
-			for _, p := range elems[v] {
-				out = append(out, append(slices.Clone(p), keys...))
-			}
-			return out, true
+			return under(elems[v], keys), true
 		}
-		if p, isInput := groundInputPrefix(t); isInput && len(p) == len(x)-1 && len(p) > 0 {
+		if p, isInput := inputPath(t); isInput && len(p) > 0 {
 			handled[t] = true
 			return [][]string{p}, true
 		}
@@ -208,18 +201,14 @@ func listPaths(m *ast.Module, t *ast.Term, aliases []inputAlias, elems map[ast.V
 			return nil, false
 		}
 		if v, isVar := x[1].Value.(ast.Var); isVar && elems[v] != nil {
-			var out [][]string
-			for _, p := range elems[v] {
-				out = append(out, append(slices.Clone(p), keys...))
-			}
-			return out, true
+			return under(elems[v], keys), true
 		}
-		if base, isInput := groundInputPrefix(x[1]); isInput && len(base) == len(x[1].Value.(ast.Ref))-1 {
+		if base, path, isGet := objectGetOfInput(x); isGet {
 			handled[x[1]] = true
 			if e := existsRead(base); e != nil {
 				add(e)
 			}
-			return [][]string{append(slices.Clone(base), keys...)}, true
+			return [][]string{path}, true
 		}
 	}
 	return nil, false
@@ -313,7 +302,7 @@ func listAliases(modules map[string]*ast.Module, defs map[string]int, found []in
 func aliasListPaths(m *ast.Module, t *ast.Term, aliases []inputAlias) (paths, bases [][]string, ok bool) {
 	switch x := t.Value.(type) {
 	case ast.Ref:
-		if p, isInput := groundInputPrefix(t); isInput && len(p) == len(x)-1 && len(p) > 0 {
+		if p, isInput := inputPath(t); isInput && len(p) > 0 {
 			return [][]string{p}, nil, true
 		}
 	case ast.Var:
@@ -321,19 +310,25 @@ func aliasListPaths(m *ast.Module, t *ast.Term, aliases []inputAlias) (paths, ba
 			return a.paths, a.bases, true
 		}
 	case ast.Call:
-		if len(x) != 4 || x[0].Value.String() != "object.get" || !ast.IsConstant(x[3].Value) {
+		base, path, isGet := objectGetOfInput(x)
+		if !isGet || len(path) == len(base) || !ast.IsConstant(x[3].Value) {
 			return nil, nil, false
 		}
-		base, isInput := groundInputPrefix(x[1])
-		keys, constant := constantPath(x[2])
-		if isInput && constant && len(keys) > 0 && len(base) == len(x[1].Value.(ast.Ref))-1 {
-			if len(base) > 0 {
-				bases = [][]string{base}
-			}
-			return [][]string{append(slices.Clone(base), keys...)}, bases, true
+		if len(base) > 0 {
+			bases = [][]string{base}
 		}
+		return [][]string{path}, bases, true
 	}
 	return nil, nil, false
+}
+
+// under is each of paths extended by keys.
+func under(paths [][]string, keys []string) [][]string {
+	out := make([][]string, 0, len(paths))
+	for _, p := range paths {
+		out = append(out, append(slices.Clone(p), keys...))
+	}
+	return out
 }
 
 // appendPath appends p to paths unless it is there already.
