@@ -439,11 +439,7 @@ func startRunwarden(b *testing.B) string {
 	h := rwadmission.New(rwadmission.Options{
 		Policies: staticSet{set}, Reader: sharedReader{ns: ns, sa: sa}, Jobs: sharedReader{ns: ns, sa: sa}, Config: cfg, Mutate: true,
 	})
-	srv := httptest.NewUnstartedServer(rwadmission.Serve(h, 0, make(chan struct{})))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	b.Cleanup(srv.Close)
-	return srv.URL + MutatePath
+	return serveTLS(b, rwadmission.Serve(h, 0, make(chan struct{})))
 }
 
 // sharedReader hands out its objects without copies, as the webhook's
@@ -490,7 +486,7 @@ func startDecodeOnly(b *testing.B, patch []byte) string {
 		Request *podRequest `json:"request"`
 	}
 	pt := admissionv1.PatchTypeJSONPatch
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return serveTLS(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		var ar podReview
 		if err == nil {
@@ -506,10 +502,6 @@ func startDecodeOnly(b *testing.B, patch []byte) string {
 			Response: &admissionv1.AdmissionResponse{UID: ar.Request.UID, Allowed: true, PatchType: &pt, Patch: patch},
 		})
 	}))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	b.Cleanup(srv.Close)
-	return srv.URL + MutatePath
 }
 
 func startEmpty(b *testing.B) string {
@@ -518,11 +510,18 @@ func startEmpty(b *testing.B) string {
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Response: &admissionv1.AdmissionResponse{UID: "1", Allowed: true},
 	})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return serveTLS(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(resp)
 	}))
+}
+
+// serveTLS serves h over TLS (HTTP/2) on loopback for the benchmark, at
+// the mutating webhook's path.
+func serveTLS(b *testing.B, h http.Handler) string {
+	b.Helper()
+	srv := httptest.NewUnstartedServer(h)
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	b.Cleanup(srv.Close)

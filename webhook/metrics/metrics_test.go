@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/runwarden/runwarden/webhook/policy"
 )
@@ -161,23 +162,13 @@ func TestCertificateExpiry(t *testing.T) {
 
 func TestDecisionsBySource(t *testing.T) {
 	t.Parallel()
-	reg := prometheus.NewRegistry()
-	r := New(reg)
+	r := New(prometheus.NewRegistry())
 	r.Decision(policy.FromEvaluation)
 	r.Decision(policy.FromCache)
 	r.Decision(policy.FromCache)
 	got := map[string]float64{}
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "runwarden_webhook_policy_decisions_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
-		}
+	for _, source := range []policy.Source{policy.FromCache, policy.FromEvaluation} {
+		got[string(source)] = testutil.ToFloat64(r.decisions.WithLabelValues(string(source)))
 	}
 	if want := map[string]float64{"cache": 2, "evaluation": 1}; !maps.Equal(got, want) {
 		t.Errorf("decisions by source: %v, want %v", got, want)

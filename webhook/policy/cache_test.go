@@ -135,18 +135,25 @@ func TestCachedDecisionsEqualFreshOnes(t *testing.T) {
 		if i%5 == 0 {
 			in.Config = map[string]any{"mode": "audit", "shape": map[string]any{"allowedRegistries": []any{"other"}}}
 		}
-		cached, err := s.Eval(t.Context(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fresh, err := s.EvalUncached(t.Context(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(fresh, cached); diff != "" {
+		if diff := cachedVsFresh(t, s, in); diff != "" {
 			t.Fatalf("input %d: cached decision differs from a fresh one (-fresh +cached):\n%s", i, diff)
 		}
 	}
+}
+
+// cachedVsFresh decides on in through the cache and afresh, and returns
+// how the two decisions differ (-fresh +cached), "" when they do not.
+func cachedVsFresh(t *testing.T, s *Set, in *Input) string {
+	t.Helper()
+	cached, err := s.Eval(t.Context(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := s.EvalUncached(t.Context(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmp.Diff(fresh, cached)
 }
 
 func TestProjectionKeySeesWhatThePoliciesRead(t *testing.T) {

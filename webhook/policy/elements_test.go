@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -380,15 +379,7 @@ func TestCachedDecisionsEqualFreshOnesPerTask(t *testing.T) {
 		if seen {
 			hits++
 		}
-		cached, err := s.Eval(context.Background(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fresh, err := s.EvalUncached(context.Background(), in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(fresh, cached); diff != "" {
+		if diff := cachedVsFresh(t, s, in); diff != "" {
 			t.Fatalf("%s (cache hit: %v): the cached decision differs from a fresh one (-fresh +cached):\n%s", what, seen, diff)
 		}
 	}
@@ -657,15 +648,7 @@ w contains "evil" if {
 			if _, err := s.Eval(t.Context(), a); err != nil {
 				t.Fatal(err)
 			}
-			cached, err := s.Eval(t.Context(), b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fresh, err := s.EvalUncached(t.Context(), b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(fresh, cached); diff != "" {
+			if diff := cachedVsFresh(t, s, b); diff != "" {
 				t.Errorf("B's decision came from A's (cache on: %v, reads %v) (-fresh +cached):\n%s", s.Cached, s.reads, diff)
 			}
 		})
