@@ -88,7 +88,7 @@ func BenchmarkWebhookLoad(b *testing.B) {
 		{"runwarden", func(b *testing.B) (string, []byte) { return startRunwarden(b), review }, standard},
 		// At 100/s too: the rate at which a busy dispatcher makes runner
 		// pods.
-		{"runwarden-per-task", func(b *testing.B) (string, []byte) { return startRunwarden(b), perTask }, []string{"rate=100", "rate=1000", "saturation"}},
+		{"runwarden-per-task", func(b *testing.B) (string, []byte) { return startRunwarden(b), perTask }, []string{"rate=100", "rate=1000", "rate=3000", "saturation"}},
 		{"decode-only", func(b *testing.B) (string, []byte) { return startDecodeOnly(b, patch), review }, standard},
 		{"opa-server", func(b *testing.B) (string, []byte) { return startOPA(b), input }, standard},
 		{"empty", func(b *testing.B) (string, []byte) { return startEmpty(b), review }, standard},
@@ -175,8 +175,10 @@ func runGenerator(b *testing.B, url string, body []byte, mode string, d time.Dur
 		b.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// The generator collects at GOGC=400 whatever the servers' GOGC (this
+	// process's), so a run that changes the servers' changes theirs alone.
 	cmd.Env = append(os.Environ(), "RUNWARDEN_LOADGEN="+mode, "RUNWARDEN_LOADGEN_URL="+url,
-		"RUNWARDEN_LOADGEN_BODY="+bodyFile, "RUNWARDEN_LOADGEN_DURATION="+d.String())
+		"RUNWARDEN_LOADGEN_BODY="+bodyFile, "RUNWARDEN_LOADGEN_DURATION="+d.String(), "GOGC=400")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
