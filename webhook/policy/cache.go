@@ -80,9 +80,17 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 			}
 			// A function or built-in replaced with `with` (object.get as
 			// f) changes what the reads found in the syntax mean.
+			// A function mocked with a non-deterministic built-in (with
+			// data.p.f as uuid.rfc4122) calls it where no call of it shows.
 			for _, w := range e.With {
 				if ref, isRef := w.Target.Value.(ast.Ref); !isRef || !ref[0].Equal(ast.InputRootDocument) && !ref[0].Equal(ast.DefaultRootDocument) {
 					ok = false
+				}
+				switch w.Value.Value.(type) {
+				case ast.Ref, ast.Var:
+					if nondeterministic(w.Value.Value.String()) {
+						ok = false
+					}
 				}
 			}
 			return false
@@ -394,17 +402,26 @@ func relative(m *ast.Module, name ast.Var) []string {
 }
 
 // constantKeys is the longest prefix of string keys of a reference's
-// elements.
+// elements, up to a key that is one of the read paths' markers.
 func constantKeys(elems []*ast.Term) []string {
 	var keys []string
 	for _, k := range elems {
 		s, isString := k.Value.(ast.String)
-		if !isString {
+		if !isString || marker(string(s)) {
 			break
 		}
 		keys = append(keys, string(s))
 	}
 	return keys
+}
+
+// marker reports whether a key the policies name is spelled as one of the
+// markers a read path holds (elementKey, countKey, existsKey). Such a key
+// ends a path's constant prefix, so the value it is read from is read
+// whole: taken as a key, input.config["?"] would read only whether
+// input.config is there.
+func marker(key string) bool {
+	return key == elementKey || key == countKey || key == existsKey
 }
 
 // nondeterministic reports whether OPA marks the named builtin as
@@ -453,27 +470,20 @@ func groundInputPrefix(t *ast.Term) ([]string, bool) {
 	if !isRef || len(ref) == 0 || !ref[0].Equal(ast.InputRootDocument) {
 		return nil, false
 	}
-	var p []string
-	for _, k := range ref[1:] {
-		s, isString := k.Value.(ast.String)
-		if !isString {
-			break
-		}
-		p = append(p, string(s))
-	}
-	return p, true
+	return constantKeys(ref[1:]), true
 }
 
-// constantPath reads a constant object.get key: a string or an array of strings.
+// constantPath reads a constant object.get key: a string or an array of
+// strings, none of them a marker (which the caller reads as a dynamic key).
 func constantPath(t *ast.Term) ([]string, bool) {
 	switch v := t.Value.(type) {
 	case ast.String:
-		return []string{string(v)}, true
+		return []string{string(v)}, !marker(string(v))
 	case *ast.Array:
 		var p []string
 		for i := range v.Len() {
 			s, isString := v.Elem(i).Value.(ast.String)
-			if !isString {
+			if !isString || marker(string(s)) {
 				return nil, false
 			}
 			p = append(p, string(s))

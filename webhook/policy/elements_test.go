@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -626,6 +627,35 @@ w contains "evil" if {
 			b: func(in *Input) { in.Pod.Spec.HostNetwork = true },
 		},
 	}
+	// Keys spelled as the read paths' markers (elementKey, countKey,
+	// existsKey), in every form a key reaches a path: a reference into the
+	// input, an alias's key, object.get's key and path, an element's field.
+	for _, m := range []string{existsKey, countKey, elementKey} {
+		key := strconv.Quote(m)
+		config := func(v string) func(*Input) {
+			return func(in *Input) { in.Config = map[string]any{m: v, "rules": []any{map[string]any{m: v}}} }
+		}
+		for _, form := range []struct{ name, src string }{
+			{"a reference", `w contains "evil" if input.config[` + key + `] == "evil"`},
+			{"a label", `w contains "evil" if input.pod.metadata.labels[` + key + `] == "evil"`},
+			{"an alias's key", "lb := object.get(input, [\"pod\", \"metadata\", \"labels\"], {})\n\nw contains \"evil\" if lb[" + key + `] == "evil"`},
+			{"object.get's key", `w contains "evil" if object.get(input.config, ` + key + `, "") == "evil"`},
+			{"object.get's path", `w contains "evil" if object.get(input, ["config", ` + key + `], "") == "evil"`},
+			{"an element's field", "w contains \"evil\" if {\n\tsome r in input.config.rules\n\tr[" + key + `] == "evil"` + "\n}"},
+			{"an element's field by object.get", "w contains \"evil\" if {\n\tsome r in input.config.rules\n\tobject.get(r, " + key + `, "") == "evil"` + "\n}"},
+		} {
+			tests = append(tests, struct {
+				name    string
+				modules map[string]string
+				a, b    func(*Input)
+			}{
+				name:    fmt.Sprintf("the key %s in %s", key, form.name),
+				modules: map[string]string{"p.rego": "package runwarden\n\n" + form.src + "\n"},
+				a:       func(in *Input) { config("good")(in); labels(m, "good")(in) },
+				b:       func(in *Input) { config("evil")(in); labels(m, "evil")(in) },
+			})
+		}
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -662,8 +692,14 @@ func TestCacheIsOffForClockBuiltins(t *testing.T) {
 	for _, call := range []string{
 		`crypto.x509.parse_and_verify_certificates(input.config.chain)`,
 		`crypto.x509.parse_and_verify_certificates_with_options(input.config.chain, {})`,
+		// A function mocked with one, or with a built-in OPA marks
+		// non-deterministic: no call of it shows in the syntax.
+		`v1(input.config.chain) with data.runwarden.admission.v1 as crypto.x509.parse_and_verify_certificates`,
+		`v2(input.config.token, {"secret": "s"}) with data.runwarden.admission.v2 as io.jwt.decode_verify`,
+		`v1(input.config.token) with data.runwarden.admission.v1 as uuid.rfc4122`,
+		`v2(input.config.n, 10) with data.runwarden.admission.v2 as rand.intn`,
 	} {
-		fsys := fstest.MapFS{"p.rego": {Data: []byte("package runwarden.admission\n\nchain := " + call + "\n\ndecision := {\"deny\": [], \"warnings\": [json.marshal(chain)], \"mutations\": {}}\n")}}
+		fsys := fstest.MapFS{"p.rego": {Data: []byte("package runwarden.admission\n\nv1(_) := 0\n\nv2(_, _) := 0\n\nchain := x if {\n\tx := " + call + "\n}\n\ndecision := {\"deny\": [], \"warnings\": [json.marshal(chain)], \"mutations\": {}}\n")}}
 		s, err := Load(t.Context(), fsys, "clock", Options{})
 		if err != nil {
 			t.Fatal(err)
