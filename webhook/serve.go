@@ -101,7 +101,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&c.policyTimeout, "policy-timeout", policy.DefaultTimeout, "deadline of each policy decision, the probe decision of a set being loaded included (each of its tests has 30s); keep it below the webhook configurations' timeoutSeconds (5 s in the chart)")
 	fs.StringVar(&c.pod.name, "pod-name", "", "this webhook's pod, which a refused policy reload is reported on as a Warning Event (the chart sets it from the downward API; empty: no Event, the log and metrics only)")
 	fs.StringVar(&c.pod.namespace, "pod-namespace", "", "namespace of --pod-name")
-	fs.StringVar(&c.pod.uid, "pod-uid", "", "UID of --pod-name, so `kubectl describe pod` lists the Events")
+	fs.StringVar(&c.pod.uid, "pod-uid", "", "UID of --pod-name, so that kubectl describe pod lists the Events")
 	fs.StringVar(&c.configFile, "config", "", "platform configuration file (YAML) handed to the policies as input.config")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
