@@ -81,12 +81,15 @@ type Result struct {
 	Denial string
 	// Rules are the policy rules that denied the pod, if the policies did.
 	Rules []string
-	// Warnings are the policies' warnings.
+	// Warnings are the policies' warnings. Like Decision, they may be
+	// shared with the decision cache (and with other pods' Results): read
+	// them, never modify them in place.
 	Warnings []string
 	// Evaluated tells whether the policies were evaluated: Decision is
 	// theirs.
 	Evaluated bool
-	// Decision is the policies' decision, when Evaluated.
+	// Decision is the policies' decision, when Evaluated; its slices and
+	// maps may be the decision cache's (policy.Set.Eval).
 	Decision policy.Decision
 	// Runner tells whether the pod was admitted as an earned runner pod.
 	Runner bool

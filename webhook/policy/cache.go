@@ -2,10 +2,12 @@ package policy
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -652,7 +654,7 @@ func (n *projectionNode) appendTo(b []byte, r gjson.Result) []byte {
 	switch {
 	case r.IsObject():
 		r.ForEach(func(k, v gjson.Result) bool {
-			if i := n.field(k.Str); i >= 0 {
+			if i := n.field(objectKey(k)); i >= 0 {
 				vals[i] = v // the last of duplicate keys, as OPA decodes the input
 			}
 			return true
@@ -666,6 +668,23 @@ func (n *projectionNode) appendTo(b []byte, r gjson.Result) []byte {
 		b = append(c.appendTo(b, vals[i]), 0xfb)
 	}
 	return b
+}
+
+// objectKey is an object's key as OPA reads it: decoded by encoding/json,
+// which makes each invalid UTF-8 byte and each lone surrogate escape
+// U+FFFD, where gjson keeps the bytes or reads two escapes as one. Keys
+// in plain ASCII without escapes, nearly all, are the same either way.
+func objectKey(k gjson.Result) string {
+	for i := range len(k.Raw) {
+		if c := k.Raw[i]; c == '\\' || c >= utf8.RuneSelf {
+			var s string
+			if json.Unmarshal([]byte(k.Raw), &s) == nil {
+				return s
+			}
+			break
+		}
+	}
+	return k.Str
 }
 
 // decisionCache is a bounded map from input projections to decisions.

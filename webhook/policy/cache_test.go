@@ -327,3 +327,61 @@ func readsOf(t *testing.T, modules map[string]string, head string, counts bool) 
 	slices.Sort(got)
 	return got
 }
+
+// TestCacheReadsKeysAsOPADecodesThem: the key finds an object's fields by
+// the names OPA decodes (encoding/json), for input bytes encoding/json
+// would not write itself (a raw value in the configuration, a managed
+// field's raw JSON): an invalid UTF-8 byte and a lone surrogate escape
+// are U+FFFD to OPA.
+func TestCacheReadsKeysAsOPADecodesThem(t *testing.T) {
+	t.Parallel()
+	fsys := fstest.MapFS{"p.rego": {Data: []byte(`package runwarden.admission
+
+default v := "undefined"
+
+v := json.marshal(input.config.o["\ufffdA"])
+
+default w := "undefined"
+
+w := json.marshal(input.config.p["\ufffd"])
+
+decision := {"deny": [], "warnings": [v, w], "mutations": {}}
+`)}}
+	s, err := Load(t.Context(), fsys, "keys", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Cached {
+		t.Fatal("the cache is off")
+	}
+	for _, tt := range []struct{ name, a, b string }{
+		{"a lone surrogate escape", `{"o": {}}`, `{"o": {"\ud800\u0041": "evil"}}`},
+		{"an invalid UTF-8 byte", `{"p": {}}`, "{\"p\": {\"\xff\": \"evil\"}}"},
+		{"an invalid UTF-8 byte beside U+FFFD", `{"p": {"\ufffd": "good"}}`, "{\"p\": {\"\\ufffd\": \"good\", \"\xff\": \"evil\"}}"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			config := func(raw string) *Input {
+				in := runnerInput()
+				var top map[string]json.RawMessage
+				if err := json.Unmarshal([]byte(raw), &top); err != nil {
+					t.Fatal(err)
+				}
+				in.Config = map[string]any{}
+				for k, v := range top {
+					in.Config[k] = v
+				}
+				return in
+			}
+			s, err := Load(t.Context(), fsys, "keys", Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Eval(t.Context(), config(tt.a)); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cachedVsFresh(t, s, config(tt.b)); diff != "" {
+				t.Errorf("B's decision came from A's (-fresh +cached):\n%s", diff)
+			}
+		})
+	}
+}
