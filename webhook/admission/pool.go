@@ -63,7 +63,7 @@ func (p *pool) handle(q *pooled) {
 
 func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+		body, err := readAll(io.LimitReader(r.Body, maxBody), r.ContentLength)
 		if err != nil {
 			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
 			return
@@ -81,6 +81,36 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	<-q.done
 	if q.panic != nil {
 		panic(q.panic)
+	}
+}
+
+// maxPresized bounds the buffer readAll makes from a request's
+// Content-Length before any of the body has arrived, so that a client
+// claiming a large body it never sends holds no more than this.
+const maxPresized = 64 << 10
+
+// readAll is io.ReadAll(r) into a buffer of the size the request claims
+// (size, its Content-Length; up to maxPresized), which an AdmissionReview
+// fills in one allocation where io.ReadAll's doubling makes several. A
+// body longer than claimed still reads whole (the limit is r's).
+func readAll(r io.Reader, size int64) ([]byte, error) {
+	if size <= 0 || size > maxPresized {
+		return io.ReadAll(r)
+	}
+	// One byte more than claimed, so that reading to EOF needs no room.
+	b := make([]byte, 0, size+1)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
 	}
 }
 

@@ -2,11 +2,14 @@ package admission
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -128,5 +131,46 @@ func TestPooledNoticesGoneHTTP1Clients(t *testing.T) {
 	defer mu.Unlock()
 	if ran != 1 {
 		t.Errorf("the handler ran %d times, want 1 (the request whose client left must not run)", ran)
+	}
+}
+
+// TestReadAllReadsTheBodyWhateverItClaims: the claimed size only sizes
+// the first buffer; the bytes read are the body's, shorter, longer or
+// without a claim, and the limit still cuts.
+func TestReadAllReadsTheBodyWhateverItClaims(t *testing.T) {
+	t.Parallel()
+	body := strings.Repeat("0123456789", 700) // 7,000 bytes
+	for _, tt := range []struct {
+		name  string
+		in    string
+		claim int64
+		limit int64
+		want  string
+	}{
+		{"as claimed", body, 7000, maxBody, body},
+		{"no claim", body, -1, maxBody, body},
+		{"shorter than claimed", body, 9000, maxBody, body},
+		{"longer than claimed", body, 10, maxBody, body},
+		{"a claim past the presized bound", body, maxPresized + 1, maxBody, body},
+		{"cut by the limit", body, 7000, 100, body[:100]},
+		{"empty", "", 0, maxBody, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// One byte per read, so the buffer fills and grows as a slow
+			// client's would.
+			got, err := readAll(io.LimitReader(iotest.OneByteReader(strings.NewReader(tt.in)), tt.limit), tt.claim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("read %d bytes, want %d", len(got), len(tt.want))
+			}
+			if tt.claim > 0 && tt.claim <= maxPresized && int64(len(tt.want)) == tt.claim && cap(got) != int(tt.claim)+1 {
+				t.Errorf("a body of the claimed size grew the buffer to %d", cap(got))
+			}
+		})
+	}
+	if _, err := readAll(iotest.ErrReader(errors.New("reset")), 100); err == nil || err.Error() != "reset" {
+		t.Errorf("a failed read gave %v", err)
 	}
 }

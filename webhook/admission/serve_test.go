@@ -3,8 +3,11 @@ package admission
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -49,6 +52,27 @@ func TestEncodePatchIsJSONMarshal(t *testing.T) {
 				t.Errorf("encodePatch:\n%s\njson.Marshal:\n%s", got, want)
 			}
 		})
+	}
+	// Each patch is its own: encoding others, concurrently too, in the
+	// buffers it was encoded in, leaves it as it was.
+	first, err := encodePatch(shaped.Patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := string(first)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 50 {
+				if _, err := encodePatch([]jsonpatch.Operation{{Operation: "add", Path: fmt.Sprintf("/x%d/%d", i, j), Value: strings.Repeat("y", j*100)}}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if string(first) != want {
+		t.Errorf("a patch changed as others were encoded:\n%s", first)
 	}
 }
 
