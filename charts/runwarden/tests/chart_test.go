@@ -173,6 +173,12 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "poll wait under a second", args: []string{"--set", "dispatcher.orchestrator.pollWait=500ms"}, want: "/dispatcher/orchestrator/pollWait"},
 		{name: "credential set name unfit for a volume", args: []string{"--set-json", `webhook.platform.credentialSets=[{"name":"github_app","secretName":"gh"}]`}, want: "/webhook/platform/credentialSets/0/name"},
 		{name: "digest that is a tag", args: []string{"--set", "images.digests.webhook=latest"}, want: "/images/digests/webhook"},
+		// The chart's own variables carry the downward API the webhook's
+		// Events and the dispatcher's identity need.
+		{name: "extra env naming the chart's own", args: []string{"--set-json", `webhook.extraEnv=[{"name":"POD_UID","value":"x"}]`}, want: "/webhook/extraEnv/0/name"},
+		{name: "extra env without a name", args: []string{"--set-json", `dispatcher.extraEnv=[{"value":"x"}]`}, want: "/dispatcher/extraEnv/0"},
+		{name: "extra env with a number", args: []string{"--set-json", `webhook.extraEnv=[{"name":"GOGC","value":1000}]`}, want: "/webhook/extraEnv/0/value"},
+		{name: "extra env with a misspelt key", args: []string{"--set-json", `webhook.extraEnv=[{"name":"GOGC","valu":"1000"}]`}, want: "/webhook/extraEnv/0"},
 		{name: "dev mode CA bundle in PEM", args: []string{"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods",
 			"--set-json", `webhook.devMode.caBundle="-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n"`}, want: "/webhook/devMode/caBundle"},
 		{name: "state volume one pod at a time", args: []string{"--set", "runner.stateVolume.enabled=true", "--set", "runner.stateVolume.accessMode=ReadWriteOncePod"}, want: "runner.stateVolume.accessMode ReadWriteOncePod"},
@@ -440,6 +446,45 @@ func TestWebhookPolicyTimeoutAndPod(t *testing.T) {
 		if diff := cmp.Diff(map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid"}, fields); diff != "" {
 			t.Errorf("the webhook's downward API env (-want +got):\n%s", diff)
 		}
+	}
+}
+
+// TestExtraEnv: a component's extraEnv comes after the chart's own
+// variables in its container, as given; none by default.
+func TestExtraEnv(t *testing.T) {
+	t.Parallel()
+	h := helm(t, "helm3")
+	envOf := func(out map[string]string, name string) []corev1.EnvVar {
+		var d appsv1.Deployment
+		decode(t, out, "Deployment/rw-runwarden-"+name, &d)
+		return d.Spec.Template.Spec.Containers[0].Env
+	}
+	names := func(env []corev1.EnvVar) []string {
+		var n []string
+		for _, e := range env {
+			n = append(n, e.Name)
+		}
+		return n
+	}
+	plain := render(t, h)
+	if diff := cmp.Diff([]string{"POD_NAME", "POD_NAMESPACE", "POD_UID"}, names(envOf(plain, "webhook"))); diff != "" {
+		t.Errorf("the webhook's default env (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"POD_NAME"}, names(envOf(plain, "dispatcher"))); diff != "" {
+		t.Errorf("the dispatcher's default env (-want +got):\n%s", diff)
+	}
+	out := render(t, h, "--set-json", `webhook.extraEnv=[{"name":"GOGC","value":"1000"},{"name":"NODE","valueFrom":{"fieldRef":{"fieldPath":"spec.nodeName"}}}]`,
+		"--set-json", `dispatcher.extraEnv=[{"name":"GOMEMLIMIT","value":"200MiB"}]`)
+	webhook := envOf(out, "webhook")
+	if diff := cmp.Diff([]string{"POD_NAME", "POD_NAMESPACE", "POD_UID", "GOGC", "NODE"}, names(webhook)); diff != "" {
+		t.Errorf("the webhook's env (-want +got):\n%s", diff)
+	}
+	if webhook[3].Value != "1000" || webhook[4].ValueFrom == nil || webhook[4].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("the webhook's extra env: %+v", webhook[3:])
+	}
+	dispatcher := envOf(out, "dispatcher")
+	if diff := cmp.Diff([]corev1.EnvVar{{Name: "GOMEMLIMIT", Value: "200MiB"}}, dispatcher[1:]); diff != "" {
+		t.Errorf("the dispatcher's extra env (-want +got):\n%s", diff)
 	}
 }
 
