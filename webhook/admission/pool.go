@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"time"
 )
 
 // maxBody is the most of a request body Pooled reads ahead: more than
@@ -25,10 +26,19 @@ const maxBody = 8 << 20
 // A panic in next is raised again on the server's goroutine, which handles
 // it as for any handler.
 func Pooled(next http.Handler, workers int) http.Handler {
+	return pooledWith(next, workers, maxBodyRead)
+}
+
+// maxBodyRead bounds how long reading a body may take: the longest an API
+// server waits for a webhook (timeoutSeconds is at most 30). A client that
+// claims a body and sends it slowly, or never, holds its buffer no longer.
+const maxBodyRead = 30 * time.Second
+
+func pooledWith(next http.Handler, workers int, bodyRead time.Duration) http.Handler {
 	if workers <= 0 {
 		workers = 4 * runtime.GOMAXPROCS(0)
 	}
-	p := &pool{next: next, work: make(chan *pooled)}
+	p := &pool{next: next, work: make(chan *pooled), bodyRead: bodyRead}
 	for range workers {
 		go p.serve()
 	}
@@ -36,8 +46,9 @@ func Pooled(next http.Handler, workers int) http.Handler {
 }
 
 type pool struct {
-	next http.Handler
-	work chan *pooled
+	next     http.Handler
+	work     chan *pooled
+	bodyRead time.Duration
 }
 
 type pooled struct {
@@ -63,11 +74,19 @@ func (p *pool) handle(q *pooled) {
 
 func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
+		// Not every writer has deadlines (a test's recorder): then the
+		// read is bounded by the client alone, as before. The deadline is
+		// lifted once the body is in, so a kept-alive connection's next
+		// request is not cut by it; after a failed read it stays, and
+		// the server gives up on the rest of the body at once.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(p.bodyRead))
 		body, err := readAll(io.LimitReader(r.Body, maxBody), r.ContentLength)
 		if err != nil {
 			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
 			return
 		}
+		_ = rc.SetReadDeadline(time.Time{})
 		_ = r.Body.Close()
 		r.Body = &readBody{Reader: bytes.NewReader(body), body: body}
 	}

@@ -1,9 +1,12 @@
 package admission
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -172,5 +175,38 @@ func TestReadAllReadsTheBodyWhateverItClaims(t *testing.T) {
 	}
 	if _, err := readAll(iotest.ErrReader(errors.New("reset")), 100); err == nil || err.Error() != "reset" {
 		t.Errorf("a failed read gave %v", err)
+	}
+}
+
+// TestPooledBoundsTheBodyRead: a client that claims a body and never sends
+// it is cut off at the read deadline; its request never runs.
+func TestPooledBoundsTheBodyRead(t *testing.T) {
+	t.Parallel()
+	ran := make(chan struct{}, 1)
+	srv := httptest.NewServer(pooledWith(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran <- struct{}{} }), 1, 200*time.Millisecond))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	if _, err := fmt.Fprintf(conn, "POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", maxPresized); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer within 10 s to a body that never came: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("status %d, want 400", resp.StatusCode)
+	}
+	select {
+	case <-ran:
+		t.Error("the request ran without its body")
+	default:
 	}
 }

@@ -179,6 +179,10 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "extra env without a name", args: []string{"--set-json", `dispatcher.extraEnv=[{"value":"x"}]`}, want: "/dispatcher/extraEnv/0"},
 		{name: "extra env with a number", args: []string{"--set-json", `webhook.extraEnv=[{"name":"GOGC","value":1000}]`}, want: "/webhook/extraEnv/0/value"},
 		{name: "extra env with a misspelt key", args: []string{"--set-json", `webhook.extraEnv=[{"name":"GOGC","valu":"1000"}]`}, want: "/webhook/extraEnv/0"},
+		{name: "extra env naming the dispatcher's own", args: []string{"--set-json", `dispatcher.extraEnv=[{"name":"POD_NAME","value":"x"}]`}, want: "/dispatcher/extraEnv/0/name"},
+		// The API server refuses both, and neither.
+		{name: "extra env with a value and valueFrom", args: []string{"--set-json", `webhook.extraEnv=[{"name":"A","value":"x","valueFrom":{"fieldRef":{"fieldPath":"spec.nodeName"}}}]`}, want: "/webhook/extraEnv/0"},
+		{name: "extra env with an empty valueFrom", args: []string{"--set-json", `webhook.extraEnv=[{"name":"A","valueFrom":{}}]`}, want: "/webhook/extraEnv/0/valueFrom"},
 		{name: "dev mode CA bundle in PEM", args: []string{"--set", "webhook.devMode.enabled=true", "--set", "webhook.devMode.url=https://127.0.0.1:9443/mutate-pods",
 			"--set-json", `webhook.devMode.caBundle="-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n"`}, want: "/webhook/devMode/caBundle"},
 		{name: "state volume one pod at a time", args: []string{"--set", "runner.stateVolume.enabled=true", "--set", "runner.stateVolume.accessMode=ReadWriteOncePod"}, want: "runner.stateVolume.accessMode ReadWriteOncePod"},
@@ -476,13 +480,17 @@ func TestExtraEnv(t *testing.T) {
 	out := render(t, h, "--set-json", `webhook.extraEnv=[{"name":"GOGC","value":"1000"},{"name":"NODE","valueFrom":{"fieldRef":{"fieldPath":"spec.nodeName"}}}]`,
 		"--set-json", `dispatcher.extraEnv=[{"name":"GOMEMLIMIT","value":"200MiB"}]`)
 	webhook := envOf(out, "webhook")
+	wantWebhook := []corev1.EnvVar{{Name: "GOGC", Value: "1000"}, {Name: "NODE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}}
 	if diff := cmp.Diff([]string{"POD_NAME", "POD_NAMESPACE", "POD_UID", "GOGC", "NODE"}, names(webhook)); diff != "" {
-		t.Errorf("the webhook's env (-want +got):\n%s", diff)
+		t.Fatalf("the webhook's env (-want +got):\n%s", diff)
 	}
-	if webhook[3].Value != "1000" || webhook[4].ValueFrom == nil || webhook[4].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
-		t.Errorf("the webhook's extra env: %+v", webhook[3:])
+	if diff := cmp.Diff(wantWebhook, webhook[3:]); diff != "" {
+		t.Errorf("the webhook's extra env (-want +got):\n%s", diff)
 	}
 	dispatcher := envOf(out, "dispatcher")
+	if diff := cmp.Diff([]string{"POD_NAME", "GOMEMLIMIT"}, names(dispatcher)); diff != "" {
+		t.Fatalf("the dispatcher's env (-want +got):\n%s", diff)
+	}
 	if diff := cmp.Diff([]corev1.EnvVar{{Name: "GOMEMLIMIT", Value: "200MiB"}}, dispatcher[1:]); diff != "" {
 		t.Errorf("the dispatcher's extra env (-want +got):\n%s", diff)
 	}
