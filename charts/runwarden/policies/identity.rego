@@ -92,7 +92,11 @@ aws_mapping := m if {
 # The service account's own annotation wins over the ConfigMap.
 aws_sa_role := sa_annotations["eks.amazonaws.com/role-arn"] if sa_annotations["eks.amazonaws.com/role-arn"] != ""
 
+# Pod Identity never reads the ConfigMap: its lifetime and regional STS
+# are the service account's or the platform's, as the EKS webhook reads
+# them for a service account it knows.
 aws_role_from_mapping if {
+	not aws_pod_identity
 	not aws_sa_role
 	object.get(aws_mapping, "roleARN", "") != ""
 }

@@ -328,6 +328,18 @@ test_azure_label_mode_needs_client_id if {
 	outcome({"pod": pod, "sa": {}, "config": azure_cfg({"mode": "label"})}).labels == {}
 }
 
+# Pod Identity with a role mapping entry for the service account too: the
+# entry's lifetime, regional STS and role are not Pod Identity's.
+test_eks_pod_identity_ignores_the_role_mapping if {
+	mappings := {"*/default": {"roleARN": "arn:aws:iam::1:role/r", "audience": "x", "useRegionalSTS": true, "tokenExpiration": 3600}}
+	o := outcome({"pod": pod_with([ctr("main")], {}), "config": pod_identity({}), "roleMappings": mappings})
+	o.volumes == [pi_volume(86400)]
+	o.containers.main.env == {
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://169.254.170.23/v1/credentials",
+		"AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": "/var/run/secrets/pods.eks.amazonaws.com/serviceaccount/eks-pod-identity-token",
+	}
+}
+
 # A ConfigMap entry's own lifetime, when the pod names none.
 test_eks_configmap_entry_lifetime if {
 	mappings := {"*/default": {"roleARN": "arn:aws:iam::1:role/r", "audience": "sts.amazonaws.com", "tokenExpiration": 3600}}
