@@ -111,6 +111,18 @@ aws_irsa if {
 	aws_role_arn
 }
 
+# STS takes a role's whole ARN. The EKS webhook's --compose-role-arn, which
+# makes a bare name into one, has no counterpart here: a role that is not an
+# ARN would leave the runner without credentials, so the pod is refused
+# with the reason rather than run.
+violations contains violation("aws-role-arn", "", "metadata.annotations", sprintf(
+	"role %q is not an IAM role ARN (arn:<partition>:iam::<account>:role/<name>): set eks.amazonaws.com/role-arn, or the role mapping ConfigMap's RoleARN, to the role's whole ARN",
+	[aws_role_arn],
+)) if {
+	aws_irsa
+	not regex.match(`^arn:[^:]+:iam::[^:]*:role/.+$`, aws_role_arn)
+}
+
 # aws_identity: the runner has an AWS identity, one way or the other (the
 # secret stores leave the static keys out for it).
 aws_identity if aws_pod_identity

@@ -26,6 +26,21 @@ aws_token(d) := t if {
 	t := v.projected.sources[0].serviceAccountToken
 }
 
+# A bare role name (the EKS webhook's --compose-role-arn makes one into an
+# ARN; nothing here does) is refused with the reason, from the annotation
+# and from the role mapping ConfigMap alike; Pod Identity reads no role.
+test_aws_role_must_be_an_arn if {
+	bare := decide(with_identity(aws_on, {"eks.amazonaws.com/role-arn": "runner"}, []))
+	[v.rule | some v in bare.deny] == ["aws-role-arn"]
+	contains(bare.deny[0].message, `role "runner" is not an IAM role ARN`)
+	gov := decide(with_identity(aws_on, {"eks.amazonaws.com/role-arn": "arn:aws-us-gov:iam::111122223333:role/path/runner"}, []))
+	gov.deny == []
+	mapped := json.patch(with_identity(aws_on, {}, []), [{"op": "add", "path": "/awsRoleMappings", "value": {"*/runner": {"roleARN": "mapped"}}}])
+	[v.rule | some v in decide(mapped).deny] == ["aws-role-arn"]
+	pi := {"workloadIdentity": {"aws": {"enabled": true, "podIdentity": {"associations": [{"namespace": "team-a", "serviceAccount": "runner"}]}}}}
+	decide(with_identity(pi, {"eks.amazonaws.com/role-arn": "runner"}, [])).deny == []
+}
+
 test_aws_annotations_of_the_service_account if {
 	sa := object.union(role, {
 		"eks.amazonaws.com/audience": "sts.example.com",
