@@ -116,21 +116,12 @@ func readAll(r io.Reader, size int64) ([]byte, error) {
 	if size <= 0 || size > maxPresized {
 		return io.ReadAll(r)
 	}
-	// One byte more than claimed, so that reading to EOF needs no room.
-	b := make([]byte, 0, size+1)
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-	}
+	// ReadFrom grows a buffer with less than MinRead free before each
+	// read: with that much over the claim, a body of the claimed size
+	// reaches EOF in the first buffer.
+	buf := bytes.NewBuffer(make([]byte, 0, int(size)+bytes.MinRead))
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
 }
 
 // readBody is a request body Pooled has read ahead: the handler may take

@@ -6,12 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sync"
 
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/runwarden/runwarden/internal/bufpool"
 )
 
 // Serve is the HTTP handler of one of runwarden-webhook's paths: h behind
@@ -52,21 +53,13 @@ func (e encodedPatch) Handle(ctx context.Context, req admission.Request) admissi
 // patchBuffers are encodePatch's scratch buffers: a patch is encoded into
 // one grown by earlier patches and copied out at its size, instead of
 // growing a buffer of its own (a runner pod's patch of 10 operations, 3 KiB,
-// allocated 8 KiB that way).
-var patchBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// maxPooledPatch bounds the buffers kept: a rare large patch is not held.
-const maxPooledPatch = 64 << 10
+// allocated 8 KiB that way); a rare patch past 64 KiB is not held.
+var patchBuffers = bufpool.New(4<<10, 64<<10)
 
 // encodePatch is json.Marshal(ops), each value encoded once.
 func encodePatch(ops []jsonpatch.Operation) ([]byte, error) {
-	buf := patchBuffers.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledPatch {
-			buf.Reset()
-			patchBuffers.Put(buf)
-		}
-	}()
+	buf := patchBuffers.Get()
+	defer patchBuffers.Put(buf)
 	out, err := appendPatch(buf, ops)
 	if err != nil {
 		return nil, err

@@ -14,7 +14,6 @@ import (
 	"path"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -25,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/runwarden/runwarden/internal/bufpool"
 	"github.com/runwarden/runwarden/internal/contract"
 )
 
@@ -70,7 +70,7 @@ type Set struct {
 	cache   *decisionCache
 	// inputs are buffers for the inputs' encodings, reused across Evals
 	// (nil in a Set not made by Load: every Eval allocates its own).
-	inputs *sync.Pool
+	inputs *bufpool.Pool
 }
 
 // maxPooledInput bounds the buffers kept in Set.inputs: a rare huge pod's
@@ -81,15 +81,13 @@ func (s *Set) inputBuf() *bytes.Buffer {
 	if s.inputs == nil {
 		return &bytes.Buffer{}
 	}
-	return s.inputs.Get().(*bytes.Buffer)
+	return s.inputs.Get()
 }
 
 func (s *Set) putInputBuf(b *bytes.Buffer) {
-	if s.inputs == nil || b.Cap() > maxPooledInput {
-		return
+	if s.inputs != nil {
+		s.inputs.Put(b)
 	}
-	b.Reset()
-	s.inputs.Put(b)
 }
 
 // DefaultTimeout bounds one evaluation when Options.Timeout is unset. It is
@@ -167,7 +165,7 @@ func Load(ctx context.Context, fsys fs.FS, origin string, opts Options) (*Set, e
 	// for it rather than growing to it (and a garbage collection, which
 	// empties the pool, costs one allocation, not several).
 	s := &Set{Origin: origin, modules: map[string]*ast.Module{}, timeout: opts.Timeout,
-		inputs: &sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 4<<10)) }}}
+		inputs: bufpool.New(4<<10, maxPooledInput)}
 	h := sha256.New()
 	for _, name := range sortedKeys(sources) {
 		s.Files = append(s.Files, name)
