@@ -120,8 +120,16 @@ kwokctl_config() {
 	# distributions run them: the Job controller creates pods as
 	# system:serviceaccount:kube-system:job-controller, the user the
 	# webhook requires of a runner pod's creator.
+	# One controller manager and one scheduler, with no peer to hand over
+	# to: without leader election, an API call stalled past the lease's
+	# renew deadline (a slow disk under etcd) is retried instead of ending
+	# the process, which nothing here restarts (every Job then stays
+	# without pods for the rest of the run).
 	- name: kube-controller-manager
 	  extraArgs:
+	  - key: leader-elect
+	    value: "false"
+	    override: true
 	  - key: use-service-account-credentials
 	    value: "true"
 	  - key: kube-api-qps
@@ -130,6 +138,11 @@ kwokctl_config() {
 	    value: "600"
 	  - key: concurrent-job-syncs
 	    value: "20"
+	- name: kube-scheduler
+	  extraArgs:
+	  - key: leader-elect
+	    value: "false"
+	    override: true
 	- name: kwok-controller
 	  extraArgs:
 	  - key: manage-all-nodes
