@@ -9,6 +9,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runwarden/runwarden/internal/resolve"
@@ -31,6 +32,12 @@ const (
 	ReasonFailed           = "Failed"
 	ReasonAdmission        = "AdmissionRejected"
 	ReasonUnschedulable    = "Unschedulable"
+	// ReasonRunnerNotSucceeded: the Job reports success, but no pod of its
+	// own (IsPodOf) has its runner container terminated with exit code 0,
+	// the one proof of success runwarden believes. A pod planted with the
+	// Job's selector and adopted by the Job controller completes the Job
+	// when it exits 0, whatever became of the runner.
+	ReasonRunnerNotSucceeded = "RunnerNotSucceeded"
 	// ReasonSecretResolution: the init container that resolves the task's
 	// secret references failed; its message names the variable and the
 	// reference.
@@ -155,7 +162,7 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 		}
 		switch c.Type {
 		case batchv1.JobComplete, batchv1.JobSuccessCriteriaMet:
-			return Outcome{Phase: PhaseSucceeded, Reason: ReasonCompleted, Message: c.Message, ExitCode: st.exit, Running: true}, nil
+			return completed(c, pods, st), nil
 		case batchv1.JobFailed, batchv1.JobFailureTarget:
 			reason := ReasonFailed
 			switch {
@@ -166,13 +173,13 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 			case st.exit != nil && *st.exit != 0:
 				reason = ReasonNonZeroExit
 			}
-			msg := withEvents(strings.TrimSpace(c.Message+" "+st.message), o.warnings(ctx, "Pod", j.Namespace, podNames(pods)))
+			msg := withEvents(strings.TrimSpace(c.Message+" "+st.message), o.warnings(ctx, "Pod", j.Namespace, podRefs(pods)))
 			return Outcome{Phase: PhaseFailed, Reason: reason, Message: msg, ExitCode: st.exit, Running: st.running}, nil
 		}
 	}
 	// Fail fast on pods that cannot start.
 	if st.reason == ReasonImagePullError || st.reason == ReasonInvalidImage || st.reason == ReasonContainerConfig {
-		return Outcome{Phase: PhaseFailed, Reason: st.reason, Message: withEvents(st.message, o.warnings(ctx, "Pod", j.Namespace, podNames(pods))), Stop: true}, nil
+		return Outcome{Phase: PhaseFailed, Reason: st.reason, Message: withEvents(st.message, o.warnings(ctx, "Pod", j.Namespace, podRefs(pods))), Stop: true}, nil
 	}
 	now := o.now()
 	if len(pods) == 0 && now.Sub(j.CreationTimestamp.Time) >= 2*time.Second {
@@ -183,7 +190,7 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 		// costs the API server a scan of the namespace's events.)
 		// Each event is read on its own: one failed call quoting a webhook's
 		// "is forbidden" must not read as a denial, nor hide a later one.
-		events := o.warningEvents(ctx, "Job", j.Namespace, []string{j.Name})
+		events := o.warningEvents(ctx, "Job", j.Namespace, []objectRef{{name: j.Name, uid: j.UID}})
 		for _, e := range events {
 			if e.Reason == "FailedCreate" && DeniedByAdmission(e.Message) {
 				return Outcome{Phase: PhaseFailed, Reason: ReasonAdmission, Message: eventText(events), Stop: true}, nil
@@ -202,12 +209,55 @@ func (o Observer) Outcome(ctx context.Context, j *batchv1.Job) (Outcome, error) 
 		// FailedMount warnings will not start: a Secret or ConfigMap it
 		// mounts is missing, or a volume cannot attach.
 		if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodPending && !st.running && now.Sub(p.CreationTimestamp.Time) > mountTimeout {
-			if w := o.warnings(ctx, "Pod", j.Namespace, []string{p.Name}); strings.Contains(w, "FailedMount") {
+			if w := o.warnings(ctx, "Pod", j.Namespace, []objectRef{{name: p.Name, uid: p.UID}}); strings.Contains(w, "FailedMount") {
 				return Outcome{Phase: PhaseFailed, Reason: ReasonFailedMount, Message: w, Stop: true}, nil
 			}
 		}
 	}
 	return Outcome{Running: st.running}, nil
+}
+
+// completed is the outcome of a Job whose condition c says it succeeded.
+// The condition is the Job controller's (jobs/status, which the chart's
+// writers policy lets only the controllers it names write), but the Job
+// controller counts any pod it adopted through the Job's selector: one
+// that a user who may create pods planted with the label
+// batch.kubernetes.io/controller-uid completes the Job when it exits 0,
+// and the Job controller then stops the runner. So success is believed
+// only from a pod of the Job's own (IsPodOf: the runner label, which only
+// the Job controller's pods of a dispatcher's Job earn, and the Job's
+// controller reference) whose runner container terminated with exit code
+// 0; the container statuses are the kubelet's (pods/status, kept to the
+// kubelets and the controllers by the same policy). While a pod of its own
+// has not ended (the Job's status can reach the cache before its pod's),
+// the task is not over yet; otherwise it failed: ReasonRunnerNotSucceeded.
+func completed(c batchv1.JobCondition, pods []corev1.Pod, st runnerState) Outcome {
+	if st.exit != nil && *st.exit == 0 {
+		return Outcome{Phase: PhaseSucceeded, Reason: ReasonCompleted, Message: c.Message, ExitCode: st.exit, Running: true}
+	}
+	for i := range pods {
+		if p := &pods[i]; p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && !runnerEnded(p) {
+			return Outcome{Running: st.running}
+		}
+	}
+	msg := "the Job reports success, but no pod of its own has its runner container terminated with exit code 0"
+	switch {
+	case len(pods) == 0:
+		msg += " (it has no pod of its own left: a pod it adopted through its selector ended it, or its pod was deleted)"
+	case st.exit != nil:
+		msg += fmt.Sprintf(" (the runner exited %d)", *st.exit)
+	}
+	return Outcome{Phase: PhaseFailed, Reason: ReasonRunnerNotSucceeded, Message: strings.TrimSpace(msg + ": " + c.Message), ExitCode: st.exit, Running: st.running}
+}
+
+// runnerEnded tells whether pod p's runner container has terminated.
+func runnerEnded(p *corev1.Pod) bool {
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == RunnerContainer && s.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // DeniedByAdmission tells a denial by an admission webhook or policy from a
@@ -238,30 +288,54 @@ func podNames(pods []corev1.Pod) []string {
 	return names
 }
 
+func podRefs(pods []corev1.Pod) []objectRef {
+	refs := make([]objectRef, len(pods))
+	for i, p := range pods {
+		refs[i] = objectRef{name: p.Name, uid: p.UID}
+	}
+	return refs
+}
+
 // maxEventText bounds the Warning events quoted in a failure message.
 const maxEventText = 1024
 
 // warnings returns the Warning events of the named objects, as
 // "Reason: message" lines, bounded in length.
-func (o Observer) warnings(ctx context.Context, kind, namespace string, names []string) string {
-	return eventText(o.warningEvents(ctx, kind, namespace, names))
+func (o Observer) warnings(ctx context.Context, kind, namespace string, refs []objectRef) string {
+	return eventText(o.warningEvents(ctx, kind, namespace, refs))
+}
+
+// objectRef names an object whose events are read, with its UID.
+type objectRef struct {
+	name string
+	uid  types.UID
 }
 
 // warningEvents returns the Warning events of the named objects (none when
 // they cannot be listed).
-func (o Observer) warningEvents(ctx context.Context, kind, namespace string, names []string) []corev1.Event {
+//
+// Who writes them: anyone who may create events in the namespace, as far as
+// RBAC goes. The events of a runner Job or pod (named NamePrefix...) are
+// believed because the chart's writers policy (templates/writers-policy.yaml)
+// lets only the kubelets, the scheduler, the controller manager's
+// controllers (the Job controller's FailedCreate among them), Kueue and
+// the chart's other named writers create or change them; a deployment
+// without that policy trusts whoever may create events there.
+func (o Observer) warningEvents(ctx context.Context, kind, namespace string, refs []objectRef) []corev1.Event {
 	events := o.Events
 	if events == nil {
 		events = o.Client
 	}
 	var all []corev1.Event
-	for _, name := range names {
+	for _, ref := range refs {
 		var list corev1.EventList
-		if err := events.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{"involvedObject.name": name}); err != nil {
+		if err := events.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{"involvedObject.name": ref.name}); err != nil {
 			return nil
 		}
 		for _, e := range list.Items {
-			if e.Type == corev1.EventTypeWarning && e.InvolvedObject.Kind == kind {
+				// An event about an earlier object of the same name (a Job
+			// deleted and made again) is not this one's.
+			if e.Type == corev1.EventTypeWarning && e.InvolvedObject.Kind == kind && (e.InvolvedObject.UID == "" || ref.uid == "" || e.InvolvedObject.UID == ref.uid) {
 				all = append(all, e)
 			}
 		}

@@ -132,11 +132,21 @@ type QueueState struct {
 	// Evicted is the outcome of a Job Kueue evicted after admitting it:
 	// Preempted, or Evicted for any other cause. Its Stop is set.
 	Evicted *Outcome
+	// Inactive is true when the Job has a Workload and every one is
+	// inactive (spec.active false): Deactivate made them so, before the
+	// dispatcher stopped the Job.
+	Inactive bool
 }
 
 // ReadQueueState reads the Kueue Workload of Job j (read from the API
 // server with r: Workloads are not cached) and says whether it waits and
 // why, or was evicted after admission.
+//
+// Who writes them: Kueue makes a Job's Workload, labelled with the Job's
+// UID, and writes its status; the dispatcher deactivates it. The chart's
+// writers policy, with queueing.kueue on, lets no one else create or
+// change a Workload of the runner namespace labelled with a Job's UID, so
+// no user can plant one that evicts a task's Job.
 func ReadQueueState(ctx context.Context, r client.Reader, j *batchv1.Job) (QueueState, error) {
 	var list unstructured.UnstructuredList
 	list.SetGroupVersionKind(WorkloadGVK.GroupVersion().WithKind("WorkloadList"))
@@ -145,8 +155,12 @@ func ReadQueueState(ctx context.Context, r client.Reader, j *batchv1.Job) (Queue
 	}
 	queue := j.Labels[LabelQueueName]
 	st := QueueState{Message: fmt.Sprintf("queued in LocalQueue %s: waiting for Kueue to make its workload", queue)}
+	st.Inactive = len(list.Items) > 0
 	for i := range list.Items {
 		wl := &list.Items[i]
+		if active, found, _ := unstructured.NestedBool(wl.Object, "spec", "active"); !found || active {
+			st.Inactive = false
+		}
 		st.Workload = wl.GetName()
 		st.Message = fmt.Sprintf("queued in LocalQueue %s: waiting for admission", queue)
 		if c := condition(wl, "QuotaReserved"); c != nil && c["status"] == "False" && c["message"] != nil {
