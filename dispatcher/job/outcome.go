@@ -333,7 +333,7 @@ func (o Observer) warningEvents(ctx context.Context, kind, namespace string, ref
 			return nil
 		}
 		for _, e := range list.Items {
-				// An event about an earlier object of the same name (a Job
+			// An event about an earlier object of the same name (a Job
 			// deleted and made again) is not this one's.
 			if e.Type == corev1.EventTypeWarning && e.InvolvedObject.Kind == kind && (e.InvolvedObject.UID == "" || ref.uid == "" || e.InvolvedObject.UID == ref.uid) {
 				all = append(all, e)
