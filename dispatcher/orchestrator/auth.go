@@ -44,8 +44,15 @@ const JWTSkew = time.Minute
 // own. One token per request lets the orchestrator refuse a jti it has seen
 // (a captured token sent again); signing costs tens of microseconds.
 type JWT struct {
-	Key      ed25519.PrivateKey
-	KeyID    string
+	Key ed25519.PrivateKey
+	// KeyID is the kid: the name the orchestrator registered this
+	// dispatcher's public key under. The orchestrator verifies the token
+	// with that key alone and takes sub only if the key is registered for
+	// it, so one dispatcher's key cannot sign for another. Default:
+	// Subject, what dispatchers have always sent by default
+	// (--orchestrator-key-id), so every token carries a kid.
+	KeyID string
+	// Subject is the dispatcher ID, sent as iss and sub.
 	Subject  string
 	Audience string
 	// TTL is each token's lifetime, from iat to exp; the protocol allows at
@@ -105,10 +112,12 @@ func (j *JWT) Token(context.Context) (string, error) {
 		return "", err
 	}
 	hdr := jws.NewHeaders()
-	if j.KeyID != "" {
-		if err := hdr.Set(jws.KeyIDKey, j.KeyID); err != nil {
-			return "", err
-		}
+	kid := j.KeyID
+	if kid == "" {
+		kid = j.Subject
+	}
+	if err := hdr.Set(jws.KeyIDKey, kid); err != nil {
+		return "", err
 	}
 	signed, err := jwt.Sign(tok, jwt.WithKey(jwa.EdDSA(), j.Key, jws.WithProtectedHeaders(hdr)))
 	if err != nil {

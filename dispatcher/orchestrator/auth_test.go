@@ -94,6 +94,27 @@ func TestJWTIsSignedAndVerifiable(t *testing.T) {
 	}
 }
 
+// TestJWTAlwaysCarriesAKid: without KeyID the token's kid is the dispatcher
+// ID (the --orchestrator-key-id default), never absent: the orchestrator
+// finds the key to verify it by its kid, and refuses a token without one.
+func TestJWTAlwaysCarriesAKid(t *testing.T) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := (&JWT{Key: priv, Subject: "d-7", Audience: "https://orch.example"}).Token(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := jws.Parse([]byte(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kid, ok := msg.Signatures()[0].ProtectedHeaders().KeyID(); !ok || kid != "d-7" {
+		t.Errorf("kid %q (present %v), want the dispatcher ID d-7", kid, ok)
+	}
+}
+
 func TestLoadEd25519KeyErrors(t *testing.T) {
 	t.Parallel()
 	if _, err := LoadEd25519Key(filepath.Join(t.TempDir(), "missing")); err == nil {

@@ -102,7 +102,7 @@ func TestClientWithJWT(t *testing.T) {
 
 func TestClientWithTokenFile(t *testing.T) {
 	t.Parallel()
-	srv := started(t, orchestratortest.Options{Token: "t0ken", MaxWait: time.Second})
+	srv := started(t, orchestratortest.Options{Token: "t0ken", DispatcherID: "d-1", MaxWait: time.Second})
 	p := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(p, []byte("t0ken\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestClientWithTokenFile(t *testing.T) {
 
 func TestClientWithTokenExchange(t *testing.T) {
 	t.Parallel()
-	srv := started(t, orchestratortest.Options{ServiceAccountToken: "sa-token", ExchangeTTL: time.Hour, MaxWait: time.Second})
+	srv := started(t, orchestratortest.Options{ServiceAccountToken: "sa-token", DispatcherID: "d-1", ExchangeTTL: time.Hour, MaxWait: time.Second})
 	p := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(p, []byte("sa-token"), 0o600); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package orchestratortest
 
 import (
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/subtle"
 	"errors"
@@ -19,29 +20,64 @@ import (
 // maxJWTLifetime is the longest exp - iat the protocol allows.
 const maxJWTLifetime = 5 * time.Minute
 
-// authenticate checks a request's bearer credentials against the
-// configured authentication, if any, and returns the dispatcher they stand
-// for: a JWT's sub, or Options.DispatcherID for a static or exchanged
-// token. Empty means no one dispatcher (no authentication, or a token bound
-// to none), and the lease holder checks are skipped.
+// dispatcherKey is a dispatcher's Ed25519 key: a JWT it verifies acts for
+// id alone. id is empty for Options.PublicKey until a token binds it.
+type dispatcherKey struct {
+	id  string
+	key ed25519.PublicKey
+}
+
+// addKey registers a dispatcher's key under kid, panicking on a kid
+// registered before: one kid names one key of one dispatcher.
+func addKey(keys map[string]*dispatcherKey, id, kid string, key ed25519.PublicKey) {
+	checkKey(key)
+	if prev, ok := keys[kid]; ok {
+		panic(fmt.Sprintf("orchestratortest: kid %q names keys of both %s and %s", kid, prev.id, id))
+	}
+	keys[kid] = &dispatcherKey{id: id, key: key}
+}
+
+func checkKey(key ed25519.PublicKey) {
+	if len(key) != ed25519.PublicKeySize {
+		panic("orchestratortest: a PublicKey that is not an Ed25519 public key")
+	}
+}
+
+// addToken registers a static token of dispatcher id, panicking on a token
+// registered before: a token stands for one dispatcher.
+func addToken(tokens map[string]string, id, token string) {
+	if prev, ok := tokens[token]; ok {
+		panic(fmt.Sprintf("orchestratortest: one static token for both %s and %s", prev, id))
+	}
+	tokens[token] = id
+}
+
+// authenticate checks a request's bearer credentials and returns the one
+// dispatcher they stand for: the dispatcher whose key the JWT's kid names
+// (its sub must be that dispatcher), the dispatcher of a static token, or
+// Options.DispatcherID for an exchanged token. With no credentials
+// configured it returns "", and the lease holder checks are skipped.
 func (s *Server) authenticate(r *http.Request) (string, error) {
-	o := &s.opts
-	if len(o.PublicKey) == 0 && o.Token == "" && o.ServiceAccountToken == "" {
+	if s.open {
 		return "", nil
 	}
 	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || cred == "" {
 		return "", errors.New("missing bearer token")
 	}
-	switch {
-	case len(o.PublicKey) > 0:
-		return s.verifyJWT(cred)
-	case o.Token != "":
-		if subtle.ConstantTimeCompare([]byte(cred), []byte(o.Token)) != 1 {
-			return "", errors.New("wrong bearer token")
+	// Every static token is compared, in constant time, whichever matches.
+	id := ""
+	for token, d := range s.tokens {
+		if subtle.ConstantTimeCompare([]byte(cred), []byte(token)) == 1 {
+			id = d
 		}
-		return o.DispatcherID, nil
-	default:
+	}
+	switch {
+	case id != "":
+		return id, nil
+	case s.hasKeys && strings.Count(cred, ".") == 2:
+		return s.verifyJWT(cred)
+	case s.opts.ServiceAccountToken != "":
 		s.mu.Lock()
 		exp, ok := s.issued[cred]
 		s.mu.Unlock()
@@ -51,18 +87,19 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 		if !s.clock.Now().Before(exp) {
 			return "", errors.New("expired access token")
 		}
-		return o.DispatcherID, nil
+		return s.opts.DispatcherID, nil
+	case s.hasKeys:
+		return "", errors.New("bearer token is not a compact JWT")
 	}
+	return "", errors.New("wrong bearer token")
 }
 
 // verifyJWT checks a compact JWT as the protocol's Ed25519 authentication
-// describes it and returns its sub. Its jti is then spent until the token
+// describes it and returns the dispatcher it acts for: the one whose key its
+// kid names, which must be its sub. Its jti is then spent until the token
 // expires: a token sent again (captured, or reused by its dispatcher) is
 // refused.
 func (s *Server) verifyJWT(raw string) (string, error) {
-	if strings.Count(raw, ".") != 2 {
-		return "", errors.New("bearer token is not a compact JWT")
-	}
 	msg, err := jws.ParseString(raw)
 	if err != nil {
 		return "", fmt.Errorf("bad JWT: %w", err)
@@ -71,11 +108,29 @@ func (s *Server) verifyJWT(raw string) (string, error) {
 	if len(sigs) != 1 {
 		return "", errors.New("bad JWT: want one signature")
 	}
-	if alg, ok := sigs[0].ProtectedHeaders().Algorithm(); !ok || alg.String() != "EdDSA" {
+	hdr := sigs[0].ProtectedHeaders()
+	if alg, ok := hdr.Algorithm(); !ok || alg.String() != "EdDSA" {
 		return "", fmt.Errorf("bad JWT: alg %q, want EdDSA", alg.String())
 	}
+	kid, _ := hdr.KeyID()
+	if kid == "" {
+		return "", errors.New("bad JWT: no kid in its header: the orchestrator finds a dispatcher's key by its kid (--orchestrator-key-id)")
+	}
+	s.mu.Lock()
+	k, known := s.keys[kid]
+	if !known {
+		k = s.keys[""] // Options.PublicKey, not bound yet
+	}
+	var dk dispatcherKey
+	if k != nil {
+		dk = *k
+	}
+	s.mu.Unlock()
+	if k == nil {
+		return "", fmt.Errorf("bad JWT: unknown kid %q: no dispatcher's key is registered under it", kid)
+	}
 	tok, err := jwt.ParseString(raw,
-		jwt.WithKey(jwa.EdDSA(), s.opts.PublicKey),
+		jwt.WithKey(jwa.EdDSA(), dk.key),
 		jwt.WithAudience(s.URL()),
 		jwt.WithRequiredClaim(jwt.ExpirationKey),
 		jwt.WithRequiredClaim(jwt.IssuedAtKey),
@@ -84,11 +139,30 @@ func (s *Server) verifyJWT(raw string) (string, error) {
 		jwt.WithClock(jwt.ClockFunc(s.clock.Now)),
 	)
 	if err != nil {
-		return "", fmt.Errorf("bad JWT: %w", err)
+		return "", fmt.Errorf("bad JWT (kid %q): %w", kid, err)
 	}
 	sub, ok := tok.Subject()
 	if !ok || sub == "" {
 		return "", errors.New("bad JWT: no sub")
+	}
+	if !known {
+		// The first token of the unbound Options.PublicKey binds it, and
+		// its kid, to its sub; a concurrent first token may have won.
+		s.mu.Lock()
+		if s.keys[""] == k {
+			delete(s.keys, "")
+			s.keys[kid] = &dispatcherKey{id: sub, key: dk.key}
+			dk.id = sub
+		} else if b, ok := s.keys[kid]; ok && b.key.Equal(dk.key) {
+			dk.id = b.id
+		} else {
+			s.mu.Unlock()
+			return "", fmt.Errorf("bad JWT: unknown kid %q: no dispatcher's key is registered under it", kid)
+		}
+		s.mu.Unlock()
+	}
+	if sub != dk.id {
+		return "", fmt.Errorf("bad JWT: sub %q, but the key of kid %q is dispatcher %q's: a dispatcher signs only for itself", sub, kid, dk.id)
 	}
 	jti, _ := tok.JwtID()
 	exp, _ := tok.Expiration()

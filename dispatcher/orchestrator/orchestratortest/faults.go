@@ -113,6 +113,10 @@ type Stats struct {
 	// Reissued counts the leases re-issued to a dispatcher that listed the
 	// task in PollRequest.Running.
 	Reissued int
+	// ReissueRefused counts the tasks a poll listed in Running and was not
+	// re-issued although their lease had lapsed: another dispatcher held
+	// their last lease, or the poll's Capacity.Max was reached.
+	ReissueRefused int
 	// Requeues counts the leases that expired, putting their task back in
 	// the queue.
 	Requeues int

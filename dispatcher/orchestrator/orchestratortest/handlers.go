@@ -1,6 +1,7 @@
 package orchestratortest
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -33,6 +34,10 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, caller string) {
 		return
 	case req.Capacity.Free < 0 || req.Capacity.Max < 0:
 		writeError(w, http.StatusBadRequest, orchestrator.CodeBadRequest, "negative capacity")
+		return
+	case req.Capacity.Free > req.Capacity.Max:
+		writeError(w, http.StatusBadRequest, orchestrator.CodeBadRequest,
+			fmt.Sprintf("capacity.free %d is more than capacity.max %d", req.Capacity.Free, req.Capacity.Max))
 		return
 	case req.WaitSeconds < 0:
 		writeError(w, http.StatusBadRequest, orchestrator.CodeBadRequest, "negative waitSeconds")
@@ -98,8 +103,9 @@ func (s *Server) pollDone(timer interface{ Stop() bool }) {
 }
 
 // leasesLocked hands out what a poll gets now: duplicates owed to the
-// dispatcher, expired leases of the tasks it runs, then up to
-// Capacity.Free tasks from the queue.
+// dispatcher, expired leases of the tasks it runs and held last, then new
+// leases from the queue. Re-issued and new leases together are at most
+// Capacity.Max, and new ones at most Capacity.Free.
 func (s *Server) leasesLocked(req *orchestrator.PollRequest, now time.Time) ([]orchestrator.Lease, PollRecord) {
 	rec := PollRecord{
 		DispatcherID: req.DispatcherID,
@@ -124,10 +130,22 @@ func (s *Server) leasesLocked(req *orchestrator.PollRequest, now time.Time) ([]o
 		if !ok || !t.rec.Queued || t.rec.Epoch == 0 || t.rec.Final != nil {
 			continue
 		}
+		// Only the dispatcher that held the task's last lease gets it back
+		// (its Job runs it): to another, listing it would hand it the task,
+		// secretEnv included, outside its capacity. That one is told
+		// nothing, and the task stays queued as it was.
+		if last := t.rec.Leases[len(t.rec.Leases)-1]; last.DispatcherID != req.DispatcherID {
+			s.stats.ReissueRefused++
+			continue
+		}
+		if rec.Reissued >= req.Capacity.Max {
+			s.stats.ReissueRefused++
+			continue
+		}
 		issued = append(issued, s.issueLocked(t, req.DispatcherID, now, true))
 		rec.Reissued++
 	}
-	for i := 0; i < len(s.queue) && rec.New < req.Capacity.Free+s.faults.OverDeliver; {
+	for i := 0; i < len(s.queue) && rec.New < min(req.Capacity.Free, req.Capacity.Max-rec.Reissued)+s.faults.OverDeliver; {
 		t := s.queue[i]
 		if t.rec.Cancelled || t.rec.Final != nil {
 			i++ // re-issued only for Running
@@ -136,7 +154,7 @@ func (s *Server) leasesLocked(req *orchestrator.PollRequest, now time.Time) ([]o
 		issued = append(issued, s.issueLocked(t, req.DispatcherID, now, false))
 		rec.New++
 	}
-	if rec.New > req.Capacity.Free {
+	if rec.New > req.Capacity.Free || rec.New+rec.Reissued > req.Capacity.Max {
 		s.stats.CapacityViolations++
 	}
 
@@ -175,7 +193,9 @@ func (s *Server) renew(w http.ResponseWriter, r *http.Request, caller, leaseID s
 	case !t.rec.Leased || t.lease.LeaseID != leaseID:
 		writeError(w, http.StatusGone, orchestrator.CodeGone, fmt.Sprintf("lease %s of task %s is gone", leaseID, t.rec.Task.ID))
 		return
-	case s.notHolderLocked(w, t, caller, t.lease.Epoch):
+	case s.notHolderLocked(w, t, cmp.Or(caller, req.DispatcherID), t.lease.Epoch):
+		return
+	case s.notCallerLocked(w, t, caller, req.DispatcherID):
 		return
 	case req.Epoch != t.lease.Epoch:
 		writeError(w, http.StatusConflict, orchestrator.CodeStaleLease, fmt.Sprintf("lease %s has epoch %d, not %d", leaseID, t.lease.Epoch, req.Epoch))
@@ -206,7 +226,9 @@ func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, caller, le
 	case !ok || !t.rec.Leased || t.lease.LeaseID != leaseID:
 		writeError(w, http.StatusGone, orchestrator.CodeGone, "no live lease "+leaseID)
 		return
-	case s.notHolderLocked(w, t, caller, t.lease.Epoch):
+	case s.notHolderLocked(w, t, cmp.Or(caller, req.DispatcherID), t.lease.Epoch):
+		return
+	case s.notCallerLocked(w, t, caller, req.DispatcherID):
 		return
 	case req.Epoch != t.lease.Epoch:
 		writeError(w, http.StatusConflict, orchestrator.CodeStaleLease, fmt.Sprintf("lease %s has epoch %d, not %d", leaseID, t.lease.Epoch, req.Epoch))
@@ -235,6 +257,21 @@ func (s *Server) notHolderLocked(w http.ResponseWriter, t *task, caller string, 
 	t.rec.NotHolder++
 	writeError(w, http.StatusForbidden, orchestrator.CodeNotLeaseHolder,
 		fmt.Sprintf("task %s: the lease of epoch %d is not held by dispatcher %s", t.rec.Task.ID, epoch, caller))
+	return true
+}
+
+// notCallerLocked answers 403 not-lease-holder to a renewal or release
+// whose dispatcherId is not the authenticated dispatcher (which holds the
+// lease: notHolderLocked came first), and tells whether it did: a
+// dispatcher speaks only in its own name.
+func (s *Server) notCallerLocked(w http.ResponseWriter, t *task, caller, named string) bool {
+	if caller == "" || named == caller {
+		return false
+	}
+	s.stats.NotLeaseHolder++
+	t.rec.NotHolder++
+	writeError(w, http.StatusForbidden, orchestrator.CodeNotLeaseHolder,
+		fmt.Sprintf("task %s: dispatcherId %q is not the authenticated dispatcher %q", t.rec.Task.ID, named, caller))
 	return true
 }
 
@@ -351,7 +388,12 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, caller, taskID str
 		writeError(w, http.StatusBadRequest, orchestrator.CodeBadRequest, "negative offset")
 		return
 	}
-	if checkEpochLocked(w, t, c.Epoch) || s.notHolderLocked(w, t, caller, c.Epoch) {
+	// The holder first: a dispatcher that never held the task learns
+	// nothing of its epochs.
+	if c.Epoch >= 1 && c.Epoch <= t.rec.Epoch && s.notHolderLocked(w, t, caller, c.Epoch) {
+		return
+	}
+	if checkEpochLocked(w, t, c.Epoch) {
 		return
 	}
 	have := int64(len(t.rec.Log))

@@ -11,6 +11,7 @@
 package orchestratortest
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"encoding/pem"
 	"fmt"
@@ -28,9 +29,11 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 )
 
-// Options configures a Server. At most one of PublicKey, Token and
-// ServiceAccountToken may be set; with none, requests need no
-// authentication.
+// Options configures a Server. Requests need no authentication unless
+// Dispatchers, PublicKey, Token or ServiceAccountToken is set; then every
+// request (but the token exchange) acts for exactly one dispatcher, the one
+// its credentials were registered for, and may name only the leases that
+// dispatcher holds.
 type Options struct {
 	// LeaseSeconds is the lifetime of a lease and of each renewal; default 60.
 	LeaseSeconds int
@@ -38,24 +41,31 @@ type Options struct {
 	// min(waitSeconds, MaxWait) for a task; default 30s.
 	MaxWait time.Duration
 
-	// PublicKey, when set, requires `Authorization: Bearer <JWT>` signed
-	// with the matching Ed25519 private key: header alg EdDSA, claims exp
-	// in the future and at most 5 minutes after iat, iat present and not
-	// in the future, nbf (if present) not in the future, all checked with
-	// no leeway, aud the server's URL (as URL returns it), sub not empty
-	// and jti present and not seen before within its token's lifetime (one
-	// token per request). The request acts for the dispatcher sub names.
+	// Dispatchers are the dispatchers the server knows, each with
+	// credentials of its own (an Ed25519 key named by its kid, a static
+	// token, or both): a JWT is verified with the key its header's kid
+	// names and acts for that key's dispatcher alone, so a dispatcher cannot
+	// sign for another. IDs, key IDs and tokens must be unique; New panics
+	// otherwise.
+	Dispatchers []Dispatcher
+
+	// PublicKey, when set, is one dispatcher's Ed25519 key: the dispatcher
+	// DispatcherID names (kid DispatcherID), or, with DispatcherID empty, the
+	// dispatcher whose sub and kid the first token it verifies carries: the
+	// key is bound to that dispatcher and kid for the server's life, and a
+	// token naming another is refused. For several dispatchers, use
+	// Dispatchers. The JWT rules are Dispatcher.PublicKey's.
 	PublicKey ed25519.PublicKey
-	// Token, when set, is the one bearer token accepted.
+	// Token, when set, is a static bearer token for the dispatcher
+	// DispatcherID, which must be set.
 	Token string
-	// DispatcherID is the dispatcher a static Token, or an access token
-	// the exchange issued, stands for: its requests act for that
-	// dispatcher alone, as a JWT's act for its sub. Default: empty, and such
-	// a token stands for no one dispatcher (lease holders go unchecked).
+	// DispatcherID is the dispatcher PublicKey, Token, and the access
+	// tokens the exchange issues stand for: their requests act for it alone.
 	DispatcherID string
 	// ServiceAccountToken, when set, enables token exchange: a TokenRequest
 	// carrying it at orchestrator.PathToken is answered with a new random
-	// access token, a valid bearer token for ExchangeTTL.
+	// access token, a valid bearer token of DispatcherID (which must be
+	// set) for ExchangeTTL.
 	ServiceAccountToken string
 	// ExchangeTTL is the lifetime of an exchanged token; default 1h. The
 	// response's expires_in is ExchangeTTL rounded up to whole seconds, at
@@ -76,6 +86,26 @@ type Options struct {
 	Clock clock.WithTicker
 }
 
+// Dispatcher is a dispatcher the server knows, with its credentials.
+type Dispatcher struct {
+	// ID is the dispatcher's ID: the sub its JWTs must carry and the
+	// dispatcherId of its polls. Required.
+	ID string
+	// KeyID is the kid of its JWTs, naming PublicKey; default ID (what the
+	// dispatcher sends unless --orchestrator-key-id says otherwise).
+	KeyID string
+	// PublicKey, when set, is its Ed25519 public key. A JWT whose kid is
+	// KeyID must be signed with it (header alg EdDSA) and carry: exp in the
+	// future and at most 5 minutes after iat, iat present and not in the
+	// future, nbf (if present) not in the future, all checked with no
+	// leeway, aud the server's URL (as URL returns it), sub ID, and a jti
+	// not seen before within its token's lifetime (one token per request).
+	PublicKey ed25519.PublicKey
+	// Token, when set, is a static bearer token that stands for this
+	// dispatcher alone.
+	Token string
+}
+
 // Server is the fake orchestrator. Make one with New.
 type Server struct {
 	opts  Options
@@ -90,12 +120,21 @@ type Server struct {
 	faults Faults
 	stats  Stats
 
+	// keys are the dispatchers' keys by kid, tokens their static tokens;
+	// both written by New, but for the binding of an unbound key
+	// (Options.PublicKey without DispatcherID), written by verifyJWT under mu.
+	keys   map[string]*dispatcherKey
+	tokens map[string]string // static token -> dispatcher ID
+	// open says no credentials are configured: requests act for no one
+	// dispatcher. hasKeys says some key is. Both written by New.
+	open, hasKeys bool
+
 	tasks   map[string]*task
 	order   []*task              // in Add order
 	queue   []*task              // tasks waiting for a lease, FIFO
 	byLease map[string]*task     // every lease ID ever issued
 	dups    map[string][]dup     // duplicates owed to a dispatcher's next poll
-	issued  map[string]time.Time // exchanged tokens and their expiry
+	issued  map[string]time.Time // exchanged tokens and their expiry; each stands for opts.DispatcherID
 	jtis    map[string]time.Time // JWT IDs seen, until their token expires
 	pruned  time.Time            // when expired jtis were last dropped
 	polls   []PollRecord
@@ -105,20 +144,46 @@ type Server struct {
 	release chan struct{}
 }
 
-// New returns a Server, not started yet, configured by opts. It panics if
-// more than one authentication option is set.
+// New returns a Server, not started yet, configured by opts. It panics on
+// a configuration that would let a credential stand for no dispatcher, or
+// for more than one: a Dispatcher without ID or credentials, a duplicate ID,
+// kid or token, a Token or ServiceAccountToken without DispatcherID, or a
+// key that is not Ed25519.
 func New(opts Options) *Server {
-	auths := 0
-	for _, set := range []bool{len(opts.PublicKey) > 0, opts.Token != "", opts.ServiceAccountToken != ""} {
-		if set {
-			auths++
+	keys := map[string]*dispatcherKey{}
+	tokens := map[string]string{}
+	ids := map[string]bool{}
+	for _, d := range opts.Dispatchers {
+		switch {
+		case d.ID == "":
+			panic("orchestratortest: a Dispatcher without ID")
+		case ids[d.ID]:
+			panic("orchestratortest: Dispatcher " + d.ID + " given twice")
+		case len(d.PublicKey) == 0 && d.Token == "":
+			panic("orchestratortest: Dispatcher " + d.ID + " has neither PublicKey nor Token")
+		}
+		ids[d.ID] = true
+		if len(d.PublicKey) > 0 {
+			addKey(keys, d.ID, cmp.Or(d.KeyID, d.ID), d.PublicKey)
+		}
+		if d.Token != "" {
+			addToken(tokens, d.ID, d.Token)
 		}
 	}
-	if auths > 1 {
-		panic("orchestratortest: set at most one of PublicKey, Token and ServiceAccountToken")
+	if (opts.Token != "" || opts.ServiceAccountToken != "") && opts.DispatcherID == "" {
+		panic("orchestratortest: Token and ServiceAccountToken stand for DispatcherID, which is empty")
 	}
-	if opts.PublicKey != nil && len(opts.PublicKey) != ed25519.PublicKeySize {
-		panic("orchestratortest: PublicKey is not an Ed25519 public key")
+	if len(opts.PublicKey) > 0 {
+		if opts.DispatcherID == "" {
+			// Bound to the first dispatcher that signs with it (verifyJWT).
+			keys[""] = &dispatcherKey{key: opts.PublicKey}
+			checkKey(opts.PublicKey)
+		} else {
+			addKey(keys, opts.DispatcherID, opts.DispatcherID, opts.PublicKey)
+		}
+	}
+	if opts.Token != "" {
+		addToken(tokens, opts.DispatcherID, opts.Token)
 	}
 	if opts.LeaseSeconds <= 0 {
 		opts.LeaseSeconds = 60
@@ -137,6 +202,10 @@ func New(opts Options) *Server {
 	s := &Server{
 		opts:    opts,
 		clock:   opts.Clock,
+		keys:    keys,
+		tokens:  tokens,
+		open:    len(keys) == 0 && len(tokens) == 0 && opts.ServiceAccountToken == "",
+		hasKeys: len(keys) > 0,
 		closed:  make(chan struct{}),
 		rng:     rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		faults:  opts.Faults,

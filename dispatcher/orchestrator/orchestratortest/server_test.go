@@ -20,6 +20,7 @@ import (
 
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
+	"github.com/lestrrat-go/jwx/v3/jws"
 	"github.com/lestrrat-go/jwx/v3/jwt"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -663,7 +664,7 @@ func TestJWTAuthentication(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := start(t, Options{PublicKey: pub})
+	s := start(t, Options{Dispatchers: []Dispatcher{{ID: "d-1", KeyID: "runner-1", PublicKey: pub}}})
 	now := time.Now()
 	tests := []struct {
 		name  string
@@ -698,7 +699,7 @@ func TestJWTAuthentication(t *testing.T) {
 
 func TestStaticToken(t *testing.T) {
 	t.Parallel()
-	s := start(t, Options{Token: "s3cret"})
+	s := start(t, Options{Token: "s3cret", DispatcherID: "d-1"})
 	for token, status := range map[string]int{"s3cret": http.StatusNoContent, "": http.StatusUnauthorized, "wrong": http.StatusUnauthorized} {
 		r, err := send(t.Context(), s, orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1"}, token)
 		if err != nil {
@@ -713,7 +714,7 @@ func TestStaticToken(t *testing.T) {
 func TestTokenExchange(t *testing.T) {
 	t.Parallel()
 	clk := fakeClock()
-	s := start(t, Options{ServiceAccountToken: "sa-token", ExchangeTTL: 300 * time.Millisecond, Clock: clk})
+	s := start(t, Options{ServiceAccountToken: "sa-token", DispatcherID: "d-1", ExchangeTTL: 300 * time.Millisecond, Clock: clk})
 
 	expect(t, post(t, s, orchestrator.PathToken, orchestrator.TokenRequest{Token: "other"}), http.StatusUnauthorized, orchestrator.CodeUnauthorized)
 	r := post(t, s, orchestrator.PathToken, orchestrator.TokenRequest{Token: "sa-token"})
@@ -1032,7 +1033,7 @@ func TestOverDeliverAndRelease(t *testing.T) {
 }
 
 // as posts body to path as dispatcher sub, with a JWT of its own for the
-// request, as the dispatcher signs them.
+// request, as the dispatcher signs them (kid sub, the default).
 func as(t *testing.T, s *Server, key ed25519.PrivateKey, sub, path string, body any) reply {
 	t.Helper()
 	tok, err := (&orchestrator.JWT{Key: key, Subject: sub, Audience: s.URL()}).Token(t.Context())
@@ -1058,7 +1059,11 @@ func TestLeaseIsBoundToItsHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := start(t, Options{PublicKey: pub})
+	pub2, priv2, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, Options{Dispatchers: []Dispatcher{{ID: "d-1", PublicKey: pub}, {ID: "d-2", PublicKey: pub2}}})
 	s.Add(tasks("t-1")...)
 	r := as(t, s, priv, "d-1", orchestrator.PathPoll, orchestrator.PollRequest{DispatcherID: "d-1", Capacity: orchestrator.Capacity{Free: 1, Max: 1}})
 	expect(t, r, http.StatusOK, "")
@@ -1086,7 +1091,7 @@ func TestLeaseIsBoundToItsHolder(t *testing.T) {
 		{"a log chunk", orchestrator.PathLogs("t-1"), orchestrator.LogChunk{IdempotencyKey: "t-1/log/0", Epoch: l.Epoch, Data: []byte("forged\n")}, orchestrator.CodeNotLeaseHolder},
 	}
 	for _, tt := range intrusions {
-		r := as(t, s, priv, "d-2", tt.path, tt.body)
+		r := as(t, s, priv2, "d-2", tt.path, tt.body)
 		if r.status != http.StatusForbidden || r.errorCode() != tt.code {
 			t.Errorf("d-2's %s: %d %s, want 403 %s", tt.name, r.status, r.body, tt.code)
 		}
@@ -1101,7 +1106,7 @@ func TestLeaseIsBoundToItsHolder(t *testing.T) {
 	// The dispatcher's client takes the answer as the lease not being its
 	// own any more (as stale or gone): not retried, and no reason to stop.
 	c2, err := orchestrator.NewClient(orchestrator.ClientOptions{URL: s.URL(), DispatcherID: "d-2", Transport: s.Client().Transport,
-		Auth: &orchestrator.JWT{Key: priv, Subject: "d-2", Audience: s.URL()}})
+		Auth: &orchestrator.JWT{Key: priv2, Subject: "d-2", Audience: s.URL()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1118,7 +1123,7 @@ func TestLeaseIsBoundToItsHolder(t *testing.T) {
 	expect(t, as(t, s, priv, "d-1", orchestrator.PathLogs("t-1"), orchestrator.LogChunk{IdempotencyKey: "t-1/log/0", Epoch: l.Epoch, Data: []byte("applied\n"), Final: true}), http.StatusOK, "")
 	expect(t, as(t, s, priv, "d-1", orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventSucceeded)), http.StatusOK, "")
 	expect(t, as(t, s, priv, "d-1", orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventSucceeded)), http.StatusOK, "")
-	expect(t, as(t, s, priv, "d-2", orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventSucceeded)), http.StatusForbidden, orchestrator.CodeNotLeaseHolder)
+	expect(t, as(t, s, priv2, "d-2", orchestrator.PathEvents("t-1"), event("t-1", l.Epoch, orchestrator.EventSucceeded)), http.StatusForbidden, orchestrator.CodeNotLeaseHolder)
 	rec = s.Task("t-1")
 	if rec.Final == nil || rec.Final.Type != orchestrator.EventSucceeded || rec.FinalStored != 1 || rec.Repeats != 1 || string(rec.Log) != "applied\n" || rec.Renewals != 1 {
 		t.Errorf("t-1 after d-1's reports: %+v, want its log, one renewal, and its final event stored once and repeated once", rec)
@@ -1135,14 +1140,14 @@ func TestReplayedJWTIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := start(t, Options{PublicKey: pub})
+	s := start(t, Options{Dispatchers: []Dispatcher{{ID: "d-1", KeyID: "runner-1", PublicKey: pub}}})
 	now := time.Now()
 	tok := signJWT(t, priv, jwa.EdDSA(), s.URL(), now, now.Add(time.Minute), "d-1")
 	noJTI, err := jwt.NewBuilder().Subject("d-1").Audience([]string{s.URL()}).IssuedAt(now).Expiration(now.Add(time.Minute)).Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	signedNoJTI, err := jwt.Sign(noJTI, jwt.WithKey(jwa.EdDSA(), priv))
+	signedNoJTI, err := jwt.Sign(noJTI, jwt.WithKey(jwa.EdDSA(), priv, jws.WithProtectedHeaders(kidHeader(t, "runner-1"))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1169,7 +1174,7 @@ func TestReplayedJWTIsRefused(t *testing.T) {
 	}
 
 	c, err := orchestrator.NewClient(orchestrator.ClientOptions{URL: s.URL(), DispatcherID: "d-1", Transport: s.Client().Transport,
-		Auth: &orchestrator.JWT{Key: priv, Subject: "d-1", Audience: s.URL()}})
+		Auth: &orchestrator.JWT{Key: priv, KeyID: "runner-1", Subject: "d-1", Audience: s.URL()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1219,4 +1224,14 @@ func TestStaticTokenStandsForItsDispatcher(t *testing.T) {
 	if rec := s.Task("t-1"); rec.Final == nil || rec.Holder != "d-1" {
 		t.Errorf("t-1 %+v, want d-1's final event stored", rec)
 	}
+}
+
+// kidHeader is a JWS protected header naming kid.
+func kidHeader(t *testing.T, kid string) jws.Headers {
+	t.Helper()
+	h := jws.NewHeaders()
+	if err := h.Set(jws.KeyIDKey, kid); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
