@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"encoding/json"
 	"io/fs"
 	"os"
 	"regexp"
@@ -128,4 +129,85 @@ func documentedRules(t *testing.T) []string {
 	}
 	sort.Strings(out)
 	return slices.Compact(out)
+}
+
+// TestBoundaryRulesDocumented checks that the rules decision.rego never
+// relaxes (boundary_rules, and secret-ref-*) are those docs/policy.md's
+// boundary table names, and those the chart's schema lets the enforcement
+// set to deny only: a boundary rule the schema let through would be
+// relaxed by nothing but refused by the webhook at start.
+func TestBoundaryRulesDocumented(t *testing.T) {
+	t.Parallel()
+	var boundary []string
+	for _, r := range parse(t)["decision.rego"].Rules {
+		if r.Head.Name.String() != "boundary_rules" {
+			continue
+		}
+		set, ok := r.Head.Value.Value.(ast.Set)
+		if !ok {
+			t.Fatalf("decision.rego: boundary_rules is %v, want a set of rule names", r.Head.Value)
+		}
+		for _, term := range set.Slice() {
+			boundary = append(boundary, string(term.Value.(ast.String)))
+		}
+	}
+	// platform-secret is decided in Go, before the policies
+	// (webhook/admission/boundary.go), and is a boundary rule all the same.
+	boundary = append(boundary, "platform-secret")
+	sort.Strings(boundary)
+	if len(boundary) < 7 {
+		t.Fatalf("decision.rego's boundary_rules = %v, want the rules of docs/policy.md's boundary table", boundary)
+	}
+	b, err := os.ReadFile("../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n### Boundary rules: deny in every mode\n")
+	if !ok {
+		t.Fatal(`docs/policy.md has no "### Boundary rules: deny in every mode" section`)
+	}
+	if i := strings.Index(section, "\n#"); i >= 0 {
+		section = section[:i]
+	}
+	var documented []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `([^`]+)`( \\(Go\\))? \\|").FindAllStringSubmatch(section, -1) {
+		if m[1] != "secret-ref-*" {
+			documented = append(documented, m[1])
+		}
+	}
+	sort.Strings(documented)
+	if diff := cmp.Diff(boundary, documented); diff != "" {
+		t.Errorf("boundary rules in decision.rego (-) and docs/policy.md's boundary table (+):\n%s", diff)
+	}
+
+	schema, err := os.ReadFile("../charts/runwarden/values.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Definitions struct {
+			RuleActions struct {
+				PatternProperties map[string]struct {
+					Const string `json:"const"`
+				} `json:"patternProperties"`
+			} `json:"ruleActions"`
+		} `json:"definitions"`
+	}
+	if err := json.Unmarshal(schema, &doc); err != nil {
+		t.Fatal(err)
+	}
+	denyOnly := func(rule string) bool {
+		for pattern, p := range doc.Definitions.RuleActions.PatternProperties {
+			if p.Const == "deny" && regexp.MustCompile(pattern).MatchString(rule) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, rule := range append(documentedRules(t), "platform-secret") {
+		want := slices.Contains(boundary, rule) || strings.HasPrefix(rule, "secret-ref-")
+		if got := denyOnly(rule); got != want {
+			t.Errorf("rule %s: the chart's schema takes deny only: %v, want %v (a boundary rule: %v)", rule, got, want, want)
+		}
+	}
 }

@@ -182,6 +182,9 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 			return denied(fmt.Sprintf(`runwarden: this pod claims the label %s: "true", which only pods the Job controller makes for a Job of runwarden's dispatcher carry, but %s; remove the label, or submit the work as a task`, RunnerLabel, why)), nil
 		}
 	}
+	if why := platformSecrets(h.opts.Config, pod, res.Runner); why != "" { // boundary.go: before the policies, in every mode
+		return denied(why), nil
+	}
 	set := h.opts.Policies.Current()
 	in, notChecked, err := buildInput(ctx, look, pod, string(req.Operation), req.User, req.Groups, h.opts.Config)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -23,7 +24,7 @@ import (
 
 // TestHandlerActsOnEachViolation runs the shipped policies with the
 // platform's enforcement (the action per rule, and per namespace) on a pod
-// that breaks no-host-namespaces and allowed-registries, and checks what the
+// that breaks no-host-namespaces and no-privileged, and checks what the
 // API server gets (a denial, or the pod admitted with or without
 // warnings), what the handler counts by rule and action (the Recorder behind
 // runwarden_webhook_denials_total), and the log line of each dryrun
@@ -34,7 +35,7 @@ func TestHandlerActsOnEachViolation(t *testing.T) {
 	t.Parallel()
 	const (
 		hostPID    = "no-host-namespaces: the pod uses the host's namespaces (hostPID)"
-		registries = `allowed-registries: container "main" image "docker.io/library/busybox:1" is not from an allowed registry (registry.example.com)`
+		privileged = `no-privileged: container "main" is privileged`
 	)
 	tests := []struct {
 		name        string
@@ -49,19 +50,19 @@ func TestHandlerActsOnEachViolation(t *testing.T) {
 	}{
 		{
 			name: "enforce by default", mutate: true,
-			denial: "runwarden policy: " + hostPID + "; " + registries,
-			counts: map[string]int{"allowed-registries/deny": 1, "no-host-namespaces/deny": 1},
+			denial: "runwarden policy: " + hostPID + "; " + privileged,
+			counts: map[string]int{"no-privileged/deny": 1, "no-host-namespaces/deny": 1},
 		},
 		{
 			name: "audit mode warns", mode: "audit",
-			warnings: []string{"audit: would deny: " + registries, "audit: would deny: " + hostPID}, // sorted
-			counts:   map[string]int{"allowed-registries/warn": 1, "no-host-namespaces/warn": 1},
+			warnings: []string{"audit: would deny: " + hostPID, "audit: would deny: " + privileged}, // sorted
+			counts:   map[string]int{"no-privileged/warn": 1, "no-host-namespaces/warn": 1},
 		},
 		{
 			name:        "dryrun admits silently, counts and logs",
-			enforcement: map[string]any{"rules": map[string]any{"allowed-registries": "dryrun", "no-host-namespaces": "dryrun"}},
-			counts:      map[string]int{"allowed-registries/dryrun": 1, "no-host-namespaces/dryrun": 1},
-			logged:      []string{"no-host-namespaces", "allowed-registries"},
+			enforcement: map[string]any{"rules": map[string]any{"no-privileged": "dryrun", "no-host-namespaces": "dryrun"}},
+			counts:      map[string]int{"no-privileged/dryrun": 1, "no-host-namespaces/dryrun": 1},
+			logged:      []string{"no-host-namespaces", "no-privileged"},
 		},
 		{
 			name:        "the mutating handler leaves the count of an admitted pod to the validating one",
@@ -71,32 +72,32 @@ func TestHandlerActsOnEachViolation(t *testing.T) {
 			name:        "a rule in warn, another in dryrun",
 			enforcement: map[string]any{"default": "dryrun", "rules": map[string]any{"no-host-namespaces": "warn"}},
 			warnings:    []string{"audit: would deny: " + hostPID},
-			counts:      map[string]int{"allowed-registries/dryrun": 1, "no-host-namespaces/warn": 1},
-			logged:      []string{"allowed-registries"},
+			counts:      map[string]int{"no-privileged/dryrun": 1, "no-host-namespaces/warn": 1},
+			logged:      []string{"no-privileged"},
 		},
 		{
 			name: "the namespace's deny beats the rule's dryrun",
 			enforcement: map[string]any{
-				"rules":      map[string]any{"allowed-registries": "dryrun", "no-host-namespaces": "dryrun"},
+				"rules":      map[string]any{"no-privileged": "dryrun", "no-host-namespaces": "dryrun"},
 				"namespaces": map[string]any{"team-a": map[string]any{"no-host-namespaces": "deny"}},
 			},
 			mutate: true,
 			denial: "runwarden policy: " + hostPID,
-			counts: map[string]int{"allowed-registries/dryrun": 1, "no-host-namespaces/deny": 1},
-			logged: []string{"allowed-registries"},
+			counts: map[string]int{"no-privileged/dryrun": 1, "no-host-namespaces/deny": 1},
+			logged: []string{"no-privileged"},
 		},
 		{
 			name:        "another namespace's setting does not apply",
 			enforcement: map[string]any{"default": "dryrun", "namespaces": map[string]any{"team-b": map[string]any{"no-host-namespaces": "deny"}}},
-			counts:      map[string]int{"allowed-registries/dryrun": 1, "no-host-namespaces/dryrun": 1},
-			logged:      []string{"no-host-namespaces", "allowed-registries"},
+			counts:      map[string]int{"no-privileged/dryrun": 1, "no-host-namespaces/dryrun": 1},
+			logged:      []string{"no-host-namespaces", "no-privileged"},
 		},
 		{
 			name:        "namespace annotations cannot relax a rule",
 			annotations: map[string]string{"runwarden.dev/enforcement": "dryrun", "runwarden.dev/enforcement.no-host-namespaces": "dryrun", "runwarden.dev/mode": "audit"},
 			mutate:      true,
-			denial:      "runwarden policy: " + hostPID + "; " + registries,
-			counts:      map[string]int{"allowed-registries/deny": 1, "no-host-namespaces/deny": 1},
+			denial:      "runwarden policy: " + hostPID + "; " + privileged,
+			counts:      map[string]int{"no-privileged/deny": 1, "no-host-namespaces/deny": 1},
 		},
 	}
 	for _, tt := range tests {
@@ -126,9 +127,10 @@ func TestHandlerActsOnEachViolation(t *testing.T) {
 			var logs lines
 			ctx := log.IntoContext(t.Context(), funcr.New(logs.add, funcr.Options{}))
 
-			pod := runnerPod("docker.io/library/busybox:1")
+			pod := runnerPod("registry.example.com/runner:1")
 			pod.Name = "task-1-abcde"
 			pod.Spec.HostPID = true
+			pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
 			resp := h.Handle(ctx, request(t, pod))
 
 			if tt.denial == "" && !resp.Allowed {

@@ -61,19 +61,45 @@ func checkRuleActions(path string, v any) error {
 		if err := checkAction(path+"."+rule, m[rule]); err != nil {
 			return err
 		}
-		if IsBoundaryRule(rule) && m[rule] != "deny" {
+		if m[rule] == "deny" {
+			continue
+		}
+		if strings.HasPrefix(rule, "secret-ref-") {
 			return fmt.Errorf("%s: %v: the secret-reference rules (secret-ref-*) always deny, they bound which secrets a task may read; "+
 				"try a change to them with `runwarden-webhook policy audit` instead", path+"."+rule, m[rule])
+		}
+		if why, ok := BoundaryRules[rule]; ok {
+			return fmt.Errorf("%s: %v: %s is a boundary rule and always denies, whatever the mode: %s; "+
+				"try a change to it with `runwarden-webhook policy audit` instead", path+"."+rule, m[rule], rule, why)
 		}
 	}
 	return nil
 }
 
+// BoundaryRules are the rules besides secret-ref-* that no enforcement can
+// relax, each with why it is the boundary: policies/decision.rego's
+// boundary_rules and the chart's schema (ruleActions) name the same, which
+// TestBoundaryRulesAgree and TestBoundaryRulesDocumented check, but for
+// platform-secret, which the webhook decides in Go before the policies
+// (admission.RulePlatformSecret).
+var BoundaryRules = map[string]string{
+	"allowed-registries":       "it bounds which images run beside the runners' credentials",
+	"ephemeral-no-credentials": "a debug container would read the runner's credentials",
+	"identity-audience":        "a service account annotation would give runners a token another of the platform's credentials accepts",
+	"no-ephemeral-containers":  "a debug container reads main's environment and resolved values, as the kubectl exec refused in every mode would",
+	"platform-secret":          "it bounds which pods and containers get the platform's Secrets (decided in Go, before the policies)",
+	"platform-service-account": "it bounds which pods run as the runner service account",
+	"platform-token-audience":  "it bounds which pods get a token the platform's credentials accept",
+}
+
 // IsBoundaryRule reports whether no enforcement can relax rule: the
 // secret-reference rules (secret-ref-*), which bound which secrets a task
-// may have the resolver read (decision.rego's boundary_rule says the same
-// to the policies).
-func IsBoundaryRule(rule string) bool { return strings.HasPrefix(rule, "secret-ref-") }
+// may have the resolver read, and BoundaryRules (decision.rego's
+// boundary_rule says the same to the policies).
+func IsBoundaryRule(rule string) bool {
+	_, ok := BoundaryRules[rule]
+	return ok || strings.HasPrefix(rule, "secret-ref-")
+}
 
 func checkAction(path string, v any) error {
 	if a, ok := v.(string); ok && slices.Contains(Actions(), a) {

@@ -66,10 +66,10 @@ default_action := enforcement.default if {
 # not an action (the chart's schema refuses it, the webhook refuses it at
 # start) denies.
 #
-# The secret-reference rules (secret-ref-*) always deny, whatever the
-# enforcement or the mode: they are the boundary of which secrets a task
-# may have the resolver read with the platform's credentials, not a shape
-# to roll out. A change to them is tried with `policy audit` instead.
+# The boundary rules always deny, whatever the enforcement or the mode:
+# they bound what a pod may get of the platform's credentials and of the
+# runners' (see boundary_rules), not a shape to roll out. A change to them
+# is tried with `policy audit` instead.
 action(rule) := "deny" if {
 	boundary_rule(rule)
 } else := checked_action(enforcement.namespaces[input.namespace.name][rule]) if {
@@ -78,8 +78,28 @@ action(rule) := "deny" if {
 	enforcement.rules[rule]
 } else := checked_action(default_action)
 
-# boundary_rule: a rule no enforcement can relax (see action).
+# boundary_rule: a rule no enforcement can relax (see action). The
+# webhook's enforcement check (policy.IsBoundaryRule) and the chart's
+# schema (ruleActions) name the same rules; docs/policy.md says why each.
 boundary_rule(rule) if startswith(rule, "secret-ref-")
+
+boundary_rule(rule) if rule in boundary_rules
+
+# boundary_rules, besides secret-ref-*: which secrets a task may read
+# (secret-ref-*); a debug container, which reads main's environment and
+# the resolved values as kubectl exec would (refused in Go in every mode);
+# which images run beside the credentials (the registry allow-list); and
+# which pods get the runner service account or a token the platform's
+# credentials accept (boundary.rego). platform-secret, a boundary rule
+# too, is decided in Go before the policies (webhook/admission/boundary.go).
+boundary_rules := {
+	"allowed-registries",
+	"ephemeral-no-credentials",
+	"identity-audience",
+	"no-ephemeral-containers",
+	"platform-service-account",
+	"platform-token-audience",
+}
 
 checked_action(a) := a if a in {"deny", "warn", "dryrun"}
 

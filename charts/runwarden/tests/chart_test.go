@@ -225,6 +225,8 @@ func TestRefusesBadValues(t *testing.T) {
 			want: "at '/webhook/platform/enforcement/rules/secret-ref-name': value must be 'deny'"},
 		{name: "a secret-reference rule relaxed in a namespace", args: []string{"--set", "webhook.platform.enforcement.namespaces.team-a.secret-ref-pattern=warn"},
 			want: "at '/webhook/platform/enforcement/namespaces/team-a/secret-ref-pattern': value must be 'deny'"},
+		{name: "a boundary rule relaxed", args: []string{"--set", "webhook.platform.enforcement.namespaces.team-a.no-ephemeral-containers=dryrun"},
+			want: "at '/webhook/platform/enforcement/namespaces/team-a/no-ephemeral-containers': value must be 'deny'"},
 		{name: "rule name that is not one", args: []string{"--set", "webhook.platform.enforcement.rules.No_Privileged=deny"}, want: "'No_Privileged' does not match pattern"},
 		{name: "namespace name that is not one", args: []string{"--set", "webhook.platform.enforcement.namespaces.Team_A.no-privileged=deny"}, want: "'Team_A' does not match pattern"},
 		{name: "unknown enforcement key", args: []string{"--set", "webhook.platform.enforcement.rule.no-privileged=deny"}, want: "at '/webhook/platform/enforcement': additional properties 'rule' not allowed"},

@@ -42,14 +42,14 @@ func TestEnforcementReachesTheWebhook(t *testing.T) {
   platform:
     enforcement:
       default: warn
-      rules: {no-privileged: dryrun, allowed-registries: dryrun}
+      rules: {no-privileged: dryrun, resources-required: dryrun}
       namespaces:
         runwarden-runners: {no-privileged: deny}
 `,
 			mode: "enforce",
 			enforcement: map[string]any{
 				"default":    "warn",
-				"rules":      map[string]any{"no-privileged": "dryrun", "allowed-registries": "dryrun"},
+				"rules":      map[string]any{"no-privileged": "dryrun", "resources-required": "dryrun"},
 				"namespaces": map[string]any{"runwarden-runners": map[string]any{"no-privileged": "deny"}},
 			},
 			runners: "deny", other: "dryrun",
