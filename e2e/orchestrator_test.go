@@ -526,3 +526,114 @@ func TestOrchestratorSIGTERMStopsLeasing(t *testing.T) {
 		}).Feature()
 	testenv.Test(t, f)
 }
+
+// writeEd25519Key makes an Ed25519 key pair and writes the private half as
+// PKCS #8 PEM into dir, as a dispatcher reads it.
+func writeEd25519Key(t *testing.T, dir, name string) (ed25519.PublicKey, string) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(crand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pub, path
+}
+
+// TestOrchestratorDispatcherCannotImpersonateAnother: two dispatchers of
+// one orchestrator, each with its own key, run tasks on the API server; a
+// third process holding dispatcher b's key and configured as dispatcher a
+// (signing sub a under b's kid, or claiming a's kid) is refused at its first
+// request and stops, saying why, having changed nothing of a's tasks.
+func TestOrchestratorDispatcherCannotImpersonateAnother(t *testing.T) {
+	t.Parallel()
+	f := features.New("orchestrator: a dispatcher cannot act as another").
+		Assess("each key signs only for its own dispatcher", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			dir := t.TempDir()
+			pubA, keyA := writeEd25519Key(t, dir, "a.key")
+			pubB, keyB := writeEd25519Key(t, dir, "b.key")
+			idA, idB := "e2e-a-"+ns[len(ns)-6:], "e2e-b-"+ns[len(ns)-6:]
+			srv := orchestratortest.New(orchestratortest.Options{LeaseSeconds: 30, MaxWait: 2 * time.Second, Dispatchers: []orchestratortest.Dispatcher{
+				{ID: idA, KeyID: "key-a", PublicKey: pubA},
+				{ID: idB, KeyID: "key-b", PublicKey: pubB},
+			}})
+			srv.Start()
+			t.Cleanup(srv.Close)
+			caFile, err := srv.CAFile(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			flags := func(key, kid, id string) []string {
+				return append(orchestratorFlags(&fakeOrchestrator{srv: srv, caFile: caFile, keyFile: key}),
+					"--orchestrator-key-id", kid, "--dispatcher-id", id, "--simulated", "--preflight=false", "--stream-logs=false", "--succeeded-history", "100")
+			}
+			a := startDispatcher(ctx, t, cfg, ns, flags(keyA, "key-a", idA)...)
+			b := startDispatcher(ctx, t, cfg, ns, flags(keyB, "key-b", idB)...)
+			ids := orchestratorTasks(srv, "own", 6)
+			waitAllDone(ctx, t, srv, len(ids), 2*time.Minute, a)
+			for _, id := range ids {
+				rec := srv.Task(id)
+				if rec.Final == nil || rec.Final.Type != orchestrator.EventSucceeded || (rec.Holder != idA && rec.Holder != idB) {
+					t.Errorf("task %s: %+v, want succeeded under a or b", id, rec)
+				}
+			}
+			before := srv.Stats()
+			if before.Unauthorized != 0 {
+				t.Fatalf("%d requests of the two dispatchers refused 401\na:\n%s\nb:\n%s", before.Unauthorized, tail(a.log.String(), 2000), tail(b.log.String(), 2000))
+			}
+
+			// The reasons, without quotes, which a JSON log escapes.
+			for _, tt := range []struct {
+				name, kid string
+				why       []string
+			}{
+				{"b's key signing for a under b's kid", "key-b", []string{"key-b", "is dispatcher", idB, "signs only for itself"}},
+				{"b's key claiming a's kid", "key-a", []string{"key-a", "verif"}},
+			} {
+				imp := startDispatcherProcess(ctx, t, cfg, ns, flags(keyB, tt.kid, idA)...)
+				if err := imp.cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				exited := make(chan error, 1)
+				go func() { exited <- imp.cmd.Wait() }()
+				select {
+				case err := <-exited:
+					if err == nil {
+						t.Errorf("%s: the impersonator exited 0\n%s", tt.name, tail(imp.log.String(), 3000))
+					}
+				case <-time.After(time.Minute):
+					_ = imp.cmd.Process.Kill()
+					<-exited
+					t.Errorf("%s: the impersonator was not refused within a minute\n%s", tt.name, tail(imp.log.String(), 3000))
+					continue
+				}
+				out := imp.log.String()
+				for _, w := range append([]string{"refused this dispatcher", "401"}, tt.why...) {
+					if !strings.Contains(out, w) {
+						t.Errorf("%s: the impersonator's log does not say %q:\n%s", tt.name, w, tail(out, 3000))
+					}
+				}
+			}
+			after := srv.Stats()
+			if after.Unauthorized == 0 || after.LeasesIssued != before.LeasesIssued {
+				t.Errorf("stats %+v after the impersonations, %+v before: want 401s and no lease", after, before)
+			}
+			for _, p := range srv.Polls() {
+				if p.DispatcherID != idA && p.DispatcherID != idB {
+					t.Errorf("a poll of %q answered", p.DispatcherID)
+				}
+			}
+			// a still runs as itself.
+			more := orchestratorTasks(srv, "after", 2)
+			waitAllDone(ctx, t, srv, len(ids)+len(more), 2*time.Minute, a)
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
