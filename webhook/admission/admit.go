@@ -22,7 +22,8 @@ import (
 type Request struct {
 	// Operation is CREATE or UPDATE; anything else is skipped.
 	Operation admissionv1.Operation
-	// SubResource is "" or "ephemeralcontainers"; anything else is skipped.
+	// SubResource is "", "ephemeralcontainers" or "resize"; anything else
+	// is skipped.
 	SubResource string
 	// Namespace is the request's namespace, the pod's when it names none.
 	Namespace string
@@ -103,26 +104,29 @@ type Result struct {
 	NotChecked []string
 }
 
-// skip says why a request is not the handler's to decide, or "": only the
-// creation and update of a pod, and containers added to one
-// (pods/ephemeralcontainers), are; the mutating handler shapes pods at
-// creation only (changes are the validating configuration's to check).
 // checkedOperation tells the requests runwarden decides on: a pod's
-// creation, and its update or the ephemeral containers added to it.
+// creation, and every way to change its spec: its update, the ephemeral
+// containers added to it (pods/ephemeralcontainers) and its resources
+// changed in place (pods/resize, Kubernetes 1.33 and later). The others
+// change no spec: the status (pods/status, the kubelet's) and the binding
+// (pods/binding, the scheduler's).
 func checkedOperation(op admissionv1.Operation, sub string) bool {
 	switch op {
 	case admissionv1.Create:
 		return sub == ""
 	case admissionv1.Update:
-		return sub == "" || sub == "ephemeralcontainers"
+		return sub == "" || sub == "ephemeralcontainers" || sub == "resize"
 	}
 	return false
 }
 
+// skip says why a request is not the handler's to decide, or "": only
+// those checkedOperation names are; the mutating handler shapes pods at
+// creation only (changes are the validating configuration's to check).
 func (h *Handler) skip(op admissionv1.Operation, sub string) string {
 	switch {
 	case !checkedOperation(op, sub):
-		return "runwarden checks the creation and update of pods, and ephemeral containers"
+		return "runwarden checks the creation and update of pods, ephemeral containers and resizes"
 	case h.opts.Mutate && op != admissionv1.Create:
 		return "runwarden shapes pods at creation only"
 	}
@@ -165,13 +169,16 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 		return denied(fmt.Sprintf("runwarden: this webhook admits runner pods in namespace %s only (its --runner-namespace), and this pod is in %s: its webhook configuration sends it more than it serves", h.opts.Namespace, pod.Namespace)), nil
 	}
 	res := Result{Runner: claimed, Pod: pod}
+	// Decided here, before the policies: no enforcement mode relaxes it.
+	jobController := slices.Contains(h.opts.JobControllerUsers, req.User)
 	switch {
 	case old != nil && (old.Labels[RunnerLabel] == "true") != claimed:
 		return denied(fmt.Sprintf("runwarden: the label %s cannot be added to or removed from a pod: a pod is a runner from its creation, or never", RunnerLabel)), nil
-	case old != nil && claimed && identityChanged(old, pod) != "":
-		return denied(fmt.Sprintf("runwarden: %s of a runner pod cannot be changed: with it the dispatcher tells whose task the pod is", identityChanged(old, pod))), nil
-	case old != nil && claimed && recordChanged(old, pod) != "":
-		return denied(fmt.Sprintf("runwarden: the annotation %s of a runner pod cannot be changed: it is the webhook's record of what it admitted, written at the pod's creation and read by the dispatcher into the task's record", recordChanged(old, pod))), nil
+	case frozen(req, claimed, jobController) != "":
+		return denied(frozen(req, claimed, jobController)), nil
+	case old != nil && jobController && controllersOnly(old, pod):
+		res.Outcome, res.Reason = OutcomeAllowed, "the Job controller's own fields (finalizers, owner references)"
+		return res, nil
 	case old == nil && claimed:
 		why, err := h.earned(ctx, look, pod, req.User, &res)
 		if err != nil {

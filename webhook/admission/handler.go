@@ -17,7 +17,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -150,7 +149,7 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 		return h.connect(log.IntoContext(ctx, logger), req)
 	}
 	if why := h.skip(req.Operation, req.SubResource); why != "" || req.Kind.Kind != "Pod" {
-		return admission.Allowed(cmp.Or(why, "runwarden checks the creation and update of pods, ephemeral containers, and exec, attach and port-forward")), OutcomeSkipped
+		return admission.Allowed(cmp.Or(why, "runwarden checks the creation and update of pods, ephemeral containers and resizes, and exec, attach and port-forward")), OutcomeSkipped
 	}
 	pod, err := podOf(req.Object)
 	if err != nil {
@@ -211,25 +210,6 @@ func (h *Handler) violations(ctx context.Context, req admission.Request, pod *co
 				"container", v.Container, "field", v.Field, "message", v.Message)
 		}
 	}
-}
-
-// identityChanged names what of a runner pod's identity an update changes,
-// or is "": its task label, or its controller reference (given another
-// owner, or one when it had none). The garbage collector and the Job
-// controller may still remove the reference (orphaning, releasing).
-func identityChanged(old, pod *corev1.Pod) string {
-	if old.Labels[TaskIDLabel] != pod.Labels[TaskIDLabel] {
-		return "the label " + TaskIDLabel
-	}
-	ref := metav1.GetControllerOfNoCopy(pod)
-	if ref == nil {
-		return ""
-	}
-	was := metav1.GetControllerOfNoCopy(old)
-	if was == nil || was.UID != ref.UID || was.Kind != ref.Kind || was.APIVersion != ref.APIVersion || was.Name != ref.Name {
-		return "the controller reference"
-	}
-	return ""
 }
 
 // decodePod decodes a pod of the request. The API server sends admission

@@ -520,8 +520,8 @@ func TestRunnerStatusIsEarned(t *testing.T) {
 // rules, an update is checked as the pod it makes, the runner label cannot
 // be added or removed, nor a runner pod's record annotations (the
 // webhook's, written at its creation) added, removed or changed, nor its
-// task label or controller reference (but for its removal), and an
-// ephemeral container on a runner pod is refused.
+// task label or controller reference, and an ephemeral container on a
+// runner pod is refused (the rest of what is frozen: TestFrozenAfterAdmission).
 func TestValidatingChecksEveryChange(t *testing.T) {
 	t.Parallel()
 	update := func(t *testing.T, old, pod *corev1.Pod, sub string) admission.Request {
@@ -568,7 +568,7 @@ func TestValidatingChecksEveryChange(t *testing.T) {
 			r.UserInfo.Username = "alice"
 			return r
 		}},
-		{name: "an image from elsewhere on a running runner", want: "allowed-registries", req: func(t *testing.T) admission.Request {
+		{name: "an image from elsewhere on a running runner", want: "spec.containers[main].image of a runner pod cannot be changed after its admission", req: func(t *testing.T) admission.Request {
 			old := runnerPod("registry.example.com/runner:1")
 			return update(t, old, runnerPod("evil.example.net/runner:1"), "")
 		}},
@@ -645,7 +645,7 @@ func TestValidatingChecksEveryChange(t *testing.T) {
 			old.OwnerReferences = nil
 			return update(t, old, recorded(), "")
 		}},
-		{name: "a runner's controller reference removed (orphaned)", allowed: true, req: func(t *testing.T) admission.Request {
+		{name: "a runner's controller reference removed by another than the Job controller", want: "the controller reference of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
 			pod := recorded()
 			pod.OwnerReferences = nil
 			return update(t, recorded(), pod, "")
