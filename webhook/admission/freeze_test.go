@@ -278,11 +278,15 @@ func TestSpecChangedNamesTheField(t *testing.T) {
 	}{
 		{name: "unchanged", change: func(*corev1.PodSpec) {}},
 		{name: "an init container's image", change: func(s *corev1.PodSpec) { s.InitContainers[0].Image = "x" }, want: "spec.initContainers[runwarden-secrets].image"},
-		{name: "a container added", change: func(s *corev1.PodSpec) { s.Containers = append(s.Containers, corev1.Container{Name: "side", Image: "x"}) }, want: "spec.containers[side]"},
+		{name: "a container added", change: func(s *corev1.PodSpec) {
+			s.Containers = append(s.Containers, corev1.Container{Name: "side", Image: "x"})
+		}, want: "spec.containers[side]"},
 		{name: "a list element without a name", change: func(s *corev1.PodSpec) {
 			s.Tolerations = []corev1.Toleration{{Key: "a"}}
 		}, want: "spec.tolerations"},
-		{name: "a nested field", change: func(s *corev1.PodSpec) { s.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("1") },
+		{name: "a nested field", change: func(s *corev1.PodSpec) {
+			s.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("1")
+		},
 			want: "spec.containers[main].resources.limits.cpu"},
 		{name: "an ephemeral container added through its subresource", sub: "ephemeralcontainers", change: func(s *corev1.PodSpec) {
 			s.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "d"}}}
