@@ -41,10 +41,6 @@ const DefaultMaxResults = 1000
 // maxMessage bounds a result's message, in bytes.
 const maxMessage = 512
 
-// redactMin is the shortest env value redacted from messages: shorter
-// ones (a flag, a count) are not secrets and would garble the message.
-const redactMin = 4
-
 // Report is a PolicyReport.
 type Report struct {
 	APIVersion string         `json:"apiVersion"`
@@ -126,8 +122,8 @@ type Evaluated struct {
 // that deny it, warn for those that warn about it (audit mode), pass for
 // the others; a denial by the webhook's own checks is a fail of rule
 // "admission" and a skip of every rule, which were not asked; each other
-// warning is a warn of rule "warning". Messages never carry an env value
-// of the pod (see Redact). A pod whose results would pass MaxResults is
+// warning is a warn of rule "warning". Messages never carry a value of
+// the pod (see Redact). A pod whose results would pass MaxResults is
 // left out, with every older one; the annotation
 // runwarden.dev/pods-omitted counts them.
 func BuildReport(ns string, pods []Evaluated, opts ReportOptions) Report {
@@ -177,10 +173,11 @@ func podResults(p Evaluated, rules []string, ts ReportTimestamp) []ReportResult 
 	if p.Subject.Job != "" {
 		props["job"] = p.Subject.Job
 	}
+	red := policy.NewRedactor(p.Subject.Pod)
 	result := func(rule, res, msg string) ReportResult {
 		return ReportResult{
-			Source: ReportSource, Policy: ReportPolicy, Rule: rule, Result: res,
-			Message: bounded(Redact(msg, p.Subject.Pod)), Timestamp: ts, Resources: []ReportRef{ref}, Properties: props,
+			Source: ReportSource, Policy: ReportPolicy, Rule: red.Redact(rule), Result: res,
+			Message: bounded(red.Redact(msg)), Timestamp: ts, Resources: []ReportRef{ref}, Properties: props,
 		}
 	}
 	o := p.Outcome
@@ -223,38 +220,14 @@ func podResults(p Evaluated, rules []string, ts ReportTimestamp) []ReportResult 
 	return out
 }
 
-// Redact replaces in msg every env value of pod's containers (plain
-// values, redactMin bytes or longer) with "[redacted]": a rule's message
-// may quote what it read, and a task author may have put a token in a
-// plain value. Secret references are not values and are kept; the values
-// they name never reach a pod's spec.
+// Redact replaces in msg every value pod carries, in each encoding a
+// policy can write it in, and every URL's userinfo, with "[redacted]"
+// (policy.Redactor says which values and encodings). A policy's messages
+// have been through it already (policy.Set.Eval); the webhook's own
+// denials go through it here, so that nothing a report holds was a value
+// of the pod: it holds the rule, the container and the field path instead.
 func Redact(msg string, pod *corev1.Pod) string {
-	if pod == nil {
-		return msg
-	}
-	var values []string
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for _, c := range list {
-			for _, e := range c.Env {
-				if len(e.Value) >= redactMin && !isSecretRef(e.Value) {
-					values = append(values, e.Value)
-				}
-			}
-		}
-	}
-	// Longest first: a value that holds another is redacted whole.
-	slices.SortFunc(values, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
-	for _, v := range values {
-		msg = strings.ReplaceAll(msg, v, "[redacted]")
-	}
-	return msg
-}
-
-// isSecretRef tells whether an env value is a secret reference, as the
-// webhook finds them.
-func isSecretRef(v string) bool {
-	refs := policy.ParseSecretRef("", "", v)
-	return len(refs) > 0 && refs[0].Error == "" && refs[0].Raw == v
+	return policy.NewRedactor(pod).Redact(msg)
 }
 
 func bounded(s string) string {

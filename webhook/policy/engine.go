@@ -310,7 +310,9 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Optio
 
 // Eval evaluates the decision for one input. Decisions are cached under
 // the parts of the input the policies read (see cache.go); the returned
-// decision may be shared, and must not be modified.
+// decision may be shared, and must not be modified. Its violations and
+// warnings never hold a value of the input's pod or old pod (see
+// Redactor): what a policy quotes is replaced before any caller sees it.
 func (s *Set) Eval(ctx context.Context, in *Input) (Decision, error) {
 	d, _, err := s.EvalWithSource(ctx, in)
 	return d, err
@@ -339,7 +341,7 @@ func (s *Set) EvalWithSource(ctx context.Context, in *Input) (Decision, Source, 
 	if s.Cached {
 		k = s.proj.key(b)
 		if d, hit := s.cache.get(k); hit {
-			return d, FromCache, nil
+			return redactDecision(d, in), FromCache, nil
 		}
 	}
 	v, err := valueOf(b)
@@ -351,9 +353,11 @@ func (s *Set) EvalWithSource(ctx context.Context, in *Input) (Decision, Source, 
 		return Decision{}, FromEvaluation, err
 	}
 	if s.Cached {
+		// Cached as the policies wrote it: another pod with the same key
+		// has its own values to redact.
 		s.cache.put(k, d)
 	}
-	return d, FromEvaluation, nil
+	return redactDecision(d, in), FromEvaluation, nil
 }
 
 // EvalUncached evaluates the decision without the cache, for tests and
@@ -368,7 +372,11 @@ func (s *Set) EvalUncached(ctx context.Context, in *Input) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	return s.eval(ctx, v)
+	d, err := s.eval(ctx, v)
+	if err != nil {
+		return Decision{}, err
+	}
+	return redactDecision(d, in), nil
 }
 
 // eval evaluates the decision within the set's timeout. OPA's Eval cancels
