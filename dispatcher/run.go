@@ -200,7 +200,7 @@ func (c *config) bind(fs *flag.FlagSet, l *lists) {
 	fs.StringVar(&c.source, "source", "kube", "where tasks come from: kube (RunnerTask objects) or orchestrator (a remote orchestrator over HTTPS)")
 	fs.StringVar(&c.orch.url, "orchestrator-url", "", "the orchestrator's base URL (https), for --source=orchestrator")
 	fs.StringVar(&c.orch.keyFile, "orchestrator-key", "", "Ed25519 private key (PKCS #8 PEM) that signs this dispatcher's short-lived JWTs, one per request")
-	fs.StringVar(&c.orch.keyID, "orchestrator-key-id", "", "kid of the JWTs (default: the dispatcher ID)")
+	fs.StringVar(&c.orch.keyID, "orchestrator-key-id", "", "kid of the JWTs: the name the orchestrator registered this dispatcher's public key under; it takes a JWT only for the dispatcher that key is registered for (default: the dispatcher ID)")
 	fs.StringVar(&c.orch.tokenFile, "orchestrator-token-file", "", "file holding a static bearer token, read again when it changes")
 	fs.StringVar(&c.orch.exchangeFile, "orchestrator-exchange-token-file", "", "projected service account token exchanged at the orchestrator for its own token")
 	fs.StringVar(&c.orch.caFile, "orchestrator-ca", "", "PEM bundle of CAs trusted for the orchestrator, besides the system's")

@@ -203,7 +203,22 @@ func noRedirects(req *http.Request, _ []*http.Request) error {
 	return fmt.Errorf("the orchestrator redirected to %s: the protocol has no redirects; check --orchestrator-url", req.URL.Redacted())
 }
 
-// Poll asks for up to free leases, holding up to wait for one.
+// capacityMax is a poll's capacity.max: the most leases the dispatcher
+// holds at once, maxConcurrent, plus maxQueued with Kueue (a task queued in
+// Kueue holds its lease too). The orchestrator re-issues no more than that
+// in one poll, so every lapsed lease of a dispatcher within its capacity
+// comes back.
+func capacityMax(maxConcurrent, maxQueued int, kueue bool) int {
+	if kueue {
+		return maxConcurrent + maxQueued
+	}
+	return maxConcurrent
+}
+
+// Poll asks for up to free leases, holding up to wait for one. capacity is
+// the most leases the dispatcher holds at once; the orchestrator's
+// re-issues of the tasks in running and the new leases together stay
+// within it.
 func (c *Client) Poll(ctx context.Context, free, capacity int, running []string, wait time.Duration) ([]Lease, error) {
 	if running == nil {
 		running = []string{}

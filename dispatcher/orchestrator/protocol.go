@@ -44,8 +44,11 @@ func PathLogs(taskID string) string { return "/v1/tasks/" + taskID + "/logs" }
 
 // Capacity is what a dispatcher can still take.
 type Capacity struct {
+	// Free is how many new leases it takes now, at most Max.
 	Free int `json:"free"`
-	Max  int `json:"max"`
+	// Max is the most leases it holds at once (with Kueue, queued tasks
+	// included): re-issued and new leases of one poll are at most Max.
+	Max int `json:"max"`
 }
 
 // PollRequest asks for at most Capacity.Free leases.
@@ -54,9 +57,9 @@ type PollRequest struct {
 	Capacity     Capacity `json:"capacity"`
 	// Running lists the tasks the dispatcher holds a Job for whose final
 	// status is not acknowledged yet. An orchestrator re-issues an expired
-	// lease of one of them to this dispatcher (new epoch) rather than
-	// handing the task to another; re-issued leases do not count against
-	// Capacity.Free.
+	// lease of one of them (new epoch) to this dispatcher if it held the
+	// task's last lease, and to no other; re-issued leases count against
+	// Capacity.Max, not Capacity.Free (their Jobs already hold a slot).
 	Running     []string `json:"running"`
 	WaitSeconds int      `json:"waitSeconds"`
 }
