@@ -338,14 +338,19 @@ func policyTest(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("runwarden-webhook policy test", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	minCov := fs.Float64("min-coverage", 0, "fail below this coverage, in percent")
-	timeout := fs.Duration("timeout", policy.DefaultTestTimeout, "deadline of each test, as the webhook's when it loads a set")
+	timeout := fs.Duration("timeout", policy.DefaultTestTimeout, "deadline of each test, as the webhook's when it loads a set: the first test past it stops the rest")
+	total := fs.Duration("total-timeout", policy.DefaultTestsTimeout, "deadline of all the tests together (both runs: the load's, then coverage's), as the webhook's --policy-tests-timeout")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	opts := policy.Options{TestTimeout: *timeout}
+	if *timeout <= 0 || *total <= 0 {
+		fmt.Fprintf(stderr, "runwarden-webhook policy test: --timeout %s, --total-timeout %s: each must be more than 0\n", *timeout, *total)
+		return 2
+	}
+	opts := policy.Options{TestTimeout: *timeout, TestsTimeout: *total}
 	var rep policy.TestReport
 	var err error
 	origin := "embedded policies"

@@ -45,6 +45,16 @@ decision := {"deny": [], "warnings": [sprintf("%d", [n])], "mutations": {}} if {
 			wantCode: 1, wantStderr: []string{"test_slow", "a_test.rego:3) ran past the deadline of 300ms"},
 		},
 		{
+			name:     "policy test of a set whose test is slow, within the total deadline",
+			args:     []string{"policy", "test", "--timeout", "1h", "--total-timeout", "300ms", dir(map[string]string{"a.rego": decision, "a_test.rego": slowTest})},
+			wantCode: 1, wantStderr: []string{"test_slow", "ran past their total deadline of 300ms"},
+		},
+		{
+			name:     "policy test with no total deadline",
+			args:     []string{"policy", "test", "--total-timeout", "0s"},
+			wantCode: 2, wantStderr: []string{"--total-timeout 0s: each must be more than 0"},
+		},
+		{
 			name:     "policy test of a set calling http.send",
 			args:     []string{"policy", "test", dir(map[string]string{"a.rego": httpSend})},
 			wantCode: 1, wantStderr: []string{"a.rego:5", "http.send is not allowed"},

@@ -73,6 +73,9 @@ type serveConfig struct {
 	resolverImage  string
 	resolverPull   string
 	reports        reportConfig
+
+	// policyTestsTimeout bounds all of a set's tests as it loads.
+	policyTestsTimeout time.Duration
 }
 
 // reportConfig are the flags of the PolicyReports.
@@ -99,6 +102,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.policyDir, "policies", "", "policy folder to load and watch (default: the shipped policies, embedded)")
 	fs.DurationVar(&c.reloadInterval, "policy-reload-interval", 2*time.Second, "how often the policy folder is checked for changes")
 	fs.DurationVar(&c.policyTimeout, "policy-timeout", policy.DefaultTimeout, "deadline of each policy decision, the probe decision of a set being loaded included (each of its tests has 30s); keep it below the webhook configurations' timeoutSeconds (5 s in the chart)")
+	fs.DurationVar(&c.policyTestsTimeout, "policy-tests-timeout", policy.DefaultTestsTimeout, "deadline of all of a set's tests together as it loads (at start and each reload; each test has 30s, and the first past it stops the rest): past it the set is refused")
 	fs.StringVar(&c.pod.name, "pod-name", "", "this webhook's pod, which a refused policy reload is reported on as a Warning Event (the chart sets it from the downward API; empty: no Event, the log and metrics only)")
 	fs.StringVar(&c.pod.namespace, "pod-namespace", "", "namespace of --pod-name")
 	fs.StringVar(&c.pod.uid, "pod-uid", "", "UID of --pod-name, so that kubectl describe pod lists the Events")
@@ -143,6 +147,9 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if c.policyTimeout <= 0 {
 		return c, fmt.Errorf("--policy-timeout %s: must be more than 0", c.policyTimeout)
+	}
+	if c.policyTestsTimeout <= 0 {
+		return c, fmt.Errorf("--policy-tests-timeout %s: must be more than 0", c.policyTestsTimeout)
 	}
 	if (c.pod.name == "") != (c.pod.namespace == "") {
 		return c, errors.New("--pod-name and --pod-namespace go together: set both (the chart does) or neither")
@@ -491,7 +498,7 @@ func loadPolicies(ctx context.Context, c serveConfig, platform map[string]any, r
 	store, err := policy.NewStore(ctx, policy.StoreOptions{
 		Dir:      c.policyDir,
 		Interval: c.reloadInterval,
-		Load:     policy.Options{Timeout: c.policyTimeout},
+		Load:     policy.Options{Timeout: c.policyTimeout, TestsTimeout: c.policyTestsTimeout},
 		OnReload: report.report,
 	})
 	if err != nil {

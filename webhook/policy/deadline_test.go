@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/runwarden/runwarden/policies"
 )
@@ -183,4 +185,80 @@ func TestTheShippedPoliciesLoadWithTheCapabilities(t *testing.T) {
 	if !Capabilities().ContainsBuiltin("time.now_ns") {
 		t.Error("the capabilities lack time.now_ns, which reaches nothing")
 	}
+}
+
+// TestTestsStopAtTheFirstPastItsDeadline: of a set's many slow tests, the
+// first past its own deadline stops the rest (which would each wait out
+// theirs: 88 tests of 30 s are 44 minutes), and all of them together stop
+// at the total deadline even when no single test has one.
+func TestTestsStopAtTheFirstPastItsDeadline(t *testing.T) {
+	t.Parallel()
+	many := strings.Builder{}
+	many.WriteString("package runwarden.admission_test\n")
+	for i := range 40 {
+		fmt.Fprintf(&many, "\ntest_slow_%d if count([1 | some i in numbers.range(1, 100000); some j in numbers.range(1, 100000)]) > 0\n", i)
+	}
+	mods := func(test string) map[string]*ast.Module {
+		t.Helper()
+		out := map[string]*ast.Module{}
+		for name, src := range map[string]string{"a.rego": minimal, "a_test.rego": test} {
+			m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{RegoVersion: ast.RegoV1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[name] = m
+		}
+		return out
+	}
+	tests := []struct {
+		name  string
+		test  string
+		opts  Options
+		ran   int // at most
+		wants []string
+	}{
+		{
+			name: "each test's deadline", test: many.String(),
+			opts: Options{TestTimeout: 300 * time.Millisecond, TestsTimeout: time.Hour},
+			ran:  20, wants: []string{"ran past the deadline of 300ms; the rest were not run"},
+		},
+		{
+			name: "the total deadline", test: slowTest,
+			opts: Options{TestTimeout: time.Hour, TestsTimeout: 300 * time.Millisecond},
+			ran:  1, wants: []string{"the set's tests ran past their total deadline of 300ms in data.runwarden.admission_test.test_slow (a_test.rego:3), test 1; the rest were not run"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := mods(tt.test)
+			c, err := compile(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := runTests(t.Context(), c, m, nil, tt.opts)
+			if !errors.Is(err, ErrTestsFailed) || !errors.Is(err, ErrTimeout) {
+				t.Fatalf("runTests error = %v, want ErrTestsFailed and ErrTimeout", err)
+			}
+			// The runner runs as many tests at once as there are CPUs,
+			// and one waiting for its turn when the stop comes may still
+			// start (and end at once): a few more than one, never all.
+			if n > tt.ran || strings.Count(err.Error(), "the rest were not run") != 1 {
+				t.Errorf("%d tests ran, error %v; want at most %d, and one past its deadline", n, err, tt.ran)
+			}
+			for _, w := range tt.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("runTests error = %v, want it to say %q", err, w)
+				}
+			}
+		})
+	}
+	t.Run("TestWithCoverage has one total deadline", func(t *testing.T) {
+		t.Parallel()
+		_, err := TestWithCoverage(t.Context(), fstest.MapFS{"a.rego": {Data: []byte(minimal)}, "a_test.rego": {Data: []byte(slowTest)}}, "slow",
+			Options{TestTimeout: time.Hour, TestsTimeout: 300 * time.Millisecond})
+		if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "total deadline of 300ms") {
+			t.Errorf("TestWithCoverage error = %v, want the total deadline's", err)
+		}
+	})
 }

@@ -103,6 +103,16 @@ const DefaultTimeout = 2 * time.Second
 // still stopped.
 const DefaultTestTimeout = 30 * time.Second
 
+// DefaultTestsTimeout bounds all of a set's tests together when
+// Options.TestsTimeout is unset: the shipped set's tests take a few seconds
+// on a busy node, and a set that takes minutes to load holds back a
+// webhook's start and every reload behind it.
+const DefaultTestsTimeout = 2 * time.Minute
+
+// errTestsDeadline is the cause of the end of a set's tests at
+// Options.TestsTimeout.
+var errTestsDeadline = errors.New("the set's tests ran past their total deadline")
+
 // Options configure how a set is loaded and evaluated. The server, its
 // reloads and the offline `policy eval` and `policy test` all load with
 // them, so a set behaves alike everywhere.
@@ -111,9 +121,14 @@ type Options struct {
 	// loads, then each admission's. A decision past it is stopped and fails
 	// with ErrTimeout. Default: DefaultTimeout.
 	Timeout time.Duration
-	// TestTimeout bounds each of the set's tests, alike. Default:
+	// TestTimeout bounds each of the set's tests, alike: the first test
+	// past it stops the rest, and the set is refused. Default:
 	// DefaultTestTimeout.
 	TestTimeout time.Duration
+	// TestsTimeout bounds all of the set's tests together (with coverage,
+	// both runs of TestWithCoverage): past it the tests stop and the set
+	// is refused. Default: DefaultTestsTimeout.
+	TestsTimeout time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -122,6 +137,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.TestTimeout <= 0 {
 		o.TestTimeout = DefaultTestTimeout
+	}
+	if o.TestsTimeout <= 0 {
+		o.TestsTimeout = DefaultTestsTimeout
 	}
 }
 
@@ -183,7 +201,7 @@ func Load(ctx context.Context, fsys fs.FS, origin string, opts Options) (*Set, e
 	if err != nil {
 		return nil, err
 	}
-	if s.Tests, err = runTests(ctx, compiler, s.modules, nil, opts.TestTimeout); err != nil {
+	if s.Tests, err = runTests(ctx, compiler, s.modules, nil, opts); err != nil {
 		return nil, err
 	}
 
@@ -229,10 +247,17 @@ func compile(modules map[string]*ast.Module) (*ast.Compiler, error) {
 	return compiler, nil
 }
 
-// runTests runs the set's tests, each within timeout; with a non-nil
-// coverage tracer it records coverage too. It returns how many tests ran.
-func runTests(ctx context.Context, compiler *ast.Compiler, modules map[string]*ast.Module, cov *cover.Cover, timeout time.Duration) (int, error) {
-	r := tester.NewRunner().SetCompiler(compiler).SetModules(modules).SetTimeout(timeout)
+// runTests runs the set's tests, each within opts.TestTimeout and all
+// within opts.TestsTimeout; with a non-nil coverage tracer it records
+// coverage too. The first test past a deadline stops the others: a set
+// with one slow rule is slow in many of its tests, and each would
+// otherwise wait out its own deadline. It returns how many tests ran (to
+// their end, or to the stop).
+func runTests(ctx context.Context, compiler *ast.Compiler, modules map[string]*ast.Module, cov *cover.Cover, opts Options) (int, error) {
+	parent := ctx
+	ctx, cancel := context.WithTimeoutCause(ctx, opts.TestsTimeout, errTestsDeadline)
+	defer cancel()
+	r := tester.NewRunner().SetCompiler(compiler).SetModules(modules).SetTimeout(opts.TestTimeout)
 	if cov != nil {
 		r = r.SetCoverageQueryTracer(cov)
 	}
@@ -242,24 +267,39 @@ func runTests(ctx context.Context, compiler *ast.Compiler, modules map[string]*a
 	}
 	n := 0
 	var failed []string
-	timedOut := false
+	var late string
 	for res := range ch {
 		n++
+		if late != "" {
+			// Stopped: a test still sent was running beside the one
+			// past its deadline (the runner runs a few at once), and
+			// was cut short by the stop.
+			continue
+		}
 		switch {
 		case res.Error != nil && topdown.IsCancel(res.Error):
-			timedOut = true
-			failed = append(failed, fmt.Sprintf("%s.%s (%s:%d) ran past the deadline of %s", res.Package, res.Name, res.Location.File, res.Location.Row, timeout))
+			at := fmt.Sprintf("%s.%s (%s:%d)", res.Package, res.Name, res.Location.File, res.Location.Row)
+			if errors.Is(context.Cause(ctx), errTestsDeadline) {
+				late = fmt.Sprintf("the set's tests ran past their total deadline of %s in %s, test %d; the rest were not run", opts.TestsTimeout, at, n)
+			} else {
+				late = fmt.Sprintf("%s ran past the deadline of %s; the rest were not run", at, opts.TestTimeout)
+			}
+			cancel()
 		case res.Error != nil:
 			failed = append(failed, fmt.Sprintf("%s.%s: %v", res.Package, res.Name, res.Error))
 		case res.Fail:
 			failed = append(failed, fmt.Sprintf("%s.%s (%s:%d)", res.Package, res.Name, res.Location.File, res.Location.Row))
 		}
 	}
-	if err := ctx.Err(); err != nil {
+	if err := parent.Err(); err != nil && !errors.Is(context.Cause(parent), errTestsDeadline) {
 		return n, fmt.Errorf("%w: %w", ErrTestsFailed, err)
 	}
-	if timedOut {
-		return n, fmt.Errorf("%w: %w: %s", ErrTestsFailed, ErrTimeout, strings.Join(failed, "; "))
+	if late == "" && errors.Is(context.Cause(ctx), errTestsDeadline) {
+		// The deadline passed between two tests: the rest never started.
+		late = fmt.Sprintf("the set's tests ran past their total deadline of %s after test %d; the rest were not run", opts.TestsTimeout, n)
+	}
+	if late != "" {
+		return n, fmt.Errorf("%w: %w: %s", ErrTestsFailed, ErrTimeout, strings.Join(append(failed, late), "; "))
 	}
 	if len(failed) > 0 {
 		return n, fmt.Errorf("%w: %s", ErrTestsFailed, strings.Join(failed, "; "))
@@ -280,6 +320,9 @@ type TestReport struct {
 // coverage, as `opa test --coverage` does.
 func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Options) (TestReport, error) {
 	opts.setDefaults()
+	// One deadline for both runs of the tests.
+	ctx, cancel := context.WithTimeoutCause(ctx, opts.TestsTimeout, errTestsDeadline)
+	defer cancel()
 	s, err := Load(ctx, fsys, origin, opts)
 	if err != nil {
 		return TestReport{}, err
@@ -289,7 +332,7 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Optio
 		return TestReport{}, err
 	}
 	cov := cover.New()
-	n, err := runTests(ctx, compiler, s.modules, cov, opts.TestTimeout)
+	n, err := runTests(ctx, compiler, s.modules, cov, opts)
 	if err != nil {
 		return TestReport{}, err
 	}
