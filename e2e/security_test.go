@@ -347,8 +347,8 @@ shape:
 // namespace (but not Jobs) gets nothing from runwarden: a pod claiming the
 // runner label is refused whether bare or with a forged owner reference to
 // a real runner Job; a pod without the label still gets the shape rules; a
-// running runner's image cannot be changed past the registry allow-list,
-// and no debug container can be added to it.
+// running runner's image cannot be changed (TestSecurityAfterAdmission has
+// the rest of what is frozen), and no debug container can be added to it.
 func TestSecurityPodCreator(t *testing.T) {
 	t.Parallel()
 	f := features.New("pod creator").
@@ -437,7 +437,7 @@ func TestSecurityPodCreator(t *testing.T) {
 					t.Errorf("%s: %v", what, err)
 				}
 			}
-			intrude("changing a runner pod's image", "allowed-registries", func(p *corev1.Pod) {
+			intrude("changing a runner pod's image", "spec.containers[main].image of a runner pod cannot be changed", func(p *corev1.Pod) {
 				p.Spec.Containers[0].Image = "evil.example.net/runner:1"
 			})
 			intrude("taking the runner label off a runner pod", "cannot be added to or removed from a pod", func(p *corev1.Pod) {

@@ -175,7 +175,7 @@ func startWebhookWith(ctx context.Context, t testing.TB, cfg *envconf.Config, pl
 	// and every way into a running one.
 	validateRules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/ephemeralcontainers"}},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/ephemeralcontainers", "pods/resize"}},
 	}, {
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Connect},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}},
@@ -282,7 +282,11 @@ func chartMatchConditions(t testing.TB) []admissionregistrationv1.MatchCondition
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(b)
+	// The Job controller's users, as the chart renders its default
+	// webhook.jobControllerUsers: the webhook's default
+	// --job-controller-users, which the e2e webhook runs with.
+	s := strings.ReplaceAll(string(b), "{{ toJson $values.jobControllerUsers }}",
+		`["system:serviceaccount:kube-system:job-controller","system:kube-controller-manager"]`)
 	start := strings.Index(s, "matchConditions:\n")
 	end := strings.Index(s[start:], "{{- else }}")
 	if start < 0 || end < 0 {

@@ -105,16 +105,20 @@ clientConfig:
 {{- if .validating }}
 # Every pod of the runner namespace, and every way to change one: other
 # pods get the shape rules, and no pod takes the runner label, or changes
-# its image or adds a debug container, unchecked. And every way into a
-# running one (exec, attach, port-forward: no-exec-into-runners). A CONNECT
-# carries the options (PodExecOptions, ...), which have no labels, so an
-# objectSelector would never match it: the webhook reads the pod itself.
+# its image or adds a debug container, unchecked; every subresource that
+# changes a pod's spec (pods/ephemeralcontainers, pods/resize on Kubernetes
+# 1.33 and later). And every way into a running one (exec, attach,
+# port-forward: no-exec-into-runners). A CONNECT carries the options
+# (PodExecOptions, ...), which have no labels, so an objectSelector would
+# never match it: the webhook reads the pod itself.
 rules:
-- {operations: [CREATE, UPDATE], apiGroups: [""], apiVersions: [v1], resources: [pods, pods/ephemeralcontainers]}
+- {operations: [CREATE, UPDATE], apiGroups: [""], apiVersions: [v1], resources: [pods, pods/ephemeralcontainers, pods/resize]}
 - {operations: [CONNECT], apiGroups: [""], apiVersions: [v1], resources: [pods/exec, pods/attach, pods/portforward]}
 # An update that changes neither the spec nor the labels, annotations and
-# owner references (the Job controller removing its finalizer from every pod
-# it tracks) needs no decision, and must not wait for the webhook.
+# owner references, nor the Job controller's finalizer but by the Job
+# controller (which removes it from every pod it tracks), needs no decision,
+# and must not wait for the webhook. Anyone else's addition or removal of
+# that finalizer is decided: a pod that ends without it is not counted.
 matchConditions:
 - name: changes-what-is-checked
   expression: >-
@@ -124,7 +128,10 @@ matchConditions:
     !((!has(object.metadata.annotations) && !has(oldObject.metadata.annotations)) ||
       (has(object.metadata.annotations) && has(oldObject.metadata.annotations) && object.metadata.annotations == oldObject.metadata.annotations)) ||
     !((!has(object.metadata.ownerReferences) && !has(oldObject.metadata.ownerReferences)) ||
-      (has(object.metadata.ownerReferences) && has(oldObject.metadata.ownerReferences) && object.metadata.ownerReferences == oldObject.metadata.ownerReferences))
+      (has(object.metadata.ownerReferences) && has(oldObject.metadata.ownerReferences) && object.metadata.ownerReferences == oldObject.metadata.ownerReferences)) ||
+    (!(request.userInfo.username in {{ toJson $values.jobControllerUsers }}) &&
+      ((has(object.metadata.finalizers) && 'batch.kubernetes.io/job-tracking' in object.metadata.finalizers) !=
+        (has(oldObject.metadata.finalizers) && 'batch.kubernetes.io/job-tracking' in oldObject.metadata.finalizers)))
 {{- else }}
 rules:
 - {operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}
