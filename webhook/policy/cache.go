@@ -19,13 +19,14 @@ import (
 // a generated name) get the same decision. inputReads finds, from the
 // policies' syntax, every part of the input they can read; the decision is
 // cached under a hash of those parts only. A policy whose reads cannot be
-// bounded, or that calls a non-deterministic builtin (time, rand, http.send,
-// ...), turns the cache off, so a cached decision is always the decision the
-// policies would have made.
+// bounded, or that calls a built-in not known to be pure (builtins.go:
+// time, rand, x509 verification, and any built-in OPA adds until it is
+// reviewed), turns the cache off, so a cached decision is always the
+// decision the policies would have made.
 
 // inputReads returns the input paths the modules read, each as a list of
-// keys, or ok=false when a read covers the whole input or a builtin is not
-// deterministic.
+// keys, or ok=false when a read covers the whole input or a built-in is not
+// in pureBuiltins.
 func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 	ok = true
 	seen := map[string]bool{}
@@ -77,12 +78,12 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 		// (time.now_ns(x), http.send(req, resp)); the second is an
 		// expression whose first term is the operator, not an ast.Call.
 		walkExprs(m, func(e *ast.Expr) bool {
-			if e.IsCall() && nondeterministic(e.Operator().String()) {
+			if e.IsCall() && uncacheable(e.Operator().String()) {
 				ok = false
 			}
 			// A function or built-in replaced with `with` (object.get as
 			// f) changes what the reads found in the syntax mean.
-			// A function mocked with a non-deterministic built-in (with
+			// A function mocked with a built-in that is not pure (with
 			// data.p.f as uuid.rfc4122) calls it where no call of it shows.
 			for _, w := range e.With {
 				if ref, isRef := w.Target.Value.(ast.Ref); !isRef || !ref[0].Equal(ast.InputRootDocument) && !ref[0].Equal(ast.DefaultRootDocument) {
@@ -90,7 +91,7 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 				}
 				switch w.Value.Value.(type) {
 				case ast.Ref, ast.Var:
-					if nondeterministic(w.Value.Value.String()) {
+					if uncacheable(w.Value.Value.String()) {
 						ok = false
 					}
 				}
@@ -103,7 +104,7 @@ func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
 				return false
 			}
 			fn := call[0].Value.String()
-			if nondeterministic(fn) {
+			if uncacheable(fn) {
 				ok = false
 			}
 			if base, path, isGet := objectGetOfInput(call); isGet && !handled[call[1]] {
@@ -424,22 +425,6 @@ func constantKeys(elems []*ast.Term) []string {
 // input.config is there.
 func marker(key string) bool {
 	return key == elementKey || key == countKey || key == existsKey
-}
-
-// nondeterministic reports whether OPA marks the named builtin as
-// non-deterministic (time.now_ns, rand.intn, http.send, ...), or it reads
-// the clock although OPA does not mark it so (clockBuiltins).
-func nondeterministic(fn string) bool {
-	b, known := ast.BuiltinMap[fn]
-	return known && b.Nondeterministic || slices.Contains(clockBuiltins, fn)
-}
-
-// clockBuiltins read the current time without OPA marking them
-// non-deterministic: a certificate chain verified now may have expired by
-// the next pod, so a decision using them is never cached.
-var clockBuiltins = []string{
-	ast.CryptoX509ParseAndVerifyCertificates.Name,
-	ast.CryptoX509ParseAndVerifyCertificatesWithOptions.Name,
 }
 
 // inputPath is the path of t if it is a reference into the input of
