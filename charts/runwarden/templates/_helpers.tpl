@@ -135,12 +135,17 @@ matchConditions:
 {{- else }}
 rules:
 - {operations: [CREATE], apiGroups: [""], apiVersions: [v1], resources: [pods]}
+# A pod without the label is no runner to the validating handler either
+# (runner means this value exactly), and gets no credentials: leaving the
+# label off opts a pod out of nothing but what it would not be given.
 objectSelector:
   matchLabels: {runwarden.dev/runner: "true"}
 {{- end }}
-# This release's runner namespace only; never kube-system or its own.
+# This release's runner namespace only; never kube-system or its own. By
+# name alone: the API server sets kubernetes.io/metadata.name to it and
+# keeps it, where any other label is its writer's to remove, and with it
+# every check of both webhooks.
 namespaceSelector:
-  matchLabels: {runwarden.dev/runners: enabled}
   matchExpressions:
   - {key: kubernetes.io/metadata.name, operator: In, values: [{{ include "runwarden.runnerNamespace" $root | quote }}]}
   - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, {{ $root.Release.Namespace | quote }}]}
