@@ -49,7 +49,9 @@ scheduling:
   - {key: kubernetes.io/os, operator: In, values: [linux]}
 `
 
-// runnerNamespaceLabel marks namespaces the e2e webhook serves.
+// runnerNamespaceLabel is the label the chart's webhook configurations once
+// required of the runner namespace; they select it by name alone, as the e2e
+// webhook does (TestSecurityNamespaceLabelIsNoSwitch).
 const runnerNamespaceLabel = "runwarden.dev/runners"
 
 // webhookProcess is runwarden-webhook running on the host, registered with
@@ -146,7 +148,6 @@ func startWebhookWith(ctx context.Context, t testing.TB, cfg *envconf.Config, pl
 	// the webhooks of tests running side by side never see each other's
 	// pods.
 	namespaces := &metav1.LabelSelector{
-		MatchLabels: map[string]string{runnerNamespaceLabel: "enabled"},
 		MatchExpressions: []metav1.LabelSelectorRequirement{{
 			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{harness.Namespace(ctx)},
 		}, {
