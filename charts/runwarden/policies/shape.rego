@@ -77,7 +77,7 @@ image_allowed(image) if {
 
 repo_url := input.pod.metadata.annotations["runwarden.dev/repo-url"]
 
-violations contains violation("git-url-allowed", "", "metadata.annotations[runwarden.dev/repo-url]", sprintf("repository %q matches no allowed pattern", [repo_url])) if {
+violations contains violation("git-url-allowed", "", "metadata.annotations[runwarden.dev/repo-url]", sprintf("the repository URL (annotation runwarden.dev/repo-url) matches no allowed pattern (%s)", [concat(", ", shape.gitURLAllowList)])) if {
 	count(object.get(shape, "gitURLAllowList", [])) > 0
 	repo_url
 	not git_url_allowed
