@@ -227,6 +227,7 @@ func intruder(ctx context.Context, t *testing.T, cfg *envconf.Config, u harness.
 		change(current)
 		// A merge patch without resourceVersion: the pod's status changes
 		// under the test, and an update would meet a conflict first.
+		var err error
 		if len(sub) > 0 {
 			err = c.SubResource(sub[0]).Patch(ctx, current, client.MergeFrom(before))
 		} else {
