@@ -4,8 +4,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 )
 
-// IsNamedFor tells whether Job j is named for the task taskID: its name is
-// Name(taskID) and its task label taskLabel(taskID), as Build made them.
+// IsNamedFor tells whether Job j is named for the task taskID: its name,
+// which never changes, is Name(taskID), as Build made it.
 //
 // A Job's name never changes, and its runwarden.dev/ labels and
 // annotations are the dispatcher's alone to change where the chart's
@@ -15,5 +15,5 @@ import (
 // with t-1's outcome and record: a source takes a Job's annotation for its
 // task only when the Job's name agrees with it.
 func IsNamedFor(j *batchv1.Job, taskID string) bool {
-	return taskID != "" && j.Name == Name(taskID) && j.Labels[LabelTaskID] == taskLabel(taskID)
+	return taskID != "" && j.Name == Name(taskID)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	testclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -79,7 +80,7 @@ func TestStartWaitsForWhatItStarted(t *testing.T) {
 	left := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
 		Name: job.Name("t-1"), Namespace: "runners", UID: "u-1", Labels: map[string]string{job.LabelDispatcher: "d-1"},
 		Annotations: map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", job.AnnotationAwaitingSecret: "true"},
-	}}
+	}, Spec: batchv1.JobSpec{Suspend: ptr.To(true)}} // as job.Create leaves it
 	s := New(Options{
 		Client: c, Kube: fake.NewClientBuilder().WithObjects(left).Build(), Namespace: "runners",
 		Jobs: job.Options{DispatcherID: "d-1"}, Options: runner.Options{Clock: testclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))},

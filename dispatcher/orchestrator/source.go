@@ -223,7 +223,7 @@ func (s *Source) restore(ctx context.Context) ([]*batchv1.Job, error) {
 	var awaiting []*batchv1.Job
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
-		if j.Annotations[job.AnnotationAwaitingSecret] != "" {
+		if awaitingSecret(j) {
 			if id := j.Annotations[job.AnnotationTaskID]; id != "" && j.Annotations[job.AnnotationPreflight] == "" {
 				// Until it is deleted it is a Job of this dispatcher's
 				// that could run: it holds a slot.
@@ -232,7 +232,7 @@ func (s *Source) restore(ctx context.Context) ([]*batchv1.Job, error) {
 			awaiting = append(awaiting, j)
 			continue
 		}
-		if j.Annotations[AnnotationReported] != "" {
+		if reportedMark(j) {
 			continue
 		}
 		if t, _ := s.adopt(j); t != nil {
@@ -277,10 +277,17 @@ func (s *Source) adopt(j *batchv1.Job) (*task, lease) {
 		// Not a task's Job: the preflight's, left by a restart during it.
 		return nil, lease{}
 	}
+	if !job.IsNamedFor(j, id) {
+		// Its task annotation was rewritten (job.IsNamedFor): the Job is
+		// not the task it names, and its outcome and record are not that
+		// task's.
+		s.log.Info("a Job's task annotation does not match its name; not taken for that task's", "job", j.Name, "task", id)
+		return nil, lease{}
+	}
 	if t, l, ok := s.leases.held(id); ok {
 		return t, l
 	}
-	if j.Annotations[job.AnnotationAwaitingSecret] != "" {
+	if awaitingSecret(j) {
 		// Never resumed: without its lease's Secret values it cannot run.
 		// restore deletes it; if that failed, the task's next start does.
 		return nil, lease{}
@@ -290,7 +297,7 @@ func (s *Source) adopt(j *batchv1.Job) (*task, lease) {
 	suspended := ptr.Deref(j.Spec.Suspend, false)
 	p := phaseRunning
 	switch {
-	case job.Finished(j), suspended && j.Annotations[AnnotationOutcome] != "":
+	case job.Finished(j), stoppedOutcome(j):
 		// Ended, or stopped with its outcome recorded: it no longer runs.
 		p = phaseFinished
 	case s.opts.Jobs.Queueing.Kueue && suspended:
@@ -332,7 +339,7 @@ func (s *Source) pollLoop(ctx context.Context) error {
 			continue
 		}
 		polled := s.clock.Now()
-		leases, err := s.opts.Client.Poll(ctx, free, s.opts.MaxConcurrent, held, s.opts.PollWait)
+		leases, err := s.opts.Client.Poll(ctx, free, capacityMax(s.opts.MaxConcurrent, s.opts.MaxQueued, s.leases.kueue), held, s.opts.PollWait)
 		if err == nil {
 			s.opts.Recorder.Polled(s.clock.Now())
 		}
@@ -565,7 +572,7 @@ func (s *Source) endedBefore(ctx context.Context, key types.NamespacedName, l Le
 	if err := s.opts.Kube.Get(ctx, key, &j); err != nil {
 		return false
 	}
-	return j.Annotations[AnnotationReported] != "" && j.Annotations[AnnotationLeaseID] == l.LeaseID
+	return reportedMark(&j) && j.Annotations[AnnotationLeaseID] == l.LeaseID
 }
 
 // create makes the task's Secret and Job, or adopts the Job with this
@@ -809,7 +816,7 @@ func (s *Source) reconcileJob(ctx context.Context, req reconcile.Request) (recon
 	if apierrors.IsNotFound(err) {
 		return s.jobGone(ctx, req, t, v, tracked)
 	}
-	if j.Annotations[AnnotationReported] != "" {
+	if reportedMark(j) {
 		if tracked && v.phase != phaseCreating {
 			s.leases.forget(t)
 		}
@@ -899,7 +906,7 @@ func (s *Source) jobGone(ctx context.Context, req reconcile.Request, t *task, v 
 
 // reported reconciles a Job whose outcome the orchestrator acknowledged.
 func (s *Source) reported(ctx context.Context, j *batchv1.Job) (reconcile.Result, error) {
-	if j.Annotations[AnnotationOutcome] != "" && j.DeletionTimestamp == nil {
+	if _, stopped := recordedOutcome(j); stopped && j.DeletionTimestamp == nil {
 		// Stopped and reported: a suspended Job never finishes, so
 		// neither its TTL nor the history limits would ever remove it.
 		// It goes once it is no longer the record of its ended lease.
@@ -979,16 +986,90 @@ func (s *Source) send(ctx context.Context, t *task, e Event) error {
 	return nil
 }
 
-// outcome is the outcome recorded on the Job, else the observed one.
+// outcome is the outcome recorded on the Job (stop), if it is believed
+// (recordedOutcome, and with Kueue the Job's Workloads deactivated, as stop
+// leaves them), else the observed one.
 func (s *Source) outcome(ctx context.Context, j *batchv1.Job) (job.Outcome, error) {
-	if raw := j.Annotations[AnnotationOutcome]; raw != "" {
-		var out job.Outcome
-		if err := json.Unmarshal([]byte(raw), &out); err == nil {
-			out.Stop = true
+	if out, ok := recordedOutcome(j); ok {
+		if j.Labels[job.LabelQueueName] == "" {
+			return out, nil
+		}
+		st, err := job.ReadQueueState(ctx, s.opts.Reader, j)
+		if err != nil {
+			return job.Outcome{}, err
+		}
+		if st.Inactive {
 			return out, nil
 		}
 	}
+	if j.Annotations[AnnotationOutcome] != "" {
+		s.log.Info("the Job carries an outcome this dispatcher did not record (not stopped as stop leaves it); not believed, its outcome is observed", "job", j.Name)
+	}
 	return s.observer.Outcome(ctx, j)
+}
+
+// stoppedReasons are the reasons of the outcomes stop records: a task that
+// failed, or was cancelled, while its Job still ran.
+var stoppedReasons = map[string]bool{
+	job.ReasonImagePullError: true, job.ReasonInvalidImage: true, job.ReasonContainerConfig: true, job.ReasonFailedMount: true,
+	job.ReasonAdmission: true, job.ReasonUnschedulable: true, job.ReasonEvicted: true, job.ReasonPreempted: true,
+	job.ReasonCancelled: true, job.ReasonSecretResolution: true, job.ReasonFailed: true,
+}
+
+// recordedOutcome is the outcome stop recorded on Job j, and whether it is
+// believed. Who writes it: the dispatcher (stop), together with the Job's
+// suspension, in one patch. The chart's writers policy lets no one else
+// change a runner Job's runwarden.dev/ annotations, and its Jobs policy no
+// one but the dispatcher and Kueue its spec; so that a deployment without
+// the writers policy is not told a running task's outcome by whoever may
+// patch Jobs (the task reported over while it runs, its Job then never
+// stopped, and later deleted while it runs), the annotation is believed
+// only as stop leaves it: on a suspended Job, a failure or a cancellation
+// (stop never records a success) of one of the reasons stop records.
+func recordedOutcome(j *batchv1.Job) (job.Outcome, bool) {
+	raw := j.Annotations[AnnotationOutcome]
+	if raw == "" || !ptr.Deref(j.Spec.Suspend, false) {
+		return job.Outcome{}, false
+	}
+	var out job.Outcome
+	if err := json.Unmarshal([]byte(raw), &out); err != nil {
+		return job.Outcome{}, false
+	}
+	if (out.Phase != job.PhaseFailed && out.Phase != job.PhaseCancelled) || !stoppedReasons[out.Reason] {
+		return job.Outcome{}, false
+	}
+	out.Stop, out.Running, out.Queued, out.Unread = true, false, false, false
+	return out, true
+}
+
+// awaitingSecret tells whether Job j was made awaiting its Secret and never
+// resumed (job.Create). Who writes the mark: the dispatcher, on a Job it
+// makes suspended, and no one else under the chart's writers policy; on a
+// Job that is not suspended it is not believed, or a restart would delete
+// a running task's Job and hand its lease back (startOver).
+func awaitingSecret(j *batchv1.Job) bool {
+	return j.Annotations[job.AnnotationAwaitingSecret] != "" && ptr.Deref(j.Spec.Suspend, false)
+}
+
+// stoppedOutcome tells whether stop recorded an outcome on Job j and
+// stopped it (recordedOutcome).
+func stoppedOutcome(j *batchv1.Job) bool {
+	_, ok := recordedOutcome(j)
+	return ok
+}
+
+// reportedMark tells whether Job j carries the mark that its outcome was
+// acknowledged (Settler.Mark). Who writes it: the dispatcher, on a Job that
+// finished or that stop stopped; the chart's writers policy lets no one
+// else. On a Job that still runs it is not believed: the task would be
+// forgotten while it runs, its lease no longer renewed, and handed out
+// again.
+func reportedMark(j *batchv1.Job) bool {
+	if j.Annotations[AnnotationReported] == "" {
+		return false
+	}
+	_, stopped := recordedOutcome(j)
+	return job.Finished(j) || stopped
 }
 
 // finish stops the Job's pod when the outcome came before the Job's end
@@ -1094,7 +1175,10 @@ func (s *Source) finalEvent(ctx context.Context, j *batchv1.Job, out job.Outcome
 // report is acknowledged. The Job of an outcome recorded already is
 // suspended. gone says the Job went meanwhile.
 func (s *Source) stop(ctx context.Context, j *batchv1.Job, out job.Outcome) (gone bool, err error) {
-	if j == nil || !out.Stop || j.Annotations[AnnotationOutcome] != "" {
+	if j == nil || !out.Stop {
+		return false, nil
+	}
+	if _, recorded := recordedOutcome(j); recorded {
 		return false, nil
 	}
 	// Kueue starts a suspended Job again while its Workload stays

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	testclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -75,18 +76,19 @@ func TestEndedLeasesAreBounded(t *testing.T) {
 func TestPreflightJobIsNotAdopted(t *testing.T) {
 	t.Parallel()
 	s := New(Options{})
+	// Suspended, as job.Create leaves a Job awaiting its Secret.
 	mk := func(name string, ann map[string]string) *batchv1.Job {
-		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "runners", Annotations: ann}}
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "runners", Annotations: ann}, Spec: batchv1.JobSpec{Suspend: ptr.To(true)}}
 	}
 	if got, v := s.adopt(mk("rw-preflight", map[string]string{job.AnnotationTaskID: "preflight/d-1/0a1b2c3d", job.AnnotationPreflight: "true"})); got != nil {
 		t.Errorf("the preflight Job was adopted as task %q", v.id)
 	}
-	if got, v := s.adopt(mk("rw-t-1", map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "2"})); got == nil || v.id != "t-1" || v.epoch != 2 {
+	if got, v := s.adopt(mk(job.Name("t-1"), map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "2"})); got == nil || v.id != "t-1" || v.epoch != 2 {
 		t.Errorf("a task's Job was not adopted: %+v", v)
 	}
 	// A Job awaiting its Secret never ran, and the Secret's values are
 	// gone with the process that had them: it is started over, not tracked.
-	if got, v := s.adopt(mk("rw-t-2", map[string]string{job.AnnotationTaskID: "t-2", AnnotationLeaseID: "l-2", job.AnnotationAwaitingSecret: "true"})); got != nil {
+	if got, v := s.adopt(mk(job.Name("t-2"), map[string]string{job.AnnotationTaskID: "t-2", AnnotationLeaseID: "l-2", job.AnnotationAwaitingSecret: "true"})); got != nil {
 		t.Errorf("a Job awaiting its Secret was adopted as task %q", v.id)
 	}
 }
