@@ -3,6 +3,7 @@ package admission
 import (
 	"encoding/json"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,6 +29,11 @@ import (
 // is admitted, so the refusals are the boundary's and not the mode's.
 func TestBoundaryHoldsInEveryMode(t *testing.T) {
 	t.Parallel()
+	// The start-up check refuses relaxing it, and does not take it for a
+	// misspelling.
+	if !policy.IsBoundaryRule(RulePlatformSecret) || !slices.Contains(policy.DecidedInGo, RulePlatformSecret) {
+		t.Errorf("%s: IsBoundaryRule %v, in DecidedInGo %v; want both", RulePlatformSecret, policy.IsBoundaryRule(RulePlatformSecret), slices.Contains(policy.DecidedInGo, RulePlatformSecret))
+	}
 	set, err := policy.Load(t.Context(), policies.FS, "embedded", policy.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -92,6 +92,11 @@ var BoundaryRules = map[string]string{
 	"platform-token-audience":  "it bounds which pods get a token the platform's credentials accept",
 }
 
+// DecidedInGo are the boundary rules the webhook decides in Go, before the
+// policies (admission.RulePlatformSecret): named in an enforcement, they
+// are no misspelling, though no policy denies by them.
+var DecidedInGo = []string{"platform-secret"}
+
 // IsBoundaryRule reports whether no enforcement can relax rule: the
 // secret-reference rules (secret-ref-*), which bound which secrets a task
 // may have the resolver read, and BoundaryRules (decision.rego's
@@ -132,7 +137,7 @@ func UnknownEnforcedRules(cfg map[string]any, rules []string) []string {
 	}
 	var unknown []string
 	for _, rule := range sortedKeys(named) {
-		if !slices.Contains(rules, rule) {
+		if !slices.Contains(rules, rule) && !slices.Contains(DecidedInGo, rule) {
 			unknown = append(unknown, rule)
 		}
 	}

@@ -89,6 +89,7 @@ func TestUnknownEnforcedRules(t *testing.T) {
 			"default": "warn", "rules": map[string]any{"allowed-registries": "deny"},
 			"namespaces": map[string]any{"team-a": map[string]any{"resources-required": "dryrun"}},
 		}}, nil},
+		{"a boundary rule decided in Go", map[string]any{"enforcement": map[string]any{"rules": map[string]any{"platform-secret": "deny"}}}, nil},
 		{"misspelt, in rules and in namespaces, each once", map[string]any{"enforcement": map[string]any{
 			"rules": map[string]any{"allowed-registry": "warn", "allowed-registries": "deny"},
 			"namespaces": map[string]any{
@@ -118,8 +119,7 @@ func TestBoundaryRulesAgree(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := s.Rules()
-	// Decided in Go, before the policies (webhook/admission/boundary.go).
-	inGo := []string{"platform-secret"}
+	inGo := DecidedInGo
 	for rule := range BoundaryRules {
 		if !slices.Contains(names, rule) && !slices.Contains(inGo, rule) {
 			t.Errorf("BoundaryRules names %s, which no shipped policy denies by", rule)
