@@ -314,9 +314,10 @@ func runnerPodOf(j *batchv1.Job, name string) *corev1.Pod {
 	}}
 }
 
-// A Job of a task's name that is not its runner Job, whoever labelled it,
-// is never taken for the task's: the task is refused, naming the Job, and
-// the Job is left as it was (neither taken over nor stopped).
+// A Job of a task's name that is not its runner Job, made under another
+// dispatcher ID, is never taken for the task's: the task is refused,
+// naming the Job, and the Job is left as it was (neither taken over nor
+// stopped).
 func TestForeignJobIsNeverTakenForTheTasks(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -327,8 +328,6 @@ func TestForeignJobIsNeverTakenForTheTasks(t *testing.T) {
 	}{
 		{"another ID, pods not runners", "d0", true, func(j *batchv1.Job) { j.Spec.Template.Labels = nil }},
 		{"another ID, another task's", "d0", true, func(j *batchv1.Job) { j.Annotations[job.AnnotationTaskID] = "runners/b/uid-b" }},
-		{"this ID, another task's", "d1", false, func(j *batchv1.Job) { j.Annotations[job.AnnotationTaskID] = "runners/b/uid-b" }},
-		{"this ID, no task", "d1", true, func(j *batchv1.Job) { j.Annotations = nil }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -359,6 +358,43 @@ func TestForeignJobIsNeverTakenForTheTasks(t *testing.T) {
 			if got.Status.Phase != v1alpha1.PhaseFailed || got.Status.Reason != job.ReasonRefused ||
 				!strings.Contains(got.Status.Message, "job "+name+" in namespace runners is not a runner Job of task") {
 				t.Fatalf("task %s/%s %q, want Failed/Refused naming the Job", got.Status.Phase, got.Status.Reason, got.Status.Message)
+			}
+		})
+	}
+}
+
+// TestRewrittenTaskAnnotationDoesNotEndTheTask: the task's Job, of its name
+// and with this dispatcher's label (which only the dispatcher puts on a
+// Job), whose task annotation someone who may patch Jobs rewrote or
+// removed, is still the task's: the task is not ended Refused while its
+// Job runs on unwatched, but followed, and ends with its Job.
+func TestRewrittenTaskAnnotationDoesNotEndTheTask(t *testing.T) {
+	t.Parallel()
+	for name, forge := range map[string]func(*batchv1.Job){
+		"another task's": func(j *batchv1.Job) { j.Annotations[job.AnnotationTaskID] = "runners/b/uid-b" },
+		"none":           func(j *batchv1.Job) { j.Annotations = nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rt := runnerTask("a", "uid-a")
+			rt.Status = v1alpha1.RunnerTaskStatus{Phase: v1alpha1.PhaseRunning, JobName: job.Name(TaskID(rt))}
+			j := runnerJobOf(rt)
+			j.Labels[job.LabelDispatcher] = "d1"
+			forge(j)
+			api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, j).Build()
+			r := New(Options{Client: labelledCache{Client: api, id: "d1"}, Reader: api, Jobs: job.Options{DispatcherID: "d1"}})
+			if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key("a")}); err != nil {
+				t.Fatal(err)
+			}
+			got := &v1alpha1.RunnerTask{}
+			if err := api.Get(t.Context(), key("a"), got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Phase != v1alpha1.PhaseRunning {
+				t.Fatalf("task %s/%s %q, want still Running with its Job", got.Status.Phase, got.Status.Reason, got.Status.Message)
+			}
+			if err := api.Get(t.Context(), key(j.Name), &batchv1.Job{}); err != nil {
+				t.Fatalf("the task's Job: %v", err)
 			}
 		})
 	}

@@ -71,6 +71,21 @@ func TestStatusTimesComeFromTheClock(t *testing.T) {
 	if err := c.Get(t.Context(), key(got.Status.JobName), j); err != nil {
 		t.Fatal(err)
 	}
+	if j.UID == "" {
+		// The fake client draws no UID; the API server would.
+		j.UID = "job-uid-a"
+		if err := c.Update(t.Context(), j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The runner's exit 0 is the success the task reports (job.Observer).
+	pod := runnerPodOf(j, j.Name+"-abcde")
+	pod.Status = corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: job.RunnerContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}},
+	}}}
+	if err := c.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
 	now := metav1.NewTime(clk.Now())
 	j.Status.StartTime = &now
 	j.Status.Conditions = []batchv1.JobCondition{

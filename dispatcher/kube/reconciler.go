@@ -232,11 +232,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case j == nil:
 		return r.start(ctx, rt)
 	case j.Annotations[job.AnnotationTaskID] != TaskID(rt):
-		// Labelled as this dispatcher's but made for no task of this name
-		// (the chart's admission policy lets only the dispatcher label
-		// Jobs so): never taken for the task's, nor stopped.
-		return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonRefused,
-			Message: fmt.Sprintf("%v: job %s in namespace %s is not a runner Job of task %q", job.ErrJobTaken, j.Name, j.Namespace, TaskID(rt))})
+		// The Job is the task's by what no one else can write: its name
+		// (job.Name of the task ID, which holds the RunnerTask's UID) and
+		// this dispatcher's label, which the chart's Jobs policy lets only
+		// the dispatcher put on a Job (the cache holds no other). Its task
+		// annotation is the dispatcher's too under the chart's writers
+		// policy; rewritten by whoever may patch Jobs where that policy is
+		// not installed, it must not end the task while its Job runs on
+		// unwatched: the task is followed as if it were not.
+		log.FromContext(ctx).Info("the task's Job carries another task annotation than the one the dispatcher wrote; the Job is followed as the task's by its name", "job", j.Name, "annotation", j.Annotations[job.AnnotationTaskID])
 	}
 	if rt.Status.JobName == "" && !r.wasMarked(req.NamespacedName, j.Name) {
 		// Adopted after a restart between create and status update.
