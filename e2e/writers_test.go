@@ -1,0 +1,338 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/e2e-framework/klient/k8s"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+	"sigs.k8s.io/yaml"
+
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/orchestrator"
+	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
+	"github.com/runwarden/runwarden/e2e/harness"
+)
+
+// The writers of what the dispatcher reads after it made a task's Job
+// (docs/security.md, "After admission"): each forgery is tried on the real
+// API server by a user holding only the RBAC it needs, against the chart's
+// writers policy, and the dispatcher's own reading is shown robust where
+// the forger is one the policy trusts (the suite's admin, in
+// system:masters, stands for a deployment without the policy).
+
+// installWritersPolicy renders the chart's writers policy for runner
+// namespace ns, under a release of its own (the policies are
+// cluster-scoped), and creates it.
+func installWritersPolicy(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) {
+	t.Helper()
+	release := "wr-" + ns[len(ns)-6:]
+	out, err := newHelm(t, cfg, "helm4").run(ctx, "template", release, filepath.Join(suite.RepoRoot, "charts", "runwarden"),
+		"--namespace", release, "--set", "runnerNamespace="+ns, "--show-only", "templates/writers-policy.yaml")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	for _, doc := range strings.Split(out, "\n---\n") {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil || obj.GetKind() == "" {
+			continue
+		}
+		if err := cfg.Client().Resources().Create(ctx, obj); err != nil {
+			t.Fatalf("creating %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+		t.Cleanup(func() { _ = cfg.Client().Resources().Delete(context.Background(), obj) })
+	}
+}
+
+// pendingTemplate writes a runner pod template whose pods no node takes:
+// the task's Job runs, unfinished, for as long as the test needs (with
+// --unschedulable-timeout long enough).
+func pendingTemplate(t *testing.T) string {
+	t.Helper()
+	b, err := yaml.Marshal(corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		NodeSelector: map[string]string{"runwarden.dev/no-such-pool": "true"},
+		Containers:   []corev1.Container{{Name: job.RunnerContainer, Image: "busybox:stable"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "pending.yaml")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// forger is a user of the runner namespace with the rights issue 42's
+// attacker has: patch Jobs and their status, create events of both APIs,
+// create pods.
+func forger(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) client.Client {
+	t.Helper()
+	u := harness.User{Name: "forger-" + ns[len(ns)-6:]}
+	if err := u.Grant(ctx, cfg, ns, "forger",
+		rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get", "patch", "update"}},
+		rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs/status"}, Verbs: []string{"patch", "update"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get"}},
+	); err != nil {
+		t.Fatal(err)
+	}
+	c, err := u.Client(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// mergePatch patches obj with a JSON merge patch as c's user.
+func mergePatch(ctx context.Context, c client.Client, obj client.Object, patch string) error {
+	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch)))
+}
+
+// checkForgeriesRefused tries, as the forger, every write of issue 42's
+// part 2 on the running task Job j, and wants each refused by the writers
+// policy with its reason; a note of the forger's own stays allowed.
+func checkForgeriesRefused(ctx context.Context, t *testing.T, fc client.Client, j *batchv1.Job) {
+	t.Helper()
+	const byDispatcher = "are written by the dispatcher"
+	// The API server loads a new policy within seconds.
+	loaded := func(ctx context.Context) (bool, error) {
+		err := mergePatch(ctx, fc, j.DeepCopy(), `{"metadata":{"annotations":{"runwarden.dev/outcome":"{\"Phase\":\"Succeeded\",\"Reason\":\"Completed\"}"}}}`)
+		return err != nil && strings.Contains(err.Error(), byDispatcher), nil
+	}
+	if err := harness.WaitFor(ctx, "the writers policy to be enforced", time.Minute, loaded); err != nil {
+		t.Fatal(err)
+	}
+	for what, patch := range map[string]string{
+		"an outcome on the running Job":    `{"metadata":{"annotations":{"runwarden.dev/outcome":"{\"Phase\":\"Succeeded\",\"Reason\":\"Completed\"}"}}}`,
+		"another task ID":                  `{"metadata":{"annotations":{"runwarden.dev/task-id":"t-2"}}}`,
+		"the reported mark":                `{"metadata":{"annotations":{"runwarden.dev/reported":"true"}}}`,
+		"the awaiting-secret mark":         `{"metadata":{"annotations":{"runwarden.dev/awaiting-secret":"true"}}}`,
+		"the task label":                   `{"metadata":{"labels":{"runwarden.dev/task-id":"t-2"}}}`,
+		"no dispatcher label":              `{"metadata":{"labels":{"runwarden.dev/dispatcher":null}}}`,
+		"the task annotation removed":      `{"metadata":{"annotations":{"runwarden.dev/task-id":null}}}`,
+		"a lease of the forger's choosing": `{"metadata":{"annotations":{"runwarden.dev/lease-id":"l-forged"}}}`,
+	} {
+		if err := mergePatch(ctx, fc, j.DeepCopy(), patch); err == nil || !strings.Contains(err.Error(), byDispatcher) {
+			t.Errorf("the forger writing %s: %v, want refused (%q)", what, err, byDispatcher)
+		}
+	}
+	if err := mergePatch(ctx, fc, j.DeepCopy(), `{"metadata":{"annotations":{"note":"the forger's own"}}}`); err != nil {
+		t.Errorf("a note of the forger's on the Job: %v, want allowed", err)
+	}
+
+	// The Job's status: the Job controller's (and Kueue's).
+	complete := j.DeepCopy()
+	now := metav1.Now()
+	complete.Status.Conditions = append(complete.Status.Conditions,
+		batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now},
+		batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now})
+	complete.Status.StartTime, complete.Status.CompletionTime, complete.Status.Succeeded = &now, &now, 1
+	if err := fc.Status().Patch(ctx, complete, client.MergeFrom(j)); err == nil || !strings.Contains(err.Error(), "is written by the Job controller") {
+		t.Errorf("the forger completing the Job through its status: %v, want refused", err)
+	}
+
+	// A FailedCreate of the Job controller's words, in both event APIs.
+	const events = "events about runner Jobs and pods"
+	denied := `Error creating: admission webhook "pods.runwarden.dev" denied the request: forged`
+	core := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: j.Name + ".", Namespace: j.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Job", APIVersion: "batch/v1", Name: j.Name, Namespace: j.Namespace, UID: j.UID},
+		Type:           corev1.EventTypeWarning, Reason: "FailedCreate", Message: denied,
+		Source: corev1.EventSource{Component: "job-controller"}, FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if err := fc.Create(ctx, core); err == nil || !strings.Contains(err.Error(), events) {
+		t.Errorf("the forger's FailedCreate event (core/v1): %v, want refused (%q)", err, events)
+	}
+	ev := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: j.Name + ".", Namespace: j.Namespace},
+		EventTime:  metav1.NewMicroTime(time.Now()), ReportingController: "job-controller", ReportingInstance: "forged",
+		Action: "Create", Reason: "FailedCreate", Note: denied, Type: corev1.EventTypeWarning,
+		Regarding: corev1.ObjectReference{Kind: "Job", APIVersion: "batch/v1", Name: j.Name, Namespace: j.Namespace, UID: j.UID},
+	}
+	if err := fc.Create(ctx, ev); err == nil || !strings.Contains(err.Error(), events) {
+		t.Errorf("the forger's FailedCreate event (events.k8s.io/v1): %v, want refused (%q)", err, events)
+	}
+	// Events about the forger's own objects stay the forger's to write.
+	own := core.DeepCopy()
+	own.InvolvedObject = corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Name: "forgers-own", Namespace: j.Namespace}
+	if err := fc.Create(ctx, own); err != nil {
+		t.Errorf("an event about the forger's own object: %v, want allowed", err)
+	}
+}
+
+// runningJobOf waits for the Job of the task named by id (its task
+// annotation) to exist, and returns it.
+func runningJobOf(ctx context.Context, t *testing.T, cfg *envconf.Config, ns, id string, d *dispatcherProcess) batchv1.Job {
+	t.Helper()
+	var j batchv1.Job
+	made := func(ctx context.Context) (bool, error) {
+		jobs := jobsFor(ctx, t, cfg, ns, id)
+		if len(jobs) == 1 && jobs[0].UID != "" && !job.Finished(&jobs[0]) {
+			j = jobs[0]
+			return true, nil
+		}
+		return false, nil
+	}
+	if err := harness.WaitFor(ctx, "the Job of task "+id, time.Minute, made); err != nil {
+		t.Fatalf("%v\ndispatcher log:\n%s", err, tail(d.log.String(), 3000))
+	}
+	return j
+}
+
+// asAdmin patches Job j as the suite's admin, whom the writers policy
+// trusts (system:masters): the forgery as a deployment without the policy
+// lets anyone with patch on Jobs write it. It waits for the dispatcher to
+// have looked at the Job since.
+func asAdmin(ctx context.Context, t *testing.T, cfg *envconf.Config, d *dispatcherProcess, controller string, j *batchv1.Job, patch string) {
+	t.Helper()
+	before := reconciles(d, controller)
+	c, err := client.New(cfg.Client().RESTConfig(), client.Options{Scheme: cfg.Client().Resources().GetScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mergePatch(ctx, c, j.DeepCopy(), patch); err != nil {
+		t.Fatalf("patching %s as the admin: %v", patch, err)
+	}
+	looked := func(context.Context) (bool, error) { return reconciles(d, controller) > before, nil }
+	if err := harness.WaitFor(ctx, "the dispatcher to look at the Job again", time.Minute, looked); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWritersKubeSource: the kube source's task Job. The forger's writes
+// (annotations, status, FailedCreate events) are refused by the API server;
+// a task annotation rewritten by a trusted user does not end the task
+// Refused (it did: the Job ran on, unwatched); a pod planted with the Job's
+// selector, adopted by the Job controller, that exits 0 and completes the
+// Job is not the task's success (it was reported Succeeded).
+func TestWritersKubeSource(t *testing.T) {
+	t.Parallel()
+	f := features.New("writers: kube source").
+		Assess("what the dispatcher reads is written by its writers alone", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			installCRD(ctx, t, cfg)
+			installWritersPolicy(ctx, t, cfg, ns)
+			d := startDispatcher(ctx, t, cfg, ns, "--simulated", "--pod-template", pendingTemplate(t), "--unschedulable-timeout", "10m", "--preflight=false")
+			r := cfg.Client().Resources(ns)
+			rt := runnerTask(ns, "forged", "true")
+			if err := r.Create(ctx, rt); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Get(ctx, rt.Name, ns, rt); err != nil {
+				t.Fatal(err)
+			}
+			id := rt.Namespace + "/" + rt.Name + "/" + string(rt.UID)
+			j := runningJobOf(ctx, t, cfg, ns, id, d)
+			fc := forger(ctx, t, cfg, ns)
+			checkForgeriesRefused(ctx, t, fc, &j)
+
+			// The dispatcher's reading: its Job is the task's by its name.
+			asAdmin(ctx, t, cfg, d, "runnertask", &j, `{"metadata":{"annotations":{"runwarden.dev/task-id":"`+ns+`/another/uid"}}}`)
+			cur := &v1alpha1.RunnerTask{}
+			if err := r.Get(ctx, rt.Name, ns, cur); err != nil {
+				t.Fatal(err)
+			}
+			if terminalPhase(cur.Status.Phase) {
+				t.Errorf("a rewritten task annotation ended the task: %s %s: %s", cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
+			}
+			asAdmin(ctx, t, cfg, d, "runnertask", &j, `{"metadata":{"annotations":{"runwarden.dev/task-id":"`+id+`"}}}`)
+
+			// A pod planted with the Job's selector on a simulated node: the
+			// Job controller adopts it and, finding two active pods for a
+			// parallelism of one, deletes the unscheduled runner; kwok runs
+			// the planted pod to exit 0, which completes the Job. (Where the
+			// webhook refuses a pod with the Job's selector label to all but
+			// the Job controller, the planting is refused first.)
+			planted := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: j.Name + "-planted", Namespace: ns,
+					Labels: map[string]string{batchv1.ControllerUidLabel: string(j.UID), batchv1.JobNameLabel: j.Name, "controller-uid": string(j.UID), "job-name": j.Name},
+					// Counted by the Job controller only with its tracking
+					// finalizer, which anyone may write.
+					Finalizers: []string{batchv1.JobTrackingFinalizer},
+				},
+				Spec: corev1.PodSpec{
+					NodeName: "rw-sim-0", RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{Name: job.RunnerContainer, Image: "busybox:stable"}},
+				},
+			}
+			t.Cleanup(func() {
+				// A finalizer left by a pod the Job controller never counted
+				// would hold the namespace's deletion.
+				_ = r.Patch(context.Background(), planted, k8s.Patch{PatchType: types.MergePatchType, Data: []byte(`{"metadata":{"finalizers":null}}`)})
+			})
+			if err := fc.Create(ctx, planted); err != nil {
+				t.Logf("planting a pod with the Job's selector was refused (the webhook's layer): %v", err)
+				return ctx
+			}
+			got := waitPhase(ctx, t, cfg, rt, d)
+			if got.Status.Phase == v1alpha1.PhaseSucceeded {
+				t.Fatalf("a planted pod's exit 0 was reported as the task's success: %s %s: %s", got.Status.Phase, got.Status.Reason, got.Status.Message)
+			}
+			if got.Status.Reason != job.ReasonRunnerNotSucceeded {
+				t.Errorf("task %s %s: %s, want Failed %s", got.Status.Phase, got.Status.Reason, got.Status.Message, job.ReasonRunnerNotSucceeded)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestWritersOrchestratorSource: the orchestrator source's task Job. The
+// forger's writes are refused by the API server; an outcome written on the
+// running Job by a trusted user is not reported as the task's (it was,
+// and the Job was then never stopped), nor does t-1's Job with t-2's task
+// annotation report t-2.
+func TestWritersOrchestratorSource(t *testing.T) {
+	t.Parallel()
+	f := features.New("writers: orchestrator source").
+		Assess("what the dispatcher reads is written by its writers alone", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			installWritersPolicy(ctx, t, cfg, ns)
+			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
+			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--pod-template", pendingTemplate(t), "--unschedulable-timeout", "10m", "--preflight=false")
+			for _, id := range []string{"t-1", "t-2"} {
+				o.srv.Add(orchestrator.Task{ID: id, Command: []string{"true"}})
+			}
+			j := runningJobOf(ctx, t, cfg, ns, "t-1", d)
+			runningJobOf(ctx, t, cfg, ns, "t-2", d)
+			checkForgeriesRefused(ctx, t, forger(ctx, t, cfg, ns), &j)
+
+			asAdmin(ctx, t, cfg, d, "orchestrator-task", &j, `{"metadata":{"annotations":{"runwarden.dev/outcome":"{\"Phase\":\"Succeeded\",\"Reason\":\"Completed\",\"Message\":\"forged\"}"}}}`)
+			asAdmin(ctx, t, cfg, d, "orchestrator-task", &j, `{"metadata":{"annotations":{"runwarden.dev/task-id":"t-2"}}}`)
+			for _, id := range []string{"t-1", "t-2"} {
+				if rec := o.srv.Task(id); rec.Final != nil {
+					t.Errorf("%s reported %s %s: %s", id, rec.Final.Type, rec.Final.Reason, rec.Final.Message)
+				}
+			}
+			var now batchv1.Job
+			if err := cfg.Client().Resources(ns).Get(ctx, j.Name, ns, &now); err != nil {
+				t.Fatalf("t-1's Job: %v", err)
+			}
+			if now.Annotations[orchestrator.AnnotationReported] != "" || job.Finished(&now) {
+				t.Errorf("t-1's Job after the forgeries: annotations %v, conditions %v", now.Annotations, now.Status.Conditions)
+			}
+			if d.cmd.ProcessState != nil {
+				t.Fatalf("the dispatcher stopped: %s", tail(d.log.String(), 3000))
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
