@@ -283,7 +283,7 @@ func TestStartIgnoresALeaseItsJobRecordsAsEnded(t *testing.T) {
 	}
 	ended := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: job.Name("t-1"), Namespace: "runners", Labels: map[string]string{job.LabelDispatcher: "d-1"}, Annotations: map[string]string{
 		job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", AnnotationReported: "true",
-	}}}
+	}}, Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}} // finished, as a reported Job is (reportedMark)
 	kube := fake.NewClientBuilder().WithObjects(ended).Build()
 	s := New(Options{Kube: kube, Namespace: "runners", Jobs: opts})
 	s.log = logr.Discard()
