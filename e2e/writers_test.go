@@ -144,7 +144,13 @@ func checkForgeriesRefused(ctx context.Context, t *testing.T, fc client.Client, 
 	complete.Status.Conditions = append(complete.Status.Conditions,
 		batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now},
 		batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now})
-	complete.Status.StartTime, complete.Status.CompletionTime, complete.Status.Succeeded = &now, &now, 1
+	// A status the API server's own validation takes (no active pod, the
+	// start time kept once set), so that only the policy refuses it.
+	if complete.Status.StartTime == nil {
+		complete.Status.StartTime = &now
+	}
+	zero := int32(0)
+	complete.Status.CompletionTime, complete.Status.Succeeded, complete.Status.Active, complete.Status.Ready = &now, 1, 0, &zero
 	if err := fc.Status().Patch(ctx, complete, client.MergeFrom(j)); err == nil || !strings.Contains(err.Error(), "is written by the Job controller") {
 		t.Errorf("the forger completing the Job through its status: %v, want refused", err)
 	}
@@ -162,7 +168,7 @@ func checkForgeriesRefused(ctx context.Context, t *testing.T, fc client.Client, 
 		t.Errorf("the forger's FailedCreate event (core/v1): %v, want refused (%q)", err, events)
 	}
 	ev := &eventsv1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: j.Name + ".", Namespace: j.Namespace},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: j.Name + "-", Namespace: j.Namespace},
 		EventTime:  metav1.NewMicroTime(time.Now()), ReportingController: "job-controller", ReportingInstance: "forged",
 		Action: "Create", Reason: "FailedCreate", Note: denied, Type: corev1.EventTypeWarning,
 		Regarding: corev1.ObjectReference{Kind: "Job", APIVersion: "batch/v1", Name: j.Name, Namespace: j.Namespace, UID: j.UID},

@@ -76,13 +76,13 @@ mounted_by contains [c.name, m.name] if {
 
 # input.serviceAccount.name is the pod's spec.serviceAccountName, "default"
 # when it names none (the webhook's input).
-violations contains violation("platform-service-account", "", "spec.serviceAccountName", sprintf("spec.serviceAccountName is %q, the runners' service account: only runner pods may run as it", [runner_service_account])) if {
+violations contains violation("platform-service-account", "", "spec.serviceAccountName", sprintf("spec.serviceAccountName: the pod runs as service account %q, the runners': only runner pods may", [runner_service_account])) if {
 	not is_runner
 	runner_service_account != ""
 	input.serviceAccount.name == runner_service_account
 }
 
-violations contains violation("platform-token-audience", "", sprintf("spec.volumes[%s].projected.sources[%d].serviceAccountToken.audience", [v, i]), sprintf("spec.volumes[%s].projected.sources[%d].serviceAccountToken.audience is %q, which the platform's credentials accept: only runner pods get a token for it", [v, i, aud])) if {
+violations contains violation("platform-token-audience", "", sprintf("spec.volumes[%s].projected.sources[%d].serviceAccountToken.audience", [v, i]), sprintf("spec.volumes[%s].projected.sources[%d].serviceAccountToken.audience: volume %q holds a service account token for audience %q, which the platform's credentials accept: only runner pods get one", [v, i, v, aud])) if {
 	not is_runner
 	some [v, i, aud] in volume_audiences
 	aud in platform_audiences
