@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -151,7 +152,13 @@ func checkForgeriesRefused(ctx context.Context, t *testing.T, fc client.Client, 
 	}
 	zero := int32(0)
 	complete.Status.CompletionTime, complete.Status.Succeeded, complete.Status.Active, complete.Status.Ready = &now, 1, 0, &zero
-	if err := fc.Status().Patch(ctx, complete, client.MergeFrom(j)); err == nil || !strings.Contains(err.Error(), "is written by the Job controller") {
+	// active is omitted when 0: the merge patch names it.
+	patch, err := client.MergeFrom(j).Data(complete)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch = bytes.Replace(patch, []byte(`"status":{`), []byte(`"status":{"active":0,`), 1)
+	if err := fc.Status().Patch(ctx, complete, client.RawPatch(types.MergePatchType, patch)); err == nil || !strings.Contains(err.Error(), "is written by the Job controller") {
 		t.Errorf("the forger completing the Job through its status: %v, want refused", err)
 	}
 
