@@ -610,8 +610,8 @@ func TestOrchestratorDispatcherCannotImpersonateAnother(t *testing.T) {
 					}
 				case <-time.After(time.Minute):
 					_ = imp.cmd.Process.Kill()
-					<-exited
-					t.Errorf("%s: the impersonator was not refused within a minute\n%s", tt.name, tail(imp.log.String(), 3000))
+					err := <-exited
+					t.Errorf("%s: the impersonator was not refused within a minute (killed: %v)\n%s", tt.name, err, tail(imp.log.String(), 3000))
 					continue
 				}
 				out := imp.log.String()
