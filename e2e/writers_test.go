@@ -40,12 +40,16 @@ import (
 
 // installWritersPolicy renders the chart's writers policy for runner
 // namespace ns, under a release of its own (the policies are
-// cluster-scoped), and creates it.
-func installWritersPolicy(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) {
+// cluster-scoped), with the values set (helm --set), and creates it.
+func installWritersPolicy(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, set ...string) {
 	t.Helper()
 	release := "wr-" + ns[len(ns)-6:]
-	out, err := newHelm(t, cfg, "helm4").run(ctx, "template", release, filepath.Join(suite.RepoRoot, "charts", "runwarden"),
-		"--namespace", release, "--set", "runnerNamespace="+ns, "--show-only", "templates/writers-policy.yaml")
+	args := []string{"template", release, filepath.Join(suite.RepoRoot, "charts", "runwarden"),
+		"--namespace", release, "--set", "runnerNamespace=" + ns, "--show-only", "templates/writers-policy.yaml"}
+	for _, v := range set {
+		args = append(args, "--set", v)
+	}
+	out, err := newHelm(t, cfg, "helm4").run(ctx, args...)
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
@@ -82,7 +86,8 @@ func pendingTemplate(t *testing.T) string {
 
 // forger is a user of the runner namespace with the rights issue 42's
 // attacker has: patch Jobs and their status, create events of both APIs,
-// create pods.
+// create pods and patch their status, patch RunnerTasks' status and
+// Secrets.
 func forger(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) client.Client {
 	t.Helper()
 	u := harness.User{Name: "forger-" + ns[len(ns)-6:]}
@@ -91,7 +96,10 @@ func forger(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) c
 		rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs/status"}, Verbs: []string{"patch", "update"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		rbacv1.PolicyRule{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch", "update"}},
+		rbacv1.PolicyRule{APIGroups: []string{"runwarden.dev"}, Resources: []string{"runnertasks/status"}, Verbs: []string{"patch", "update"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "patch", "update"}},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +197,46 @@ func checkForgeriesRefused(ctx context.Context, t *testing.T, fc client.Client, 
 	if err := fc.Create(ctx, own); err != nil {
 		t.Errorf("an event about the forger's own object: %v, want allowed", err)
 	}
+
+	// The runner pod's status: how its runner ended is the kubelet's to say.
+	pod := runnerPodOf(ctx, t, fc, j)
+	exited := pod.DeepCopy()
+	exited.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: job.RunnerContainer, Image: pod.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}},
+	}}
+	patch, err = client.MergeFrom(pod).Data(exited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const byKubelets = "is written by the kubelets"
+	if err := fc.Status().Patch(ctx, exited, client.RawPatch(types.MergePatchType, patch)); err == nil || !strings.Contains(err.Error(), byKubelets) {
+		t.Errorf("the forger writing the runner pod's exit 0 into its status: %v, want refused (%q)", err, byKubelets)
+	}
+}
+
+// runnerPodOf waits for the pod of Job j to exist, as c's user sees it, and
+// returns it.
+func runnerPodOf(ctx context.Context, t *testing.T, c client.Client, j *batchv1.Job) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	made := func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(j.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(j.UID)}); err != nil {
+			return false, err
+		}
+		for i := range pods.Items {
+			if job.IsPodOf(j, &pods.Items[i]) {
+				pod = &pods.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	if err := harness.WaitFor(ctx, "the runner pod of Job "+j.Name, time.Minute, made); err != nil {
+		t.Fatal(err)
+	}
+	return pod
 }
 
 // runningJobOf waits for the Job of the task named by id (its task
@@ -256,6 +304,14 @@ func TestWritersKubeSource(t *testing.T) {
 			j := runningJobOf(ctx, t, cfg, ns, id, d)
 			fc := forger(ctx, t, cfg, ns)
 			checkForgeriesRefused(ctx, t, fc, &j)
+			// The RunnerTask's status (its outcome and record) is the
+			// dispatcher's: the forger's Succeeded is refused.
+			const byDispatcher = "is written by the dispatcher"
+			forged := rt.DeepCopy()
+			forged.Status.Phase, forged.Status.Reason = v1alpha1.PhaseSucceeded, "Completed"
+			if err := fc.Status().Patch(ctx, forged, client.RawPatch(types.MergePatchType, []byte(`{"status":{"phase":"Succeeded","reason":"Completed"}}`))); err == nil || !strings.Contains(err.Error(), byDispatcher) {
+				t.Errorf("the forger writing the RunnerTask's status: %v, want refused (%q)", err, byDispatcher)
+			}
 
 			// The dispatcher's reading: its Job is the task's by its name.
 			asAdmin(ctx, t, cfg, d, "runnertask", &j, `{"metadata":{"annotations":{"runwarden.dev/task-id":"`+ns+`/another/uid"}}}`)
@@ -322,11 +378,32 @@ func TestWritersOrchestratorSource(t *testing.T) {
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--pod-template", pendingTemplate(t), "--unschedulable-timeout", "10m", "--preflight=false")
 			for _, id := range []string{"t-1", "t-2"} {
-				o.srv.Add(orchestrator.Task{ID: id, Command: []string{"true"}})
+				o.srv.Add(orchestrator.Task{ID: id, Command: []string{"true"}, SecretEnv: map[string]string{"TOKEN": "the task's own"}})
 			}
 			j := runningJobOf(ctx, t, cfg, ns, "t-1", d)
 			runningJobOf(ctx, t, cfg, ns, "t-2", d)
-			checkForgeriesRefused(ctx, t, forger(ctx, t, cfg, ns), &j)
+			fc := forger(ctx, t, cfg, ns)
+			checkForgeriesRefused(ctx, t, fc, &j)
+			// The task's Secret holds its values: the forger may read it
+			// here (a namespace whose users may read Secrets) but not
+			// change what the runner gets.
+			sec := &corev1.Secret{}
+			if err := fc.Get(ctx, client.ObjectKey{Namespace: ns, Name: job.SecretName(j.Name)}, sec); err != nil {
+				t.Fatalf("t-1's Secret: %v", err)
+			}
+			const secretByDispatcher = "are written by the dispatcher"
+			for what, patch := range map[string]string{
+				"a value changed": `{"data":{"TOKEN":"Zm9yZ2Vk"}}`,
+				"a value added":   `{"stringData":{"EXTRA":"forged"}}`,
+				"a value removed": `{"data":{"TOKEN":null}}`,
+			} {
+				if err := mergePatch(ctx, fc, sec.DeepCopy(), patch); err == nil || !strings.Contains(err.Error(), secretByDispatcher) {
+					t.Errorf("the forger's task Secret with %s: %v, want refused (%q)", what, err, secretByDispatcher)
+				}
+			}
+			if err := mergePatch(ctx, fc, sec.DeepCopy(), `{"metadata":{"annotations":{"note":"the forger's own"}}}`); err != nil {
+				t.Errorf("a note of the forger's on the task Secret: %v, want allowed", err)
+			}
 
 			asAdmin(ctx, t, cfg, d, "orchestrator-task", &j, `{"metadata":{"annotations":{"runwarden.dev/outcome":"{\"Phase\":\"Succeeded\",\"Reason\":\"Completed\",\"Message\":\"forged\"}"}}}`)
 			asAdmin(ctx, t, cfg, d, "orchestrator-task", &j, `{"metadata":{"annotations":{"runwarden.dev/task-id":"t-2"}}}`)
@@ -344,6 +421,74 @@ func TestWritersOrchestratorSource(t *testing.T) {
 			}
 			if d.cmd.ProcessState != nil {
 				t.Fatalf("the dispatcher stopped: %s", tail(d.log.String(), 3000))
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// TestWritersKueueWorkload: with Kueue, whether a task was evicted or
+// deactivated is read from its Job's Workload, which Kueue and the
+// dispatcher write alone: a user of the runner namespace who may patch
+// Workloads cannot deactivate or evict a task's (Kueue itself still
+// reserves quota, as the suite's admin).
+func TestWritersKueueWorkload(t *testing.T) {
+	t.Parallel()
+	kueueUp(t.Context(), t)
+	f := features.New("writers: Kueue Workloads").
+		Setup(kueueSetup).
+		Assess("a task's Workload is written by Kueue and the dispatcher alone", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			objs, flavor, _, _ := kueueObjects(ns)
+			applyObjects(ctx, t, cfg, objs+"---\n"+clusterQueue(ns, "held", flavor, "", 0, false))
+			installWritersPolicy(ctx, t, cfg, ns, "queueing.kueue.enabled=true")
+			d := startDispatcher(ctx, t, cfg, ns, "--kueue", "--default-queue", "held", "--preflight=false")
+			held := queuedTask(ns, "held", "held", "", 1)
+			if err := cfg.Client().Resources(ns).Create(ctx, held); err != nil {
+				t.Fatal(err)
+			}
+			fc := forger(ctx, t, cfg, ns)
+			u := harness.User{Name: "forger-" + ns[len(ns)-6:]}
+			if err := u.Grant(ctx, cfg, ns, "forger-workloads",
+				rbacv1.PolicyRule{APIGroups: []string{"kueue.x-k8s.io"}, Resources: []string{"workloads", "workloads/status"}, Verbs: []string{"get", "list", "patch", "update"}},
+			); err != nil {
+				t.Fatal(err)
+			}
+			// Kueue makes the Workload (as the suite's admin: the policy
+			// lets it) and leaves it waiting for quota.
+			var wl unstructured.Unstructured
+			made := func(ctx context.Context) (bool, error) {
+				var list unstructured.UnstructuredList
+				list.SetAPIVersion("kueue.x-k8s.io/v1beta2")
+				list.SetKind("WorkloadList")
+				if err := fc.List(ctx, &list, client.InNamespace(ns)); err != nil {
+					return false, err
+				}
+				if len(list.Items) == 1 {
+					wl = list.Items[0]
+					return true, nil
+				}
+				return false, nil
+			}
+			if err := harness.WaitFor(ctx, "Kueue to make the task's Workload", time.Minute, made); err != nil {
+				t.Fatalf("%v\n%s", err, tail(d.log.String(), 3000))
+			}
+			const byKueue = "are written by Kueue and the dispatcher"
+			if err := mergePatch(ctx, fc, wl.DeepCopy(), `{"spec":{"active":false}}`); err == nil || !strings.Contains(err.Error(), byKueue) {
+				t.Errorf("the forger deactivating the task's Workload: %v, want refused (%q)", err, byKueue)
+			}
+			now := time.Now().UTC().Format(time.RFC3339)
+			evicted := `{"status":{"conditions":[{"type":"Evicted","status":"True","reason":"Preempted","message":"forged","lastTransitionTime":"` + now + `"}]}}`
+			if err := fc.Status().Patch(ctx, wl.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(evicted))); err == nil || !strings.Contains(err.Error(), byKueue) {
+				t.Errorf("the forger evicting the task's Workload through its status: %v, want refused (%q)", err, byKueue)
+			}
+			// The task still waits for quota, as Kueue says.
+			cur := &v1alpha1.RunnerTask{}
+			if err := cfg.Client().Resources(ns).Get(ctx, held.Name, ns, cur); err != nil {
+				t.Fatal(err)
+			}
+			if terminalPhase(cur.Status.Phase) {
+				t.Errorf("the held task ended after the forgeries: %s %s: %s", cur.Status.Phase, cur.Status.Reason, cur.Status.Message)
 			}
 			return ctx
 		}).Feature()
