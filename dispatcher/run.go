@@ -86,15 +86,13 @@ type config struct {
 	// reads it: envFile or files.
 	secretDelivery string
 
-	// keepLogBytes is how much of a finished RunnerTask's log the kube
-	// source keeps in a ConfigMap.
-	keepLogBytes int
 	// templateObject is --pod-template-object, NAMESPACE/NAME.
 	templateObject string
 
-	source string
-	orch   orchestratorFlags
-	queue  queueFlags
+	// sourceName is --source; source is that source, its flags checked.
+	sourceName string
+	source     runner.Source
+	queue      queueFlags
 }
 
 // queueFlags say how tasks wait for a slot.
@@ -106,28 +104,15 @@ type queueFlags struct {
 	priorities           map[string]int32
 }
 
-// orchestratorFlags configure the orchestrator task source.
-type orchestratorFlags struct {
-	url          string
-	keyFile      string
-	keyID        string
-	tokenFile    string
-	exchangeFile string
-	caFile       string
-	proxy        string
-	pollWait     time.Duration
-	retryMax     time.Duration
-	streamLogs   bool
-}
-
 // parse reads the command line into a config, with its defaults filled in
 // and checked.
 func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	var c config
 	var l lists
+	srcs := sources()
 	fs := flag.NewFlagSet("runwarden-dispatcher", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.bind(fs, &l)
+	c.bind(fs, &l, srcs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -143,7 +128,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 		func() error { return c.queue.check(l.priorities) },
 		c.checkDurations,
 		func() error { return c.leader.check(c.namespace) },
-		c.checkSource(fs),
+		func() error { return c.chooseSource(fs, srcs) },
 		func() error { return c.readLists(l) },
 	} {
 		if err := step(); err != nil {
@@ -159,8 +144,16 @@ type lists struct {
 	priorities          priorityFlag
 }
 
-// bind defines the flags on fs, into c and l.
-func (c *config) bind(fs *flag.FlagSet, l *lists) {
+// sources are the task sources the dispatcher offers (--source), the first
+// the default. Each owns its flags, their checks and its setup (see
+// runner.Source): a new source is one more here.
+func sources() *runner.Sources {
+	return runner.NewSources(&rwkube.Config{}, &orchestrator.Config{})
+}
+
+// bind defines the shared flags on fs, into c and l, and the flags of
+// every source offered, into each.
+func (c *config) bind(fs *flag.FlagSet, l *lists, srcs *runner.Sources) {
 	l.priorities = priorityFlag{}
 	fs.StringVar(&c.id, "dispatcher-id", "", "this dispatcher's name on its Jobs (default $POD_NAME, then the host name); keep it stable: a dispatcher carries on only with Jobs of its own ID")
 	fs.StringVar(&c.template, "pod-template", "", "the platform's runner pod template (a PodTemplateSpec, YAML); it must have a container named main")
@@ -175,7 +168,6 @@ func (c *config) bind(fs *flag.FlagSet, l *lists) {
 	fs.StringVar(&c.secretDelivery, "secret-delivery", "envFile", `how the platform delivers resolved secret references, as its configuration's secretDelivery says: "envFile" or "files" (then a cluster without EnvFiles is expected, and the preflight says so at info level)`)
 	fs.IntVar(&c.keepSucceeded, "succeeded-history", 50, "finished Jobs of succeeded tasks kept per namespace")
 	fs.IntVar(&c.keepFailed, "failed-history", 100, "finished Jobs of failed tasks kept per namespace")
-	fs.IntVar(&c.keepLogBytes, "keep-log-bytes", 256*1024, "with --source=kube, how much of the end of a finished task's runner log is kept in a ConfigMap (status.logConfigMap) after its Job is gone; 0 keeps none")
 	fs.DurationVar(&c.unschedulable, "unschedulable-timeout", 5*time.Minute, "fail a task whose pod stays unschedulable this long")
 	fs.DurationVar(&c.secretGCWait, "secret-gc-wait", job.DefaultSecretWait, "how long a task whose Secret name is held by a Secret of a deleted Job waits for the garbage collector to remove it, before it is refused (the Secret is then someone else's); raise it where the garbage collector lags")
 	fs.StringVar(&l.envAllow, "env-allow", "", "comma-separated glob patterns of the env variable names a task may set (default: none)")
@@ -197,18 +189,9 @@ func (c *config) bind(fs *flag.FlagSet, l *lists) {
 	fs.StringVar(&c.queue.defaultPriorityClass, "default-priority-class", "", "the priority class of tasks that name none")
 	fs.Var(l.priorities, "priority-class", "without --kueue, a priority class tasks may name, as NAME=VALUE (repeat the flag): waiting tasks start higher value first, then oldest first; with --kueue, tasks name Kueue WorkloadPriorityClasses instead")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
-	fs.StringVar(&c.source, "source", "kube", "where tasks come from: kube (RunnerTask objects) or orchestrator (a remote orchestrator over HTTPS)")
-	fs.StringVar(&c.orch.url, "orchestrator-url", "", "the orchestrator's base URL (https), for --source=orchestrator")
-	fs.StringVar(&c.orch.keyFile, "orchestrator-key", "", "Ed25519 private key (PKCS #8 PEM) that signs this dispatcher's short-lived JWTs, one per request")
-	fs.StringVar(&c.orch.keyID, "orchestrator-key-id", "", "kid of the JWTs: the name the orchestrator registered this dispatcher's public key under; it takes a JWT only for the dispatcher that key is registered for (default: the dispatcher ID)")
-	fs.StringVar(&c.orch.tokenFile, "orchestrator-token-file", "", "file holding a static bearer token, read again when it changes")
-	fs.StringVar(&c.orch.exchangeFile, "orchestrator-exchange-token-file", "", "projected service account token exchanged at the orchestrator for its own token")
-	fs.StringVar(&c.orch.caFile, "orchestrator-ca", "", "PEM bundle of CAs trusted for the orchestrator, besides the system's")
-	fs.StringVar(&c.orch.proxy, "orchestrator-proxy", "", "HTTPS proxy URL for the orchestrator (default: $HTTPS_PROXY and $NO_PROXY)")
-	fs.DurationVar(&c.orch.pollWait, "poll-wait", 30*time.Second, "how long the orchestrator may hold a poll")
-	fs.DurationVar(&c.orch.retryMax, "retry-max-delay", time.Minute, "longest wait between retries when the orchestrator is unreachable (exponential from 1s, full jitter)")
-	fs.BoolVar(&c.orch.streamLogs, "stream-logs", true, "send the runner container's log to the orchestrator")
+	fs.StringVar(&c.sourceName, "source", srcs.Default(), "where tasks come from: "+srcs.Usage())
 	fs.StringVar(&c.testRunner, "test-runner", "", "instead of serving: run one runner Job from --pod-template in --namespace with this shell script, print its log, and exit 0 if it succeeded (what helm test runs: only the dispatcher may make runner Jobs)")
+	srcs.Bind(fs)
 }
 
 // defaultID fills in the dispatcher ID ($POD_NAME, then the host name) and
@@ -245,9 +228,6 @@ func (c *config) checkLimits() error {
 		if _, _, err := parseObjectRef(c.templateObject); err != nil {
 			return fmt.Errorf("--pod-template-object %w", err)
 		}
-	}
-	if c.keepLogBytes < 0 || c.keepLogBytes > 900*1024 {
-		return fmt.Errorf("--keep-log-bytes %d: between 0 and %d (a ConfigMap holds at most 1 MiB)", c.keepLogBytes, 900*1024)
 	}
 	if c.qps <= 0 || c.burst < 1 {
 		return fmt.Errorf("--kube-api-qps %g, --kube-api-burst %d: must be more than 0", c.qps, c.burst)
@@ -319,30 +299,18 @@ func (l *leaderFlags) check(namespace string) error {
 	return nil
 }
 
-// checkSource checks the task source's flags: the orchestrator's only
-// with --source=orchestrator, --namespace where it is needed.
-func (c *config) checkSource(fs *flag.FlagSet) func() error {
-	return func() error {
-		if c.testRunner != "" && c.namespace == "" {
-			return errors.New("--test-runner needs --namespace, where runner Jobs run")
-		}
-		if err := c.orch.check(c.source, c.namespace); err != nil {
-			return err
-		}
-		if c.source == "orchestrator" {
-			return nil
-		}
-		var set []string
-		fs.Visit(func(f *flag.Flag) {
-			if orchestratorOnly[f.Name] {
-				set = append(set, "--"+f.Name)
-			}
-		})
-		if len(set) > 0 {
-			return fmt.Errorf("%s: need --source=orchestrator", strings.Join(set, ", "))
-		}
-		return nil
+// chooseSource chooses the source --source names, its flags checked;
+// another source's flags are refused (runner.Sources.Choose).
+func (c *config) chooseSource(fs *flag.FlagSet, srcs *runner.Sources) error {
+	if c.testRunner != "" && c.namespace == "" {
+		return errors.New("--test-runner needs --namespace, where runner Jobs run")
 	}
+	src, err := srcs.Choose(fs, c.sourceName, runner.Shared{DispatcherID: c.id, Namespace: c.namespace})
+	if err != nil {
+		return err
+	}
+	c.source = src
+	return nil
 }
 
 // readLists reads the allow-lists.
@@ -364,44 +332,6 @@ func (c config) limits() runner.Options {
 		MaxConcurrent: c.maxConcurrent, MaxQueued: c.queue.maxQueued, UnschedulableTimeout: c.unschedulable, SecretGCWait: c.secretGCWait,
 		SucceededHistory: c.keepSucceeded, FailedHistory: c.keepFailed,
 	}
-}
-
-// orchestratorOnly are the flags that only the orchestrator source reads.
-var orchestratorOnly = map[string]bool{
-	"orchestrator-url": true, "orchestrator-key": true, "orchestrator-key-id": true,
-	"orchestrator-token-file": true, "orchestrator-exchange-token-file": true, "orchestrator-ca": true,
-	"orchestrator-proxy": true, "poll-wait": true, "retry-max-delay": true, "stream-logs": true,
-}
-
-func (o orchestratorFlags) check(source, namespace string) error {
-	auth := 0
-	for _, f := range []string{o.keyFile, o.tokenFile, o.exchangeFile} {
-		if f != "" {
-			auth++
-		}
-	}
-	switch source {
-	case "kube":
-		return nil
-	case "orchestrator":
-	default:
-		return fmt.Errorf("--source %q: must be kube or orchestrator", source)
-	}
-	switch {
-	case o.url == "":
-		return errors.New("--source=orchestrator needs --orchestrator-url")
-	case namespace == "":
-		return errors.New("--source=orchestrator needs --namespace, where its Jobs run")
-	case auth == 0:
-		return errors.New("--source=orchestrator needs one of --orchestrator-key, --orchestrator-token-file and --orchestrator-exchange-token-file")
-	case auth > 1:
-		return errors.New("--orchestrator-key, --orchestrator-token-file and --orchestrator-exchange-token-file: give only one")
-	case o.pollWait < time.Second:
-		return fmt.Errorf("--poll-wait %s: must be at least 1s", o.pollWait)
-	case o.retryMax < time.Second:
-		return fmt.Errorf("--retry-max-delay %s: must be at least 1s", o.retryMax)
-	}
-	return nil
 }
 
 func validLabel(v string) string {
@@ -560,18 +490,21 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		logr.FromContextOrDiscard(ctx).Info("standing by until this replica leads", "lease", c.leader.namespace+"/runwarden-dispatcher-"+c.id)
 		go awaitLead(ctx, mgr, recorder)
 	}
-	if c.source == "orchestrator" {
-		err = setupOrchestrator(mgr, kubeClient(mgr), restCfg, c, jobOpts, recorder)
-	} else {
-		err = setupKube(mgr, kubeClient(mgr), restCfg, c, jobOpts, recorder)
-	}
+	logs, err := corev1client.NewForConfig(restCfg)
 	if err != nil {
+		return err
+	}
+	if err := c.source.Setup(runner.Setup{
+		Shared:  runner.Shared{DispatcherID: c.id, Namespace: c.namespace},
+		Manager: mgr, Client: kubeClient(mgr), Limits: c.limits(), Jobs: jobOpts,
+		Logs: runner.PodLogs{Client: logs}, Recorder: recorder,
+	}); err != nil {
 		return err
 	}
 	if err := addProbes(mgr, c.leader.elect); err != nil {
 		return err
 	}
-	logr.FromContextOrDiscard(ctx).Info("dispatching tasks", "source", c.source, "dispatcher", c.id, "maxConcurrent", c.maxConcurrent, "goMemoryLimit", memlimit.Current())
+	logr.FromContextOrDiscard(ctx).Info("dispatching tasks", "source", c.source.Name(), "dispatcher", c.id, "maxConcurrent", c.maxConcurrent, "goMemoryLimit", memlimit.Current())
 	return mgr.Start(ctx)
 }
 
@@ -727,67 +660,6 @@ func addProbes(mgr ctrl.Manager, elect bool) error {
 			return errors.New("standing by: another replica leads")
 		}
 	})
-}
-
-// setupKube adds the RunnerTask source to the manager.
-func setupKube(mgr ctrl.Manager, kc client.Client, restCfg *rest.Config, c config, jobOpts job.Options, recorder *metrics.Recorder) error {
-	logs, err := corev1client.NewForConfig(restCfg)
-	if err != nil {
-		return err
-	}
-	r := rwkube.New(rwkube.Options{
-		Options:      c.limits(),
-		Logs:         runner.PodLogs{Client: logs},
-		KeepLogBytes: c.keepLogBytes,
-		Client:       kc,
-		Jobs:         jobOpts,
-		Reader:       mgr.GetAPIReader(),
-		Recorder:     recorder,
-	})
-	return r.SetupWithManager(mgr)
-}
-
-// setupOrchestrator adds the orchestrator task source to the manager.
-func setupOrchestrator(mgr ctrl.Manager, kc client.Client, restCfg *rest.Config, c config, jobOpts job.Options, recorder *metrics.Recorder) error {
-	var auth orchestrator.Authenticator
-	switch {
-	case c.orch.keyFile != "":
-		key, err := orchestrator.LoadEd25519Key(c.orch.keyFile)
-		if err != nil {
-			return err
-		}
-		kid := c.orch.keyID
-		if kid == "" {
-			kid = c.id
-		}
-		auth = &orchestrator.JWT{Key: key, KeyID: kid, Subject: c.id, Audience: c.orch.url}
-	case c.orch.tokenFile != "":
-		auth = &orchestrator.TokenFile{Path: c.orch.tokenFile}
-	default:
-		auth = &orchestrator.Exchange{Path: c.orch.exchangeFile}
-	}
-	oc, err := orchestrator.NewClient(orchestrator.ClientOptions{
-		URL: c.orch.url, DispatcherID: c.id, Auth: auth, CAFile: c.orch.caFile, Proxy: c.orch.proxy,
-	})
-	if err != nil {
-		return err
-	}
-	var logs runner.LogReader
-	if c.orch.streamLogs {
-		cs, err := corev1client.NewForConfig(restCfg)
-		if err != nil {
-			return err
-		}
-		logs = runner.PodLogs{Client: cs}
-	}
-	src := orchestrator.New(orchestrator.Options{
-		Options: c.limits(),
-		Client:  oc, Kube: kc, Reader: mgr.GetAPIReader(), Jobs: jobOpts, Namespace: c.namespace,
-		PollWait: c.orch.pollWait,
-		Backoff:  orchestrator.Backoff{Base: time.Second, Max: c.orch.retryMax},
-		Logs:     logs, Recorder: recorder,
-	})
-	return src.SetupWithManager(mgr)
 }
 
 // resourceLock is lock as leader election takes it: nil without one.
