@@ -181,7 +181,7 @@ func (c *config) readLists(l lists) error {
 	return nil
 }
 
-// limits are the limits both task sources run under.
+// limits are the limits every task source runs under.
 func (c config) limits() runner.Options {
 	return runner.Options{
 		MaxConcurrent: c.maxConcurrent, MaxQueued: c.queue.maxQueued, UnschedulableTimeout: c.unschedulable, SecretGCWait: c.secretGCWait,

@@ -63,7 +63,9 @@ type Setup struct {
 	Jobs job.Options
 	// Logs reads runner pods' logs through the API server.
 	Logs LogReader
-	// Recorder is the dispatcher's metrics, the source's own counts too.
+	// Recorder is the dispatcher's metrics, which hold the source's own
+	// counts too. Required: a nil one would reach the source's Options as
+	// a Recorder that is not nil.
 	Recorder *metrics.Recorder
 }
 
