@@ -63,6 +63,8 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 		{name: "zero secret GC wait", args: []string{"--dispatcher-id", "d", "--secret-gc-wait", "0s"}, code: 2, want: []string{"--secret-gc-wait 0s: must be at least 1s"}},
 		{name: "zero qps", args: []string{"--dispatcher-id", "d", "--kube-api-qps", "0"}, code: 2, want: []string{"--kube-api-qps 0"}},
 		{name: "orchestrator flags with kube source", args: []string{"--dispatcher-id", "d", "--poll-wait", "5s", "--stream-logs=false"}, code: 2, want: []string{"--poll-wait, --stream-logs: need --source=orchestrator"}},
+		{name: "kube source flags with the orchestrator source", args: []string{"--dispatcher-id", "d", "--source=orchestrator", "--orchestrator-url", "https://o.example", "--namespace", "runners", "--orchestrator-key", "k.pem", "--keep-log-bytes", "1000"}, code: 2, want: []string{"--keep-log-bytes: need --source=kube"}},
+		{name: "unknown source", args: []string{"--dispatcher-id", "d", "--source", "gitlab"}, code: 2, want: []string{`--source "gitlab": must be kube or orchestrator`}},
 		{name: "stray argument", args: []string{"--dispatcher-id", "d", "extra"}, code: 2, want: []string{"unexpected arguments"}},
 		{name: "unknown secret delivery", args: []string{"--dispatcher-id", "d", "--secret-delivery", "file"}, code: 2, want: []string{`--secret-delivery "file": use envFile or files`}},
 	}
@@ -79,26 +81,6 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestParseLists(t *testing.T) {
-	t.Parallel()
-	c, err := parse([]string{"--dispatcher-id", "d", "--env-allow", "TF_*, GREETING ,", "--repo-allow", `^https://a/,^https://b/`}, func(string) string { return "" }, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(c.envAllow) != 2 || c.envAllow[1] != "GREETING" || len(c.repoAllow) != 2 {
-		t.Errorf("env %q, repos %v", c.envAllow, c.repoAllow)
-	}
-	c, err = parse(nil, func(k string) string {
-		if k == "POD_NAME" {
-			return "dispatcher-7d9f"
-		}
-		return ""
-	}, &bytes.Buffer{})
-	if err != nil || c.id != "dispatcher-7d9f" {
-		t.Errorf("id from POD_NAME: %q, %v", c.id, err)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 
@@ -11,7 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/yaml"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 )
@@ -110,4 +113,42 @@ func (s *templateStore) update(pt *corev1.PodTemplate) {
 // never restart, Build makes it Never).
 func runnerTemplate(pt *corev1.PodTemplate) {
 	pt.Template.Spec.RestartPolicy = ""
+}
+
+func readTemplate(path string) (corev1.PodTemplateSpec, error) {
+	var t corev1.PodTemplateSpec
+	if path == "" {
+		return t, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return t, fmt.Errorf("reading the pod template: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(b, &t); err != nil {
+		return t, fmt.Errorf("pod template %s: %w", path, err)
+	}
+	if err := job.ValidateTemplate(t); err != nil {
+		return t, fmt.Errorf("pod template %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// loadTemplateObject reads --pod-template-object, if given.
+func loadTemplateObject(ctx context.Context, c config, restCfg *rest.Config) (*templateStore, error) {
+	if c.templateObject == "" {
+		return nil, nil
+	}
+	ns, name, err := parseObjectRef(c.templateObject)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &templateStore{namespace: ns, name: name, client: cs, log: logr.FromContextOrDiscard(ctx)}
+	if err := s.load(ctx, cs); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

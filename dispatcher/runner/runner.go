@@ -1,7 +1,9 @@
 // Package runner is what the dispatcher's task sources share: the limits
 // and their defaults (Options), the capacity rule (Capacity), what a source
 // reports (Recorder), settling a finished task's Job (Settler), reading a
-// runner's log (LogReader) and observing a Job (NewObserver).
+// runner's log (LogReader) and observing a Job (NewObserver); and what a
+// source offers the dispatcher's command line (Source: its flags, their
+// checks, its setup on the manager; Sources: the ones offered, --source).
 //
 // The contract: a task source (package kube for RunnerTask objects, package
 // orchestrator for a remote orchestrator, or another orchestrator's
