@@ -147,17 +147,25 @@ func checkForgeriesRefused(ctx context.Context, t *testing.T, fc client.Client, 
 		t.Errorf("a note of the forger's on the Job: %v, want allowed", err)
 	}
 
-	// The Job's status: the Job controller's (and Kueue's).
+	// The Job's status: the Job controller's (and Kueue's). The forgery
+	// starts from the Job as it is once the Job controller started it: a
+	// start time other than the one it set is refused by validation first.
+	started := func(ctx context.Context) (bool, error) {
+		if err := fc.Get(ctx, client.ObjectKeyFromObject(j), j); err != nil {
+			return false, err
+		}
+		return j.Status.StartTime != nil, nil
+	}
+	if err := harness.WaitFor(ctx, "the Job controller to start Job "+j.Name, time.Minute, started); err != nil {
+		t.Fatal(err)
+	}
 	complete := j.DeepCopy()
 	now := metav1.Now()
 	complete.Status.Conditions = append(complete.Status.Conditions,
 		batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now},
 		batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now, LastProbeTime: now})
 	// A status the API server's own validation takes (no active pod, the
-	// start time kept once set), so that only the policy refuses it.
-	if complete.Status.StartTime == nil {
-		complete.Status.StartTime = &now
-	}
+	// start time kept), so that only the policy refuses it.
 	zero := int32(0)
 	complete.Status.CompletionTime, complete.Status.Succeeded, complete.Status.Active, complete.Status.Ready = &now, 1, 0, &zero
 	// active is omitted when 0: the merge patch names it.

@@ -91,7 +91,16 @@ type Redactor struct {
 // NewRedactor returns a Redactor of the values pods carry (nil pods are
 // skipped).
 func NewRedactor(pods ...*corev1.Pod) *Redactor {
+	return newRedactor("", pods...)
+}
+
+// newRedactor is NewRedactor for pods of namespace ns, which is their
+// identity even where an admission request leaves it out of the pod.
+func newRedactor(ns string, pods ...*corev1.Pod) *Redactor {
 	c := collector{r: &Redactor{}, seen: map[string]bool{}, identity: map[string]bool{}}
+	if ns != "" {
+		c.identity[ns] = true
+	}
 	for _, p := range pods {
 		if p != nil {
 			c.identityOf(p)
@@ -207,15 +216,23 @@ func (c *collector) handler(exec *corev1.ExecAction, get *corev1.HTTPGetAction) 
 	}
 }
 
-// envValue adds an env value. The secret references in it are not values
-// (the policies' secret-ref rules quote them); the text around them is.
+// envValue adds an env value. The secret references in it, well formed or
+// not, are not values: each names a secret (the policies' secret-ref
+// rules quote them, a malformed one to say what is wrong with it); the
+// text around them is. A reference without its closing brace runs into
+// whatever follows it, so it is a value.
 func (c *collector) envValue(v string) {
-	refs := ParseSecretRef("", "", v)
+	var refs []SecretRef
+	for _, ref := range ParseSecretRef("", "", v) {
+		if strings.HasSuffix(ref.Raw, "}") {
+			refs = append(refs, ref)
+		}
+	}
 	if len(refs) == 0 {
 		c.value(v, minEnvValue, true)
 		return
 	}
-	if len(refs) == 1 && refs[0].Error == "" && refs[0].Raw == v {
+	if len(refs) == 1 && refs[0].Raw == v {
 		return
 	}
 	c.whole(v, minEnvValue)
@@ -451,7 +468,7 @@ func redactDecision(d Decision, in *Input) Decision {
 	if len(d.Deny) == 0 && len(d.Warn) == 0 && len(d.Dryrun) == 0 && len(d.Warnings) == 0 {
 		return d
 	}
-	r := NewRedactor(in.Pod, in.OldPod)
+	r := newRedactor(in.Namespace.Name, in.Pod, in.OldPod)
 	out := d
 	out.Deny = redactViolations(r, d.Deny)
 	out.Warn = redactViolations(r, d.Warn)

@@ -33,6 +33,8 @@ func TestRedactor(t *testing.T) {
 					{Name: "E", Value: "${vault:secret/db.password@team-a}"},
 					{Name: "F", Value: `quote"back\slash<tag>&é`},
 					{Name: "G", Value: "Bearer ${vault:secret/api#token@team-a}"},
+					{Name: "H", Value: "${vault:team-a/../team-b/db.password@team-a}"},
+					{Name: "I", Value: "${vault:unclosed-token-0123"},
 				},
 			}},
 		},
@@ -44,6 +46,8 @@ func TestRedactor(t *testing.T) {
 		{name: "short values kept", msg: "turned on", want: "turned on"},
 		{name: "a whole reference kept", msg: "reference ${vault:secret/db.password@team-a} refused", want: "reference ${vault:secret/db.password@team-a} refused"},
 		{name: "a reference in a value kept, the rest not", msg: "${vault:secret/api#token@team-a} in Bearer ${vault:secret/api#token@team-a}", want: "${vault:secret/api#token@team-a} in [redacted]"},
+		{name: "a malformed reference kept: it names a secret", msg: "malformed secret reference ${vault:team-a/../team-b/db.password@team-a}: invalid secret id", want: "malformed secret reference ${vault:team-a/../team-b/db.password@team-a}: invalid secret id"},
+		{name: "an unclosed reference is a value", msg: "malformed secret reference ${vault:unclosed-token-0123: no closing brace", want: "malformed secret reference [redacted]: no closing brace"},
 		{name: "JSON-escaped", msg: `{"F":"quote\"back\\slash\u003ctag\u003e\u0026é"}`, want: `{"F":"[redacted]"}`},
 		{name: "JSON-escaped without HTML escapes", msg: `"quote\"back\\slash<tag>&é"`, want: `"[redacted]"`},
 		{name: "Go-quoted", msg: `["quote\"back\\slash<tag>&é"]`, want: `["[redacted]"]`},
@@ -170,5 +174,22 @@ func TestEvalNeverQuotesAPodsValue(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRedactDecisionKeepsTheNamespace: the namespace of an admission is the
+// pod's identity, even where the request's pod leaves it out (a CREATE) and
+// one of the pod's values is the namespace's name; a message naming it
+// keeps it.
+func TestRedactDecisionKeepsTheNamespace(t *testing.T) {
+	t.Parallel()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "rw-task-", Labels: map[string]string{"team": "e2e-team-namespace"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Env: []corev1.EnvVar{{Name: "NS", Value: "e2e-team-namespace"}, {Name: "T", Value: "a-token-value"}}}}},
+	}
+	in := &Input{Pod: pod, Namespace: NamespaceInfo{Name: "e2e-team-namespace"}}
+	d := redactDecision(Decision{Deny: []Violation{{Rule: "r", Message: "namespace e2e-team-namespace may not read a-token-value"}}}, in)
+	if got, want := d.Deny[0].Message, "namespace e2e-team-namespace may not read [redacted]"; got != want {
+		t.Errorf("redacted message %q, want %q", got, want)
 	}
 }
