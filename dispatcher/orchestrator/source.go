@@ -294,17 +294,11 @@ func (s *Source) adopt(j *batchv1.Job) (*task, lease) {
 	}
 	epoch, _ := strconv.ParseInt(j.Annotations[AnnotationLeaseEpoch], 10, 64)
 	secs, _ := strconv.Atoi(j.Annotations[AnnotationLeaseSeconds])
-	suspended := ptr.Deref(j.Spec.Suspend, false)
-	p := phaseRunning
-	switch {
-	case job.Finished(j), stoppedOutcome(j):
-		// Ended, or stopped with its outcome recorded: it no longer runs.
-		p = phaseFinished
-	case s.opts.Jobs.Queueing.Kueue && suspended:
-		p = phaseQueued
-	}
 	return s.leases.adopt(adoption{
-		id: id, key: client.ObjectKeyFromObject(j), leaseID: j.Annotations[AnnotationLeaseID], epoch: epoch, seconds: secs, phase: p,
+		id: id, key: client.ObjectKeyFromObject(j), leaseID: j.Annotations[AnnotationLeaseID], epoch: epoch, seconds: secs,
+		// Ended, or stopped with its outcome recorded: it no longer runs.
+		ended:     job.Finished(j) || stoppedOutcome(j),
+		suspended: ptr.Deref(j.Spec.Suspend, false),
 	}, s.clock.Now())
 }
 
@@ -453,19 +447,6 @@ func (s *Source) release(ctx context.Context, l Lease) {
 	if err := s.opts.Client.Release(ctx, l.LeaseID, l.Epoch); err != nil && ctx.Err() == nil {
 		s.log.Error(err, "handing a lease back failed; it expires on its own", "task", l.Task.ID, "lease", l.LeaseID)
 	}
-}
-
-// leaseDuration is a lease's duration; an orchestrator that sends none
-// means 60 s.
-func leaseDuration(leaseSeconds int) time.Duration {
-	if leaseSeconds <= 0 {
-		leaseSeconds = 60
-	}
-	return time.Duration(leaseSeconds) * time.Second
-}
-
-func renewInterval(leaseSeconds int) time.Duration {
-	return leaseDuration(leaseSeconds) / 3
 }
 
 // recordLease writes the task's current lease into its Job's annotations,
@@ -742,17 +723,10 @@ func (s *Source) renew(ctx context.Context, t *task) error {
 		s.renewFailed(t, v.leaseID, err)
 		return nil
 	}
-	var first bool
-	s.leases.update(t, func(l *lease) {
-		if l.leaseID == v.leaseID {
-			l.renewFailures = 0
-		}
-		first = resp.Cancel && l.cancel == nil
-		if resp.Cancel {
-			l.cancel = &cancellation{reason: resp.CancelReason}
-		}
-	})
-	if first && v.phase != phaseCreating {
+	s.leases.extended(t, v.leaseID)
+	if resp.Cancel && s.leases.cancelled(t, resp.CancelReason) && !v.creating() {
+		// The Job's reconcile stops it; a Job being created is stopped
+		// once it exists.
 		s.enqueue(ctx, v.key)
 	}
 	return nil
@@ -762,35 +736,19 @@ func (s *Source) renew(ctx context.Context, t *task) error {
 // lease gone waits to be handed back, another failure paces the next try.
 func (s *Source) renewFailed(t *task, leaseID string, err error) {
 	now := s.clock.Now()
-	var d time.Duration
-	v := s.leases.update(t, func(l *lease) {
-		if l.leaseID != leaseID {
-			return // re-issued meanwhile
+	if IsGone(err) {
+		// Expired: the orchestrator hands it back to this dispatcher (the
+		// task is in every poll's running list) with a new epoch.
+		if v, ok := s.leases.gone(t, leaseID, now); ok {
+			s.log.Info("lease gone; waiting for the orchestrator to hand the task back", "task", v.id)
 		}
-		if IsGone(err) {
-			// Expired: the orchestrator hands it back to this dispatcher
-			// (the task is in every poll's running list) with a new epoch.
-			l.lostAt = now
-			return
-		}
-		// Unreachable, overloaded, or this renewal refused: back off per
-		// lease as polls and reports do, honouring Retry-After, but wait no
-		// longer than a third of the lease, the pace of renewals that
-		// succeed. A lease is renewed a third of the way through, so when
-		// that renewal fails, the next still comes while a third of the
-		// lease is left: a longer wait (a Retry-After, or a delay near
-		// Backoff.Max) could let the lease expire, and the task would wait
-		// for the orchestrator to hand it back. Past that the orchestrator
-		// gets no more renewals than when they succeed.
-		d = min(s.opts.Backoff.Delay(l.renewFailures, err), renewInterval(l.seconds))
-		l.renewFailures++
-		l.renewAt = now.Add(d)
-	})
-	switch {
-	case v.leaseID != leaseID:
-	case IsGone(err):
-		s.log.Info("lease gone; waiting for the orchestrator to hand the task back", "task", v.id)
-	default:
+		return
+	}
+	// Unreachable, overloaded, or this renewal refused: back off per lease
+	// as polls and reports do, honouring Retry-After, within the pace the
+	// table keeps (leaseTable.renewalFailed).
+	backoff := func(failures int) time.Duration { return s.opts.Backoff.Delay(failures, err) }
+	if v, d, ok := s.leases.renewalFailed(t, leaseID, now, backoff); ok {
 		s.log.V(1).Info("renewing the lease failed; retrying", "task", v.id, "in", d.Round(time.Millisecond).String(), "failures", v.renewFailures, "error", err.Error())
 	}
 }
@@ -817,7 +775,7 @@ func (s *Source) reconcileJob(ctx context.Context, req reconcile.Request) (recon
 		return s.jobGone(ctx, req, t, v, tracked)
 	}
 	if reportedMark(j) {
-		if tracked && v.phase != phaseCreating {
+		if tracked && !v.creating() {
 			s.leases.forget(t)
 		}
 		return s.reported(ctx, j)
@@ -825,7 +783,7 @@ func (s *Source) reconcileJob(ctx context.Context, req reconcile.Request) (recon
 	if !tracked || v.id != j.Annotations[job.AnnotationTaskID] {
 		t, v = s.adopt(j)
 	}
-	if t == nil || v.phase == phaseCreating {
+	if t == nil || v.creating() {
 		return reconcile.Result{}, nil
 	}
 
@@ -833,16 +791,13 @@ func (s *Source) reconcileJob(ctx context.Context, req reconcile.Request) (recon
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	s.leases.update(t, func(l *lease) {
-		// Admitted (a slot in the queue frees: the poll may ask for
-		// more), or evicted.
-		switch {
-		case l.phase == phaseQueued && !out.Queued:
-			l.phase = phaseRunning
-		case l.phase == phaseRunning && out.Queued:
-			l.phase = phaseQueued
-		}
-	})
+	// Kueue admitted the Job (a place in the queue frees: the poll may ask
+	// for more), or evicted it; neither changes a task already there.
+	if out.Queued {
+		s.leases.requeued(t)
+	} else {
+		s.leases.admitted(t)
+	}
 	if v.lost() && out.Phase == "" {
 		// Wait for the orchestrator to hand the lease back; the Job runs on.
 		return reconcile.Result{RequeueAfter: s.opts.RequeueAfter}, nil
@@ -890,7 +845,7 @@ func (s *Source) reconcileJob(ctx context.Context, req reconcile.Request) (recon
 // jobGone reconciles a Job that is not in the cache: one created but not
 // seen yet, or one deleted before its outcome was reported.
 func (s *Source) jobGone(ctx context.Context, req reconcile.Request, t *task, v lease, tracked bool) (reconcile.Result, error) {
-	if !tracked || v.phase == phaseCreating {
+	if !tracked || v.creating() {
 		return reconcile.Result{}, nil
 	}
 	j := &batchv1.Job{}
@@ -932,7 +887,7 @@ func (s *Source) queued(ctx context.Context, t *task, v lease, j *batchv1.Job, o
 			// An orchestrator of protocol 1.0 knows no queued event: it
 			// learns of the task again when it runs.
 			s.log.Info("the orchestrator refused a queued event (protocol 1.0); not sent again", "task", v.id, "error", err.Error())
-			s.leases.update(t, func(l *lease) { l.sent[EventQueued] = true })
+			s.leases.eventSent(t, EventQueued)
 		} else if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -943,14 +898,7 @@ func (s *Source) queued(ctx context.Context, t *task, v lease, j *batchv1.Job, o
 
 // running notes when the runner was first seen running.
 func (s *Source) running(t *task) {
-	now := s.clock.Now()
-	first := false
-	v := s.leases.update(t, func(l *lease) {
-		if l.runningAt.IsZero() {
-			l.runningAt, first = now, true
-		}
-	})
-	if first && !v.leasedAt.IsZero() {
+	if v, first := s.leases.seenRunning(t, s.clock.Now()); first && !v.leasedAt.IsZero() {
 		s.opts.Recorder.Started(v.runningAt.Sub(v.leasedAt))
 	}
 }
@@ -982,7 +930,7 @@ func (s *Source) send(ctx context.Context, t *task, e Event) error {
 	if err != nil && !IsConflict(err) {
 		return err
 	}
-	s.leases.update(t, func(l *lease) { l.sent[e.Type] = true })
+	s.leases.eventSent(t, e.Type)
 	return nil
 }
 
@@ -1082,7 +1030,7 @@ func (s *Source) finish(ctx context.Context, t *task, j *batchv1.Job, out job.Ou
 	}
 	// The Job can no longer run: its pod ended, or it is suspended with its
 	// outcome recorded, or it is gone. Its slot frees.
-	s.leases.update(t, func(l *lease) { l.phase = phaseFinished })
+	s.leases.finished(t)
 	if wait := s.logsPending(t); wait {
 		return reconcile.Result{RequeueAfter: 500 * time.Millisecond}, nil
 	}
