@@ -12,9 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 )
 
 // Version is the protocol version this package speaks, sent in the
@@ -204,33 +201,6 @@ type ImageRecord struct {
 	Container string `json:"container"`
 	Image     string `json:"image,omitempty"`
 	ImageID   string `json:"imageID,omitempty"`
-}
-
-// wireRecord converts the dispatcher's task record (the RunnerTask API's
-// TaskRecord) to the protocol's.
-func wireRecord(r *v1alpha1.TaskRecord) *Record {
-	if r == nil {
-		return nil
-	}
-	w := &Record{
-		SpecDigest: r.SpecDigest, PolicyDigest: r.PolicyDigest, TemplateDigest: r.TemplateDigest,
-		Mutations: r.Mutations, Warnings: r.Warnings, Node: r.Node, Pod: r.Pod,
-		StartedAt: wireTime(r.StartedAt), FinishedAt: wireTime(r.FinishedAt),
-	}
-	for _, i := range r.Images {
-		w.Images = append(w.Images, ImageRecord{Container: i.Container, Image: i.Image, ImageID: i.ImageID})
-	}
-	return w
-}
-
-// wireTime is a Kubernetes time as the protocol sends it: UTC, whole
-// seconds, as the API server keeps it.
-func wireTime(t *metav1.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC().Truncate(time.Second)
-	return &u
 }
 
 // LogChunk is a piece of the runner container's log. Offset is its byte
