@@ -210,13 +210,11 @@ func (s *Source) create(ctx context.Context, j *batchv1.Job, secret *corev1.Secr
 
 // leaseJob is the Job (and Secret) of a lease's task, in namespace, or
 // why the task can never run: another namespace, a variable that is not a
-// value, or anything job.Build refuses.
+// value, a quantity Kubernetes cannot read (jobTask), or anything
+// job.Build refuses.
 func leaseJob(l Lease, namespace string, o job.Options) (*batchv1.Job, *corev1.Secret, error) {
-	jt := jobTask(l.Task, namespace)
-	if jt.Namespace != namespace {
-		return nil, nil, fmt.Errorf("%w: namespace %q: this dispatcher runs tasks in %q only", job.ErrInvalidTask, jt.Namespace, namespace)
-	}
-	if err := plainEnv(l.Task); err != nil {
+	jt, err := jobTask(l.Task, namespace)
+	if err != nil {
 		return nil, nil, err
 	}
 	j, secret, err := job.Build(jt, o)
