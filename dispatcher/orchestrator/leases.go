@@ -147,7 +147,8 @@ type task struct {
 // fields that change with it, change only in the transitions below, each a
 // method of the table named for what happened; the source reads views and
 // calls them. A transition called in a phase it does not leave from
-// changes nothing and says so, so no caller can make an illegal move.
+// changes nothing, so no caller can make an illegal move (admitted,
+// requeued, finished and discarded tell whether they moved the task).
 //
 //	from                      transition   to                   called by
 //	(not held)                take         creating             Source.take: a poll's new lease, room for it
@@ -165,9 +166,9 @@ type task struct {
 //	                                                            the task is let go, its lease remembered as ended
 //
 // A slot or a place in the queue frees when a task leaves the phase that
-// held it (runner.Capacity: creating and queued wait in the queue with
-// Kueue, running and discarding hold a slot, finished nothing); freed then
-// wakes the poll.
+// held it (runner.Capacity: creating and queued hold a place in the queue
+// with Kueue and a slot without; running and discarding hold a slot;
+// finished nothing), and freed then wakes the poll; so does a lease gone.
 //
 // The lease itself changes beside the phase, in any phase but discarding,
 // which has no lease:
