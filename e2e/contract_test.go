@@ -275,12 +275,35 @@ type orchestratorDriver struct {
 }
 
 func (o orchestratorDriver) submit(_ context.Context, _ *testing.T, c contractCase) string {
-	task := orchestrator.Task{ID: c.name, Command: []string{"/bin/sh", "-c", c.script}, ActiveDeadlineSeconds: c.deadline, Resources: c.resources}
+	task := orchestrator.Task{ID: c.name, Command: []string{"/bin/sh", "-c", c.script}, ActiveDeadlineSeconds: c.deadline, Resources: wireResources(c.resources)}
 	for _, e := range c.env {
 		task.Env = append(task.Env, orchestrator.EnvVar{Name: e.Name, Value: e.Value})
 	}
 	o.srv.Add(task)
 	return c.name
+}
+
+// wireResources are a case's resources as the protocol carries them.
+func wireResources(r *corev1.ResourceRequirements) *orchestrator.Resources {
+	if r == nil {
+		return nil
+	}
+	w := &orchestrator.Resources{}
+	list := func(l corev1.ResourceList) map[string]orchestrator.Quantity {
+		if l == nil {
+			return nil
+		}
+		m := map[string]orchestrator.Quantity{}
+		for name, q := range l {
+			m[string(name)] = orchestrator.Quantity(q.String())
+		}
+		return m
+	}
+	w.Limits, w.Requests = list(r.Limits), list(r.Requests)
+	for _, c := range r.Claims {
+		w.Claims = append(w.Claims, orchestrator.ResourceClaim{Name: c.Name, Request: c.Request})
+	}
+	return w
 }
 
 func (o orchestratorDriver) cancel(_ context.Context, _ *testing.T, c contractCase) {

@@ -240,7 +240,7 @@ func orchestratorBench(ctx context.Context, b *testing.B, n, lat, replicas int, 
 		"--succeeded-history", "100000", "--failed-history", "100000", "--preflight=false", "--stream-logs=false",
 		"--kube-api-qps", "1000", "--kube-api-burst", "2000", "--unschedulable-timeout", "1h")...)
 	standby()
-	big := &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")}}
+	big := &orchestrator.Resources{Requests: map[string]orchestrator.Quantity{"cpu": "100000"}}
 	created := func(id string) bool {
 		for _, e := range o.srv.Task(id).Events {
 			if e.Type == orchestrator.EventJobCreated {

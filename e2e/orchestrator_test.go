@@ -482,8 +482,8 @@ func TestOrchestratorSIGTERMStopsLeasing(t *testing.T) {
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30, MaxWait: 2 * time.Second})
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--preflight=false", "--stream-logs=false", "--unschedulable-timeout", "1h")
 			// Unschedulable, so it stays running until cancelled.
-			o.srv.Add(orchestrator.Task{ID: "long", Command: []string{"true"}, Resources: &corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")},
+			o.srv.Add(orchestrator.Task{ID: "long", Command: []string{"true"}, Resources: &orchestrator.Resources{
+				Requests: map[string]orchestrator.Quantity{"cpu": "100000"},
 			}})
 			created := func(context.Context) (bool, error) { return len(o.srv.Task("long").Events) > 0, nil }
 			if err := harness.WaitFor(ctx, "the long task's Job", time.Minute, created); err != nil {

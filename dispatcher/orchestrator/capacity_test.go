@@ -89,7 +89,7 @@ func TestCancelledTaskHoldsItsSlotUntilItsJobIsSuspended(t *testing.T) {
 			})
 			s.log = logr.Discard()
 			tk, _ := s.adopt(running)
-			s.leases.update(tk, func(l *lease) { l.cancel = &cancellation{reason: "stopped by the test"} })
+			s.leases.cancelled(tk, "stopped by the test")
 			if got := freeSlots(s); got != 0 {
 				t.Fatalf("%d slots free while the task runs, want 0", got)
 			}
@@ -240,7 +240,7 @@ func TestLeaseViewIsACopy(t *testing.T) {
 	tk, _, v, _ := lt.take(Lease{LeaseID: "l-1", Epoch: 1, LeaseSeconds: 60, Task: Task{ID: "t-1"}}, now, time.Minute, true)
 	v.sent[EventRunning] = true
 	v.epoch = 9
-	lt.update(tk, func(l *lease) { l.cancel = &cancellation{reason: "r"} })
+	lt.cancelled(tk, "r")
 	got, held := lt.view(tk)
 	if !held || got.sent[EventRunning] || got.epoch != 1 || got.cancel == nil || got.cancel.reason != "r" {
 		t.Errorf("view after changing a copy: %+v (held %v), want epoch 1, nothing sent, cancelled", got, held)

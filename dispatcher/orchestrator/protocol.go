@@ -10,11 +10,6 @@ package orchestrator
 import (
 	"encoding/json"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 )
 
 // Version is the protocol version this package speaks, sent in the
@@ -95,9 +90,8 @@ type Task struct {
 	SecretEnv             map[string]string `json:"secretEnv,omitempty"`
 	RepoURL               string            `json:"repoURL,omitempty"`
 	ActiveDeadlineSeconds *int64            `json:"activeDeadlineSeconds,omitempty"`
-	// Resources of the runner container, as in a Kubernetes container
-	// spec; default: the pod template's.
-	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Resources of the runner container; default: the pod template's.
+	Resources *Resources `json:"resources,omitempty"`
 	// Queue is the Kueue LocalQueue the task waits in, when the dispatcher
 	// queues through Kueue (protocol 1.1). Default: the dispatcher's.
 	Queue string `json:"queue,omitempty"`
@@ -115,6 +109,52 @@ type EnvVar struct {
 	// task sending one (say, a Kubernetes secretKeyRef) is refused,
 	// rather than run without the variable.
 	ValueFrom json.RawMessage `json:"valueFrom,omitempty"`
+}
+
+// Resources are the runner container's compute resources, in the shape
+// of a Kubernetes container's resources (ResourceRequirements) but the
+// protocol's own type: a change of Kubernetes' type cannot change the
+// protocol. The dispatcher converts them to Kubernetes' when it builds the
+// task's Job (kubeResources); a quantity Kubernetes cannot read fails that
+// task alone, with reason Refused.
+type Resources struct {
+	// Limits and Requests map a resource name (cpu, memory,
+	// nvidia.com/gpu, ...) to a quantity.
+	Limits   map[string]Quantity `json:"limits,omitempty"`
+	Requests map[string]Quantity `json:"requests,omitempty"`
+	// Claims name resource claims of the runner pod (dynamic resource
+	// allocation: the platform's pod template declares them) that the
+	// runner container uses.
+	Claims []ResourceClaim `json:"claims,omitempty"`
+}
+
+// ResourceClaim names a resource claim of the runner pod and, optionally,
+// one request in it.
+type ResourceClaim struct {
+	Name    string `json:"name"`
+	Request string `json:"request,omitempty"`
+}
+
+// Quantity is a Kubernetes resource quantity, such as 500m, 2 or 1Gi. On
+// the wire it is a JSON string; as Kubernetes does, a JSON number is read
+// as its decimal text and null as 0. It is checked when the task's Job is
+// built, not when a poll's answer is read, so that a task with a bad
+// quantity fails alone rather than making the whole answer unreadable.
+type Quantity string
+
+// UnmarshalJSON reads a quantity as Kubernetes reads one, and keeps any
+// other JSON value's text for the Job's build to refuse.
+func (q *Quantity) UnmarshalJSON(b []byte) error {
+	var s string
+	switch {
+	case string(b) == "null":
+		*q = "0"
+	case json.Unmarshal(b, &s) == nil:
+		*q = Quantity(s)
+	default:
+		*q = Quantity(b)
+	}
+	return nil
 }
 
 // RenewRequest extends a lease.
@@ -204,33 +244,6 @@ type ImageRecord struct {
 	Container string `json:"container"`
 	Image     string `json:"image,omitempty"`
 	ImageID   string `json:"imageID,omitempty"`
-}
-
-// wireRecord converts the dispatcher's task record (the RunnerTask API's
-// TaskRecord) to the protocol's.
-func wireRecord(r *v1alpha1.TaskRecord) *Record {
-	if r == nil {
-		return nil
-	}
-	w := &Record{
-		SpecDigest: r.SpecDigest, PolicyDigest: r.PolicyDigest, TemplateDigest: r.TemplateDigest,
-		Mutations: r.Mutations, Warnings: r.Warnings, Node: r.Node, Pod: r.Pod,
-		StartedAt: wireTime(r.StartedAt), FinishedAt: wireTime(r.FinishedAt),
-	}
-	for _, i := range r.Images {
-		w.Images = append(w.Images, ImageRecord{Container: i.Container, Image: i.Image, ImageID: i.ImageID})
-	}
-	return w
-}
-
-// wireTime is a Kubernetes time as the protocol sends it: UTC, whole
-// seconds, as the API server keeps it.
-func wireTime(t *metav1.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC().Truncate(time.Second)
-	return &u
 }
 
 // LogChunk is a piece of the runner container's log. Offset is its byte

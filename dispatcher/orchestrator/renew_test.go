@@ -85,7 +85,7 @@ func holdLeases(s *Source, n, leaseSeconds int) []*task {
 		id := "t-" + strconv.Itoa(i)
 		t, _ := s.leases.adopt(adoption{
 			id: id, key: types.NamespacedName{Namespace: "runners", Name: "rw-" + id}, leaseID: "l-" + id, epoch: 1,
-			seconds: leaseSeconds, phase: phaseRunning,
+			seconds: leaseSeconds, // neither ended nor suspended: running
 		}, s.clock.Now())
 		held = append(held, t)
 	}
