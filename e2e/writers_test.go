@@ -386,7 +386,7 @@ func TestWritersOrchestratorSource(t *testing.T) {
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--pod-template", pendingTemplate(t), "--unschedulable-timeout", "10m", "--preflight=false")
 			for _, id := range []string{"t-1", "t-2"} {
-				o.srv.Add(orchestrator.Task{ID: id, Command: []string{"true"}, SecretEnv: map[string]string{"TOKEN": "the task's own"}})
+				o.srv.Add(orchestrator.Task{ID: id, Command: []string{"true"}, SecretEnv: map[string]string{"TF_VAR_token": "the task's own"}})
 			}
 			j := runningJobOf(ctx, t, cfg, ns, "t-1", d)
 			runningJobOf(ctx, t, cfg, ns, "t-2", d)
@@ -401,9 +401,9 @@ func TestWritersOrchestratorSource(t *testing.T) {
 			}
 			const secretByDispatcher = "are written by the dispatcher"
 			for what, patch := range map[string]string{
-				"a value changed": `{"data":{"TOKEN":"Zm9yZ2Vk"}}`,
+				"a value changed": `{"data":{"TF_VAR_token":"Zm9yZ2Vk"}}`,
 				"a value added":   `{"stringData":{"EXTRA":"forged"}}`,
-				"a value removed": `{"data":{"TOKEN":null}}`,
+				"a value removed": `{"data":{"TF_VAR_token":null}}`,
 			} {
 				if err := mergePatch(ctx, fc, sec.DeepCopy(), patch); err == nil || !strings.Contains(err.Error(), secretByDispatcher) {
 					t.Errorf("the forger's task Secret with %s: %v, want refused (%q)", what, err, secretByDispatcher)

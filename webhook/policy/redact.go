@@ -86,6 +86,12 @@ type Redactor struct {
 	// windows are the window-byte runs of the long values' encodings;
 	// written by NewRedactor only.
 	windows map[string]struct{}
+	// identity are the pod's identity (its name, namespace, owners, task):
+	// a match that falls wholly inside one of them where a text names it
+	// is the identity, not a value (a run of a long value that holds the
+	// namespace, as a task ID does, would otherwise hide the namespace in
+	// every message); written by NewRedactor only.
+	identity []string
 }
 
 // NewRedactor returns a Redactor of the values pods carry (nil pods are
@@ -113,6 +119,12 @@ func newRedactor(ns string, pods ...*corev1.Pod) *Redactor {
 	}
 	// Longest first: a value that holds another is replaced whole.
 	slices.SortFunc(c.r.needles, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	for v := range c.identity {
+		if len(v) >= minEnvValue {
+			c.r.identity = append(c.r.identity, v)
+		}
+	}
+	slices.Sort(c.r.identity)
 	return c.r
 }
 
@@ -135,6 +147,10 @@ func (c *collector) identityOf(p *corev1.Pod) {
 			c.identity[v] = true
 		}
 	}
+	// The whole task ID, as the dispatcher wrote it on the Job's template.
+	if v, ok := p.Annotations[contract.LabelTaskID]; ok {
+		c.identity[v] = true
+	}
 }
 
 func (c *collector) pod(p *corev1.Pod) {
@@ -145,7 +161,7 @@ func (c *collector) pod(p *corev1.Pod) {
 	}
 	for k, v := range p.Annotations {
 		switch {
-		case slices.Contains(recordAnnotations, k):
+		case slices.Contains(recordAnnotations, k), k == contract.LabelTaskID:
 		case k == lastApplied:
 			// The pod as kubectl applied it: its values are the pod's
 			// own, found above; a run of its JSON would match any message
@@ -409,7 +425,24 @@ func (r *Redactor) Redact(s string) string {
 		return s
 	}
 	var mark []bool
+	// kept are where s names the pod's identity.
+	var kept [][2]int
+	for _, id := range r.identity {
+		for off := 0; off < len(s); {
+			i := strings.Index(s[off:], id)
+			if i < 0 {
+				break
+			}
+			kept = append(kept, [2]int{off + i, off + i + len(id)})
+			off += i + 1
+		}
+	}
 	set := func(from, to int) {
+		for _, k := range kept {
+			if k[0] <= from && to <= k[1] {
+				return
+			}
+		}
 		if mark == nil {
 			mark = make([]bool, len(s))
 		}

@@ -178,18 +178,34 @@ func TestEvalNeverQuotesAPodsValue(t *testing.T) {
 }
 
 // TestRedactDecisionKeepsTheNamespace: the namespace of an admission is the
-// pod's identity, even where the request's pod leaves it out (a CREATE) and
-// one of the pod's values is the namespace's name; a message naming it
-// keeps it.
+// pod's identity, even where the request's pod leaves it out (a CREATE),
+// one of the pod's values is the namespace's name, and long values (the
+// task ID, a URL) hold it; a message naming it keeps it.
 func TestRedactDecisionKeepsTheNamespace(t *testing.T) {
 	t.Parallel()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "rw-task-", Labels: map[string]string{"team": "e2e-team-namespace"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Env: []corev1.EnvVar{{Name: "NS", Value: "e2e-team-namespace"}, {Name: "T", Value: "a-token-value"}}}}},
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: "rw-task-", Labels: map[string]string{"team": "e2e-team-namespace"},
+			Annotations: map[string]string{"runwarden.dev/task-id": "e2e-team-namespace/climb/0f0e-uid"},
+		},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Env: []corev1.EnvVar{
+			{Name: "NS", Value: "e2e-team-namespace"}, {Name: "T", Value: "a-token-value"},
+			// A long value holding the namespace: its runs are matched
+			// wherever a message holds them, but not inside the namespace.
+			{Name: "URL", Value: "https://e2e-team-namespace.vault.example/v1/secret-token-0123"},
+		}}}},
 	}
 	in := &Input{Pod: pod, Namespace: NamespaceInfo{Name: "e2e-team-namespace"}}
-	d := redactDecision(Decision{Deny: []Violation{{Rule: "r", Message: "namespace e2e-team-namespace may not read a-token-value"}}}, in)
-	if got, want := d.Deny[0].Message, "namespace e2e-team-namespace may not read [redacted]"; got != want {
-		t.Errorf("redacted message %q, want %q", got, want)
+	for msg, want := range map[string]string{
+		"namespace e2e-team-namespace may not read a-token-value":                "namespace e2e-team-namespace may not read [redacted]",
+		"${vault:a/../b/db.password@e2e-team-namespace} is malformed":            "${vault:a/../b/db.password@e2e-team-namespace} is malformed",
+		"task e2e-team-namespace/climb/0f0e-uid refused":                         "task e2e-team-namespace/climb/0f0e-uid refused",
+		"it reads https://e2e-team-namespace.vault.example/v1/secret-token-0123": "it reads [redacted]",
+		"a part of it: vault.example/v1/secret-tok":                              "a part of it: [redacted]",
+	} {
+		d := redactDecision(Decision{Deny: []Violation{{Rule: "r", Message: msg}}}, in)
+		if got := d.Deny[0].Message; got != want {
+			t.Errorf("redacted %q: %q, want %q", msg, got, want)
+		}
 	}
 }
