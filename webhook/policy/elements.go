@@ -2,7 +2,6 @@ package policy
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -212,114 +211,6 @@ func listPaths(m *ast.Module, t *ast.Term, aliases []inputAlias, elems map[ast.V
 		}
 	}
 	return nil, false
-}
-
-// aliasNamed returns the alias t names in module m: its name in its own
-// package, or data.<package>.<name>.
-func aliasNamed(m *ast.Module, t *ast.Term, aliases []inputAlias) (inputAlias, bool) {
-	for _, a := range aliases {
-		switch x := t.Value.(type) {
-		case ast.Var:
-			if m.Package.Path.Equal(a.pkg) && x.Equal(a.name) {
-				return a, true
-			}
-		case ast.Ref:
-			if x.Equal(a.full) {
-				return a, true
-			}
-		}
-	}
-	return inputAlias{}, false
-}
-
-// listAliases finds the list aliases of the modules (tests left out):
-// `name := array.concat(a, b)`, defined once, each of a and b an input
-// path (a reference or object.get of constant keys, with a constant
-// default) or an alias of the same package. found are the aliases known so
-// far; one list alias may name another.
-func listAliases(modules map[string]*ast.Module, defs map[string]int, found []inputAlias) []inputAlias {
-	var out []inputAlias
-	known := map[string]bool{}
-	for _, a := range found {
-		known[a.full.String()] = true
-	}
-	for changed := true; changed; {
-		changed = false
-		for file, m := range modules {
-			if strings.HasSuffix(file, "_test.rego") {
-				continue
-			}
-			for _, r := range m.Rules {
-				ref := r.Head.Ref()
-				if len(ref) != 1 || r.Default || r.Else != nil || len(r.Head.Args) > 0 || r.Head.Key != nil || r.Head.Value == nil {
-					continue
-				}
-				name, isVar := ref[0].Value.(ast.Var)
-				if !isVar {
-					continue
-				}
-				full := m.Package.Path.Append(ast.StringTerm(string(name)))
-				if known[full.String()] || defs[full.String()] != 1 {
-					continue
-				}
-				if len(r.Body) != 1 || !r.Body[0].Equal(ast.NewExpr(ast.BooleanTerm(true))) {
-					continue
-				}
-				call, isCall := r.Head.Value.Value.(ast.Call)
-				if !isCall || len(call) != 3 || call[0].Value.String() != "array.concat" {
-					continue
-				}
-				var paths, bases [][]string
-				ok := true
-				for _, arg := range call[1:] {
-					p, b, isList := aliasListPaths(m, arg, append(slices.Clone(found), out...))
-					if !isList {
-						ok = false
-						break
-					}
-					for _, q := range p {
-						paths = appendPath(paths, q)
-					}
-					for _, q := range b {
-						bases = appendPath(bases, q)
-					}
-				}
-				if !ok {
-					continue
-				}
-				out = append(out, inputAlias{module: file, def: r, pkg: m.Package.Path, name: name, full: full, paths: paths, bases: bases, list: true})
-				known[full.String()], changed = true, true
-			}
-		}
-	}
-	return out
-}
-
-// aliasListPaths reads one argument of a list alias's array.concat: an
-// input reference of constant keys, object.get of one with a constant key
-// and default, or an alias of the module's package. bases are the objects
-// object.get reads from (inputAlias.bases).
-func aliasListPaths(m *ast.Module, t *ast.Term, aliases []inputAlias) (paths, bases [][]string, ok bool) {
-	switch x := t.Value.(type) {
-	case ast.Ref:
-		if p, isInput := inputPath(t); isInput && len(p) > 0 {
-			return [][]string{p}, nil, true
-		}
-	case ast.Var:
-		if a, isAlias := aliasNamed(m, t, aliases); isAlias {
-			return a.paths, a.bases, true
-		}
-	case ast.Call:
-		base, path, isGet := objectGetOfInput(x)
-		if !isGet || len(path) == len(base) || !ast.IsConstant(x[3].Value) {
-			return nil, nil, false
-		}
-		if len(base) > 0 {
-			bases = [][]string{base}
-		}
-		return [][]string{path}, bases, true
-	}
-	return nil, nil, false
 }
 
 // under is each of paths extended by keys.
