@@ -22,122 +22,180 @@ import (
 // keys, or ok=false when a read covers the whole input or a built-in is not
 // in pureBuiltins.
 func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
-	ok = true
-	seen := map[string]bool{}
-	add := func(p []string) {
-		if len(p) == 0 {
-			ok = false
-			return
-		}
-		k := pathKey(p)
-		if !seen[k] {
-			seen[k] = true
-			paths = append(paths, p)
-		}
-	}
-	if shadowsBuiltins(modules) {
+	a := newAnalysis(modules)
+	if a.shadowsBuiltins() {
 		return nil, false
 	}
-	aliases := inputAliases(modules)
-	// An alias is undefined where the object its object.get reads is
-	// missing, and its default where that object lacks the key.
-	for _, a := range aliases {
-		for _, b := range a.bases {
-			add(existsRead(b))
+	a.aliases = a.inputAliases()
+	a.aliasBaseReads()
+	for _, file := range a.files {
+		a.moduleReads(file)
+	}
+	return coveringPaths(a.paths), a.ok
+}
+
+// analysis is one reading of a set's modules, tests left out: the input
+// paths they read, and whether the cache may be on.
+type analysis struct {
+	modules map[string]*ast.Module
+	files   []string // the modules' names, tests left out, sorted
+	aliases []inputAlias
+	paths   [][]string
+	seen    map[string]bool // pathKey of each of paths
+	ok      bool            // no read covers the whole input, no call is of a built-in not known to be pure
+}
+
+func newAnalysis(modules map[string]*ast.Module) *analysis {
+	a := &analysis{modules: modules, seen: map[string]bool{}, ok: true}
+	for _, name := range sortedKeys(modules) {
+		if !strings.HasSuffix(name, "_test.rego") {
+			a.files = append(a.files, name)
 		}
 	}
-	for name, m := range modules {
-		if strings.HasSuffix(name, "_test.rego") {
-			continue
-		}
-		// object.get(<input ref>, <constant key or path>, default) reads the
-		// input ref extended by the key; the bare ref is not read otherwise.
-		handled := map[*ast.Term]bool{}
-		// An alias's own definition reads nothing by itself: its uses do.
-		for _, a := range aliases {
-			if a.module == name {
-				a.markDefinition(handled)
-			}
-		}
-		// Lists iterated element by element, the elements' fields read by
-		// name (elements.go): each field read through its elements.
-		for _, r := range m.Rules {
-			elementReads(m, r, aliases, handled, add)
-		}
-		for _, a := range aliases {
-			aliasReads(m, a, add, handled)
-		}
-		// A builtin is called in two forms: as a term (x := time.now_ns())
-		// and as a statement whose last argument is the output
-		// (time.now_ns(x), http.send(req, resp)); the second is an
-		// expression whose first term is the operator, not an ast.Call.
-		walkExprs(m, func(e *ast.Expr) bool {
-			if e.IsCall() && uncacheable(e.Operator().String()) {
-				ok = false
-			}
-			// A function or built-in replaced with `with` (object.get as
-			// f) changes what the reads found in the syntax mean.
-			// A function mocked with a built-in that is not pure (with
-			// data.p.f as uuid.rfc4122) calls it where no call of it shows.
-			for _, w := range e.With {
-				if ref, isRef := w.Target.Value.(ast.Ref); !isRef || !ref[0].Equal(ast.InputRootDocument) && !ref[0].Equal(ast.DefaultRootDocument) {
-					ok = false
-				}
-				switch w.Value.Value.(type) {
-				case ast.Ref, ast.Var:
-					if uncacheable(w.Value.Value.String()) {
-						ok = false
-					}
-				}
-			}
-			return false
-		})
-		walkTerms(m, func(t *ast.Term) bool {
-			call, isCall := t.Value.(ast.Call)
-			if !isCall || len(call) == 0 {
-				return false
-			}
-			fn := call[0].Value.String()
-			if uncacheable(fn) {
-				ok = false
-			}
-			if base, path, isGet := objectGetOfInput(call); isGet && !handled[call[1]] {
-				add(path)
-				if e := existsRead(base); e != nil {
-					add(e)
-				}
-				handled[call[1]] = true
-			}
-			return false
-		})
-		walkTerms(m, func(t *ast.Term) bool {
-			if handled[t] {
-				return false
-			}
-			if p, isInput := groundInputPrefix(t); isInput {
-				add(p)
-			}
-			return false
-		})
+	return a
+}
+
+// read adds path p to the reads. An empty one is the whole input, which
+// bounds nothing: the cache is off.
+func (a *analysis) read(p []string) {
+	if len(p) == 0 {
+		a.ok = false
+		return
 	}
-	return coveringPaths(paths), ok
+	if k := pathKey(p); !a.seen[k] {
+		a.seen[k] = true
+		a.paths = append(a.paths, p)
+	}
+}
+
+// aliasBaseReads adds whether the object each alias's object.get reads
+// from is there: an alias is undefined where that object is missing, and
+// its default where the object lacks the key.
+func (a *analysis) aliasBaseReads() {
+	for _, al := range a.aliases {
+		for _, b := range al.bases {
+			a.read(existsRead(b))
+		}
+	}
+}
+
+// moduleReads adds the reads of one module, and turns the cache off for
+// what in it cannot be cached. A term read through an alias, a list's
+// elements or object.get is marked in handled, so that the last step does
+// not read it whole.
+func (a *analysis) moduleReads(file string) {
+	m := a.modules[file]
+	handled := map[*ast.Term]bool{}
+	// An alias's own definition reads nothing by itself: its uses do.
+	for _, al := range a.aliases {
+		if al.module == file {
+			al.markDefinition(handled)
+		}
+	}
+	// Lists iterated element by element, the elements' fields read by
+	// name (elements.go): each field read through its elements.
+	for _, r := range m.Rules {
+		a.elementReads(m, r, handled)
+	}
+	for _, al := range a.aliases {
+		a.aliasReads(m, al, handled)
+	}
+	a.builtinCalls(m)
+	a.withs(m)
+	a.objectGetReads(m, handled)
+	a.referenceReads(m, handled)
+}
+
+// builtinCalls turns the cache off for a call of a built-in not in
+// pureBuiltins. A built-in is called in two forms: as a term (x :=
+// time.now_ns()) and as a statement whose last argument is the output
+// (time.now_ns(x), http.send(req, resp)); the second is an expression
+// whose first term is the operator, not an ast.Call.
+func (a *analysis) builtinCalls(m *ast.Module) {
+	walkExprs(m, func(e *ast.Expr) bool {
+		if e.IsCall() && uncacheable(e.Operator().String()) {
+			a.ok = false
+		}
+		return false
+	})
+	walkTerms(m, func(t *ast.Term) bool {
+		if call, isCall := t.Value.(ast.Call); isCall && len(call) > 0 && uncacheable(call[0].Value.String()) {
+			a.ok = false
+		}
+		return false
+	})
+}
+
+// withs turns the cache off for a `with` that replaces a built-in or a
+// function named without its data. path (with object.get as f): it changes
+// what the reads found in the syntax mean. And for one that mocks a
+// function with a built-in that is not pure (with data.p.f as
+// uuid.rfc4122): it calls the built-in where no call of it shows.
+func (a *analysis) withs(m *ast.Module) {
+	walkExprs(m, func(e *ast.Expr) bool {
+		for _, w := range e.With {
+			if ref, isRef := w.Target.Value.(ast.Ref); !isRef || !ref[0].Equal(ast.InputRootDocument) && !ref[0].Equal(ast.DefaultRootDocument) {
+				a.ok = false
+			}
+			switch w.Value.Value.(type) {
+			case ast.Ref, ast.Var:
+				if uncacheable(w.Value.Value.String()) {
+					a.ok = false
+				}
+			}
+		}
+		return false
+	})
+}
+
+// objectGetReads adds, for object.get(<input ref>, <constant key or path>,
+// default), the input ref extended by the key and whether the ref is
+// there; the bare ref is not read otherwise.
+func (a *analysis) objectGetReads(m *ast.Module, handled map[*ast.Term]bool) {
+	walkTerms(m, func(t *ast.Term) bool {
+		call, isCall := t.Value.(ast.Call)
+		if !isCall {
+			return false
+		}
+		if base, path, isGet := objectGetOfInput(call); isGet && !handled[call[1]] {
+			a.read(path)
+			if e := existsRead(base); e != nil {
+				a.read(e)
+			}
+			handled[call[1]] = true
+		}
+		return false
+	})
+}
+
+// referenceReads adds every other reference into the input, by its
+// constant keys: input.pod.spec[f] reads pod.spec whole, input[k] the
+// whole input.
+func (a *analysis) referenceReads(m *ast.Module, handled map[*ast.Term]bool) {
+	walkTerms(m, func(t *ast.Term) bool {
+		if handled[t] {
+			return false
+		}
+		if p, isInput := groundInputPrefix(t); isInput {
+			a.read(p)
+		}
+		return false
+	})
 }
 
 // shadowsBuiltins reports whether a module defines, or imports, a name
 // that a built-in's name starts with (object, array, time, ...): a call
 // such as object.get(...) then calls the policies' own function, and what
 // the analysis reads from the syntax of a built-in's call does not hold.
-func shadowsBuiltins(modules map[string]*ast.Module) bool {
+func (a *analysis) shadowsBuiltins() bool {
 	roots := map[string]bool{}
 	for name := range ast.BuiltinMap {
 		if root, _, dotted := strings.Cut(name, "."); dotted {
 			roots[root] = true
 		}
 	}
-	for file, m := range modules {
-		if strings.HasSuffix(file, "_test.rego") {
-			continue
-		}
+	for _, file := range a.files {
+		m := a.modules[file]
 		for _, r := range m.Rules {
 			if ref := r.Head.Ref(); len(ref) > 0 && roots[strings.Trim(ref[0].String(), `"`)] {
 				return true
