@@ -237,14 +237,15 @@ func (u *aliasUses) names(t *ast.Term) bool {
 	return isRef && ref.Equal(u.alias.full)
 }
 
-// read adds the alias's paths extended by keys: by keys only where the
-// alias reads by key (inputAlias.byKey), whole otherwise.
-func (u *aliasUses) read(keys []string) {
+// read adds the alias's paths extended by keys, read by term from: by
+// keys only where the alias reads by key (inputAlias.byKey), whole
+// otherwise.
+func (u *aliasUses) read(keys []string, from *ast.Term) {
 	if !u.alias.byKey {
 		keys = nil
 	}
 	for _, p := range u.alias.paths {
-		u.a.read(append(slices.Clone(p), keys...))
+		u.a.read(append(slices.Clone(p), keys...), from)
 	}
 }
 
@@ -254,7 +255,7 @@ func (u *aliasUses) viaGet(call ast.Call) {
 		return
 	}
 	if key, constant := constantPath(call[2]); constant {
-		u.read(key)
+		u.read(key, call[1])
 		u.handled[call[1]] = true
 	}
 }
@@ -267,7 +268,7 @@ func (u *aliasUses) viaGet(call ast.Call) {
 func (u *aliasUses) viaRef(t *ast.Term, ref ast.Ref) bool {
 	if u.samePackage && u.names(ref[0]) {
 		if keys := constantKeys(ref[1:]); len(keys) > 0 {
-			u.read(keys)
+			u.read(keys, t)
 			u.handled[ref[0]] = true
 		}
 		return false
@@ -281,11 +282,11 @@ func (u *aliasUses) viaRef(t *ast.Term, ref ast.Ref) bool {
 		return false
 	}
 	if len(keys) > len(u.full) {
-		u.read(keys[len(u.full):])
+		u.read(keys[len(u.full):], t)
 		u.handled[t] = true
 		return true
 	}
-	u.read(nil)
+	u.read(nil, t)
 	return true
 }
 
@@ -309,7 +310,7 @@ func (u *aliasUses) dataPath(ref ast.Ref) ([]string, bool) {
 // above it (x for data.<package>.x.<name>), whole.
 func (u *aliasUses) viaName(t *ast.Term, v ast.Var) {
 	if r := relative(u.m, v); u.names(t) || len(r) < len(u.full) && slices.Equal(r, u.full[:len(r)]) {
-		u.read(nil)
+		u.read(nil, t)
 	}
 }
 

@@ -124,7 +124,7 @@ func (e *ruleElements) bindSome(sym *ast.Term) bool {
 	}
 	for _, p := range paths {
 		e.elems[v] = appendPath(e.elems[v], append(slices.Clone(p), elementKey))
-		e.a.read(append(slices.Clone(p), countKey))
+		e.a.read(append(slices.Clone(p), countKey), list)
 	}
 	e.binding[elem], e.collections[list] = true, true
 	return true
@@ -180,7 +180,7 @@ func (e *ruleElements) refFieldRead(t *ast.Term, ref ast.Ref) {
 	if keys := constantKeys(ref[1:]); len(keys) > 0 {
 		e.byField[ref[0]] = true
 		if !e.collections[t] {
-			e.each(v, keys)
+			e.each(v, keys, t)
 		}
 	}
 }
@@ -195,7 +195,7 @@ func (e *ruleElements) getFieldRead(args []*ast.Term, collection bool) {
 	if keys, constant := constantPath(args[1]); constant {
 		e.byField[args[0]] = true
 		if !collection {
-			e.each(v, keys)
+			e.each(v, keys, args[0])
 		}
 	}
 }
@@ -205,16 +205,16 @@ func (e *ruleElements) getFieldRead(args []*ast.Term, collection bool) {
 func (e *ruleElements) wholeReads() {
 	walkTerms(e.r, func(t *ast.Term) bool {
 		if v, isVar := t.Value.(ast.Var); isVar && e.elems[v] != nil && !e.binding[t] && !e.byField[t] {
-			e.each(v, nil)
+			e.each(v, nil, t)
 		}
 		return false
 	})
 }
 
-// each reads keys of every element v is bound to.
-func (e *ruleElements) each(v ast.Var, keys []string) {
+// each reads keys of every element v is bound to, by term from.
+func (e *ruleElements) each(v ast.Var, keys []string, from *ast.Term) {
 	for _, p := range under(e.elems[v], keys) {
-		e.a.read(p)
+		e.a.read(p, from)
 	}
 }
 
@@ -276,7 +276,7 @@ func (e *ruleElements) getListPaths(call ast.Call) ([][]string, bool) {
 	if base, path, isGet := objectGetOfInput(call); isGet {
 		e.handled[call[1]] = true
 		if ex := existsRead(base); ex != nil {
-			e.a.read(ex)
+			e.a.read(ex, call[1])
 		}
 		return [][]string{path}, true
 	}

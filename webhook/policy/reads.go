@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,34 +20,36 @@ import (
 // decision the policies would have made.
 
 // inputReads returns the input paths the modules read, each as a list of
-// keys, or ok=false when a read covers the whole input or a built-in is not
-// in pureBuiltins.
-func inputReads(modules map[string]*ast.Module) (paths [][]string, ok bool) {
+// keys, and why the cache is off if it is (nil when it is on): a read
+// covers the whole input, a built-in is not in pureBuiltins, a with or a
+// name changes what a call means (CacheOffForms).
+func inputReads(modules map[string]*ast.Module) (paths [][]string, off *CacheOff) {
 	a := newAnalysis(modules)
 	if a.shadowsBuiltins() {
-		return nil, false
+		return nil, a.off
 	}
 	a.aliases = a.inputAliases()
 	a.aliasBaseReads()
 	for _, file := range a.files {
 		a.moduleReads(file)
 	}
-	return coveringPaths(a.paths), a.ok
+	return coveringPaths(a.paths), a.off
 }
 
 // analysis is one reading of a set's modules, tests left out: the input
-// paths they read, and whether the cache may be on.
+// paths they read, and why the cache is off if it is.
 type analysis struct {
 	modules map[string]*ast.Module
 	files   []string // the modules' names, tests left out, sorted
 	aliases []inputAlias
 	paths   [][]string
 	seen    map[string]bool // pathKey of each of paths
-	ok      bool            // no read covers the whole input, no call is of a built-in not known to be pure
+	off     *CacheOff       // the first place that turns the cache off, nil while none does
+	offAt   map[string]bool // each place that does, once (turnOff)
 }
 
 func newAnalysis(modules map[string]*ast.Module) *analysis {
-	a := &analysis{modules: modules, seen: map[string]bool{}, ok: true}
+	a := &analysis{modules: modules, seen: map[string]bool{}, offAt: map[string]bool{}}
 	for _, name := range sortedKeys(modules) {
 		if !strings.HasSuffix(name, "_test.rego") {
 			a.files = append(a.files, name)
@@ -55,11 +58,11 @@ func newAnalysis(modules map[string]*ast.Module) *analysis {
 	return a
 }
 
-// read adds path p to the reads. An empty one is the whole input, which
-// bounds nothing: the cache is off.
-func (a *analysis) read(p []string) {
+// read adds path p, read by term from, to the reads. An empty one is the
+// whole input, which bounds nothing: the cache is off.
+func (a *analysis) read(p []string, from *ast.Term) {
 	if len(p) == 0 {
-		a.ok = false
+		a.wholeInput(from)
 		return
 	}
 	if k := pathKey(p); !a.seen[k] {
@@ -74,7 +77,7 @@ func (a *analysis) read(p []string) {
 func (a *analysis) aliasBaseReads() {
 	for _, al := range a.aliases {
 		for _, b := range al.bases {
-			a.read(existsRead(b))
+			a.read(existsRead(b), al.def.Head.Value)
 		}
 	}
 }
@@ -113,14 +116,21 @@ func (a *analysis) moduleReads(file string) {
 // whose first term is the operator, not an ast.Call.
 func (a *analysis) builtinCalls(m *ast.Module) {
 	walkExprs(m, func(e *ast.Expr) bool {
-		if e.IsCall() && uncacheable(e.Operator().String()) {
-			a.ok = false
+		if !e.IsCall() {
+			return false
+		}
+		if what, isImpure := impure(e.Operator().String()); isImpure {
+			a.turnOff(CacheOffImpureBuiltin, e.Location, "a call of "+what)
 		}
 		return false
 	})
 	walkTerms(m, func(t *ast.Term) bool {
-		if call, isCall := t.Value.(ast.Call); isCall && len(call) > 0 && uncacheable(call[0].Value.String()) {
-			a.ok = false
+		call, isCall := t.Value.(ast.Call)
+		if !isCall || len(call) == 0 {
+			return false
+		}
+		if what, isImpure := impure(call[0].Value.String()); isImpure {
+			a.turnOff(CacheOffImpureBuiltin, t.Location, "a call of "+what)
 		}
 		return false
 	})
@@ -135,12 +145,13 @@ func (a *analysis) withs(m *ast.Module) {
 	walkExprs(m, func(e *ast.Expr) bool {
 		for _, w := range e.With {
 			if ref, isRef := w.Target.Value.(ast.Ref); !isRef || !ref[0].Equal(ast.InputRootDocument) && !ref[0].Equal(ast.DefaultRootDocument) {
-				a.ok = false
+				a.turnOff(CacheOffWithTarget, w.Target.Location,
+					fmt.Sprintf("%s replaces %s, a built-in or a function named without its data. path", regoText(w), w.Target))
 			}
 			switch w.Value.Value.(type) {
 			case ast.Ref, ast.Var:
-				if uncacheable(w.Value.Value.String()) {
-					a.ok = false
+				if what, isImpure := impure(w.Value.Value.String()); isImpure {
+					a.turnOff(CacheOffWithImpureBuiltin, w.Value.Location, fmt.Sprintf("%s mocks a function with %s", regoText(w), what))
 				}
 			}
 		}
@@ -158,9 +169,9 @@ func (a *analysis) objectGetReads(m *ast.Module, handled map[*ast.Term]bool) {
 			return false
 		}
 		if base, path, isGet := objectGetOfInput(call); isGet && !handled[call[1]] {
-			a.read(path)
+			a.read(path, t)
 			if e := existsRead(base); e != nil {
-				a.read(e)
+				a.read(e, t)
 			}
 			handled[call[1]] = true
 		}
@@ -177,16 +188,17 @@ func (a *analysis) referenceReads(m *ast.Module, handled map[*ast.Term]bool) {
 			return false
 		}
 		if p, isInput := groundInputPrefix(t); isInput {
-			a.read(p)
+			a.read(p, t)
 		}
 		return false
 	})
 }
 
-// shadowsBuiltins reports whether a module defines, or imports, a name
-// that a built-in's name starts with (object, array, time, ...): a call
-// such as object.get(...) then calls the policies' own function, and what
-// the analysis reads from the syntax of a built-in's call does not hold.
+// shadowsBuiltins turns the cache off, and reports, where a module
+// defines, or imports, a name that a built-in's name starts with (object,
+// array, time, ...): a call such as object.get(...) then calls the
+// policies' own function, and what the analysis reads from the syntax of
+// a built-in's call does not hold.
 func (a *analysis) shadowsBuiltins() bool {
 	roots := map[string]bool{}
 	for name := range ast.BuiltinMap {
@@ -198,16 +210,16 @@ func (a *analysis) shadowsBuiltins() bool {
 		m := a.modules[file]
 		for _, r := range m.Rules {
 			if ref := r.Head.Ref(); len(ref) > 0 && roots[strings.Trim(ref[0].String(), `"`)] {
-				return true
+				a.turnOff(CacheOffBuiltinName, r.Location, fmt.Sprintf("rule %s takes the name of the built-ins %s.*", ref, strings.Trim(ref[0].String(), `"`)))
 			}
 		}
 		for _, imp := range m.Imports {
-			if roots[string(imp.Name())] {
-				return true
+			if name := string(imp.Name()); roots[name] {
+				a.turnOff(CacheOffBuiltinName, imp.Location, fmt.Sprintf("%s names the built-ins %s.*", imp, name))
 			}
 		}
 	}
-	return false
+	return a.off != nil
 }
 
 // pathKey is a path as one string, distinct for distinct paths whatever
