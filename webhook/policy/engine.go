@@ -1,6 +1,3 @@
-// Package policy loads runwarden's Rego policies, checks them (they must
-// compile and pass their own tests), and evaluates the admission decision
-// for a pod with a query prepared once per policy set.
 package policy
 
 import (

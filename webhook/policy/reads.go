@@ -9,15 +9,10 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
-// Runner pods are highly repetitive: one platform template, many tasks.
-// Two pods that differ only where the policies never look (a task id label,
-// a generated name) get the same decision. inputReads finds, from the
-// policies' syntax, every part of the input they can read; the decision is
-// cached under a hash of those parts only. A policy whose reads cannot be
-// bounded, or that calls a built-in not known to be pure (builtins.go:
-// time, rand, x509 verification, and any built-in OPA adds until it is
-// reviewed), turns the cache off, so a cached decision is always the
-// decision the policies would have made.
+// inputReads is the analysis behind the decision cache's key: the rule it
+// keeps is in the package doc. It reads the modules one at a time, each in
+// named steps (moduleReads); a read it cannot bound, or a call it cannot
+// trust, turns the cache off with a reason (turnOff, cacheoff.go).
 
 // inputReads returns the input paths the modules read, each as a list of
 // keys, and why the cache is off if it is (nil when it is on): a read
