@@ -2,7 +2,7 @@ package policy
 
 import "github.com/open-policy-agent/opa/v1/ast"
 
-// The decision cache (cache.go) serves a decision again for any input with
+// The decision cache (the package doc) serves a decision again for any input with
 // the same values at the paths the policies read: only right when each
 // built-in a set calls returns the same for the same arguments. OPA's own
 // Nondeterministic mark is not enough (crypto.x509.parse_and_verify_certificates

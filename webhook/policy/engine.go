@@ -355,7 +355,7 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Optio
 }
 
 // Eval evaluates the decision for one input. Decisions are cached under
-// the parts of the input the policies read (see cache.go); the returned
+// the parts of the input the policies read (see the package doc); the returned
 // decision may be shared, and must not be modified. Its violations and
 // warnings never hold a value of the input's pod or old pod (see
 // Redactor): what a policy quotes is replaced before any caller sees it.
