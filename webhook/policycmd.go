@@ -155,6 +155,9 @@ func policyEval(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if unknown := policy.UnknownEnforcedRules(cfg, set.Rules()); len(unknown) > 0 {
 		fmt.Fprintf(stderr, "runwarden-webhook policy eval: warning: %s\n", policy.UnknownRulesMessage(unknown))
 	}
+	if set.CacheOff != nil {
+		fmt.Fprintf(stderr, "runwarden-webhook policy eval: %s: %s\n", cacheOffMessage, set.CacheOff)
+	}
 	// The webhook's logs are the cluster's business; eval prints its own.
 	ctx = logr.NewContext(ctx, logr.Discard())
 	passes, err := admitAsTheAPIServer(ctx, c, cfg, set, req, look)
@@ -371,6 +374,9 @@ func policyTest(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintf(stdout, "%s: %d tests passed, coverage %.1f%%\n", origin, rep.Tests, rep.Coverage)
 	for _, u := range rep.Uncovered {
 		fmt.Fprintf(stdout, "  not covered: %s\n", u)
+	}
+	if rep.CacheOff != nil {
+		fmt.Fprintf(stdout, "%s: %s\n", cacheOffMessage, rep.CacheOff)
 	}
 	if rep.Coverage < *minCov {
 		fmt.Fprintf(stderr, "runwarden-webhook policy test: coverage %.1f%% is below %.1f%%\n", rep.Coverage, *minCov)

@@ -107,7 +107,22 @@ func (r reloadReport) report(s *policy.Set, err error) {
 	r.events.event(corev1.EventTypeNormal, ReasonPolicyReloaded,
 		fmt.Sprintf("policies reloaded from %s: digest %s, %d tests passed", s.Origin, s.Digest, s.Tests))
 	r.checkEnforcement(s)
+	r.decisionCache(s)
 }
+
+// decisionCache tells whether the set s caches its decisions: in the
+// metrics, and, when it does not, in the log, with the file, line and form
+// that turned the cache off.
+func (r reloadReport) decisionCache(s *policy.Set) {
+	r.rec.DecisionCache(s.CacheOff)
+	if off := s.CacheOff; off != nil {
+		r.log.Info(cacheOffMessage, "reason", off.String(), "form", string(off.Form), "file", off.File, "line", off.Line, "digest", s.Digest)
+	}
+}
+
+// cacheOffMessage says what a set whose decision cache is off costs; the
+// log, policy eval and policy test follow it with the reason.
+const cacheOffMessage = "the decision cache is off for this policy set: the webhook evaluates the policies for every pod"
 
 // checkEnforcement tells, in the log and as a Warning Event, of the rules
 // the enforcement names that the set s cannot deny by: a misspelt rule

@@ -508,6 +508,7 @@ func loadPolicies(ctx context.Context, c serveConfig, platform map[string]any, r
 	rec.Loaded(first.Digest)
 	logger.Info("policies loaded", "origin", first.Origin, "digest", first.Digest, "tests", first.Tests)
 	report.checkEnforcement(first)
+	report.decisionCache(first)
 	return store, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +30,7 @@ type Recorder struct {
 	denials    *prometheus.CounterVec
 	decisions  *prometheus.CounterVec
 	policyInfo *prometheus.GaugeVec
+	cache      *prometheus.GaugeVec
 
 	reg prometheus.Registerer
 
@@ -73,6 +75,10 @@ func New(reg prometheus.Registerer) *Recorder {
 			Name: "runwarden_webhook_policy_info",
 			Help: "The policy set in force: 1 for its digest.",
 		}, []string{"digest"}),
+		cache: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "runwarden_webhook_decision_cache_enabled",
+			Help: "Whether the policy set in force caches its decisions: 1 (reason none), or 0 with the form that turned the cache off (whole-input, impure-builtin, with-impure-builtin, with-target, builtin-name; the log names the file and line).",
+		}, []string{"reason"}),
 	}
 	// The series of every known label value exist from the start, at 0, so
 	// rates and alerts see their first increase.
@@ -85,7 +91,7 @@ func New(reg prometheus.Registerer) *Recorder {
 	for _, source := range []policy.Source{policy.FromCache, policy.FromEvaluation} {
 		r.decisions.WithLabelValues(string(source))
 	}
-	reg.MustRegister(r.admissions, r.latency, r.reloads, r.timeouts, r.denials, r.decisions, r.policyInfo)
+	reg.MustRegister(r.admissions, r.latency, r.reloads, r.timeouts, r.denials, r.decisions, r.policyInfo, r.cache)
 	r.reg = reg
 	return r
 }
@@ -182,6 +188,28 @@ func (r *Recorder) Loaded(digest string) {
 	r.policyInfo.Reset()
 	r.policyInfo.WithLabelValues(digest).Set(1)
 }
+
+// DecisionCache records whether the set in force caches its decisions:
+// off is nil when it does (1, reason "none"), else why not (0, reason its
+// form). The reason is one of policy.CacheOffForms, "other" for any other
+// value, never a file name: one series at a time, of a handful of label
+// values.
+func (r *Recorder) DecisionCache(off *policy.CacheOff) {
+	r.cache.Reset()
+	if off == nil {
+		r.cache.WithLabelValues(CacheOn).Set(1)
+		return
+	}
+	reason := string(off.Form)
+	if !slices.Contains(policy.CacheOffForms(), off.Form) {
+		reason = "other"
+	}
+	r.cache.WithLabelValues(reason).Set(0)
+}
+
+// CacheOn is the reason of runwarden_webhook_decision_cache_enabled while
+// the cache is on.
+const CacheOn = "none"
 
 // Reload records a reload attempt and, on success, the new set's digest.
 // A failure that is a timeout (errors.Is policy.ErrTimeout) counts in the

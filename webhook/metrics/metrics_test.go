@@ -91,6 +91,50 @@ func TestViolationsCountByAction(t *testing.T) {
 	}
 }
 
+// The decision cache's state is one series at a time: 1 with reason none
+// while it is on, 0 with the form that turned it off; a form that is not
+// one of policy.CacheOffForms is "other", and no file name is a label.
+func TestDecisionCacheReason(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	r := New(reg)
+	steps := []struct {
+		off  *policy.CacheOff
+		want map[string]float64
+	}{
+		{off: nil, want: map[string]float64{"none": 1}},
+		{off: &policy.CacheOff{Form: policy.CacheOffImpureBuiltin, File: "lib/clock.rego", Line: 5}, want: map[string]float64{"impure-builtin": 0}},
+		{off: &policy.CacheOff{Form: policy.CacheOffWholeInput, File: "p.rego", Line: 9}, want: map[string]float64{"whole-input": 0}},
+		{off: &policy.CacheOff{Form: "p.rego:9", File: "p.rego"}, want: map[string]float64{"other": 0}},
+		{off: nil, want: map[string]float64{"none": 1}},
+	}
+	for i, step := range steps {
+		r.DecisionCache(step.off)
+		got := map[string]float64{}
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() != "runwarden_webhook_decision_cache_enabled" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					got[l.GetName()+"="+l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		want := map[string]float64{}
+		for reason, v := range step.want {
+			want["reason="+reason] = v
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("step %d: runwarden_webhook_decision_cache_enabled (-want +got):\n%s", i, diff)
+		}
+	}
+}
+
 // denials sums runwarden_webhook_denials_total by rule.
 func denials(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()

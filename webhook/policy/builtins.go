@@ -2,7 +2,7 @@ package policy
 
 import "github.com/open-policy-agent/opa/v1/ast"
 
-// The decision cache (cache.go) serves a decision again for any input with
+// The decision cache (the package doc) serves a decision again for any input with
 // the same values at the paths the policies read: only right when each
 // built-in a set calls returns the same for the same arguments. OPA's own
 // Nondeterministic mark is not enough (crypto.x509.parse_and_verify_certificates
@@ -231,14 +231,18 @@ var impureBuiltins = map[string]string{
 	"uuid.rfc4122":           "randomness",
 }
 
-// uncacheable reports whether fn names a built-in a cached set may not
-// call: any built-in of this OPA version that is not in pureBuiltins.
-// Other names (the policies' own functions) are analysed as the policies.
-func uncacheable(fn string) bool {
+// impure reports whether fn names a built-in a cached set may not call:
+// any built-in of this OPA version that is not in pureBuiltins. Other
+// names (the policies' own functions) are analysed as the policies. It
+// says which built-in and what else it depends on, for CacheOff.
+func impure(fn string) (what string, ok bool) {
 	b, isBuiltin := ast.BuiltinMap[fn]
-	if !isBuiltin {
-		return false
-	}
 	// Keyed by name and by infix ("==" is equal's).
-	return !pureBuiltins[b.Name]
+	if !isBuiltin || pureBuiltins[b.Name] {
+		return "", false
+	}
+	if reads, reviewed := impureBuiltins[b.Name]; reviewed {
+		return b.Name + ", a built-in that depends on " + reads, true
+	}
+	return b.Name + ", a built-in not reviewed as pure for this OPA version (webhook/policy/builtins.go)", true
 }

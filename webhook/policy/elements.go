@@ -2,7 +2,6 @@ package policy
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -62,264 +61,226 @@ var (
 // elementReads adds the reads of rule r through the element variables it
 // binds, and marks in handled the lists it binds them from (their reads are
 // their elements' fields, not the lists whole).
-func elementReads(m *ast.Module, r *ast.Rule, aliases []inputAlias, handled map[*ast.Term]bool, add func([]string)) {
-	elems := map[ast.Var][][]string{} // element variable: its element paths, ending in "*"
-	binding := map[*ast.Term]bool{}   // a variable's occurrence that binds it
-	collections := map[*ast.Term]bool{}
-	// Bind until nothing new: a variable bound from another's field needs
-	// that one bound first.
+func (a *analysis) elementReads(m *ast.Module, r *ast.Rule, handled map[*ast.Term]bool) {
+	e := &ruleElements{
+		a: a, m: m, r: r, handled: handled,
+		elems: map[ast.Var][][]string{}, binding: map[*ast.Term]bool{}, collections: map[*ast.Term]bool{}, byField: map[*ast.Term]bool{},
+	}
+	e.bind()
+	if len(e.elems) == 0 {
+		return
+	}
+	e.fieldReads()
+	e.wholeReads()
+}
+
+// ruleElements reads one rule through the element variables it binds.
+type ruleElements struct {
+	a           *analysis
+	m           *ast.Module
+	r           *ast.Rule
+	handled     map[*ast.Term]bool     // the module's terms read otherwise than whole
+	elems       map[ast.Var][][]string // element variable: its element paths, ending in "*"
+	binding     map[*ast.Term]bool     // a variable's occurrence that binds it
+	collections map[*ast.Term]bool     // the lists variables are bound from
+	byField     map[*ast.Term]bool     // an element variable's occurrence read by field
+}
+
+// bind binds the rule's element variables until nothing new: a variable
+// bound from another's field needs that one bound first.
+func (e *ruleElements) bind() {
 	for changed := true; changed; {
 		changed = false
-		walkExprs(r, func(e *ast.Expr) bool {
-			decl, isSome := e.Terms.(*ast.SomeDecl)
+		walkExprs(e.r, func(x *ast.Expr) bool {
+			decl, isSome := x.Terms.(*ast.SomeDecl)
 			if !isSome {
 				return false
 			}
 			for _, sym := range decl.Symbols {
-				call, isCall := sym.Value.(ast.Call)
-				if !isCall {
-					continue
+				if e.bindSome(sym) {
+					changed = true
 				}
-				var elem, list *ast.Term
-				switch op := call[0].Value.String(); {
-				case op == member && len(call) == 3:
-					elem, list = call[1], call[2]
-				case op == memberWithKey && len(call) == 4:
-					elem, list = call[2], call[3]
-				default:
-					continue
-				}
-				v, isVar := elem.Value.(ast.Var)
-				if !isVar || binding[elem] {
-					continue
-				}
-				paths, ok := listPaths(m, list, aliases, elems, handled, add)
-				if !ok {
-					continue
-				}
-				for _, p := range paths {
-					elems[v] = appendPath(elems[v], append(slices.Clone(p), elementKey))
-					add(append(slices.Clone(p), countKey))
-				}
-				binding[elem], collections[list] = true, true
-				changed = true
 			}
 			return false
 		})
 	}
-	if len(elems) == 0 {
-		return
+}
+
+// bindSome binds the variable of `some v in <list>` (or `some k, v in
+// <list>`) to the list's elements, if the list is one and v not bound
+// there yet; the iteration reads the list's number of elements.
+func (e *ruleElements) bindSome(sym *ast.Term) bool {
+	elem, list, isMember := memberOf(sym)
+	if !isMember {
+		return false
 	}
-	addEach := func(v ast.Var, keys []string) {
-		for _, p := range under(elems[v], keys) {
-			add(p)
-		}
+	v, isVar := elem.Value.(ast.Var)
+	if !isVar || e.binding[elem] {
+		return false
 	}
-	read := map[*ast.Term]bool{} // an element variable's occurrence read by field
-	// viaGet reads object.get(v, <constant key or path>, default), its
-	// arguments given, unless the call is a list bound in turn.
-	viaGet := func(args []*ast.Term, collection bool) {
-		v, isVar := args[0].Value.(ast.Var)
-		if !isVar || elems[v] == nil {
-			return
-		}
-		if keys, constant := constantPath(args[1]); constant {
-			read[args[0]] = true
-			if !collection {
-				addEach(v, keys)
-			}
-		}
+	paths, isList := e.listPaths(list)
+	if !isList {
+		return false
 	}
-	walkTerms(r, func(t *ast.Term) bool {
+	for _, p := range paths {
+		e.elems[v] = appendPath(e.elems[v], append(slices.Clone(p), elementKey))
+		e.a.read(append(slices.Clone(p), countKey), list)
+	}
+	e.binding[elem], e.collections[list] = true, true
+	return true
+}
+
+// memberOf reads a symbol of a some declaration as `elem in list` or
+// `key, elem in list`.
+func memberOf(sym *ast.Term) (elem, list *ast.Term, ok bool) {
+	call, isCall := sym.Value.(ast.Call)
+	if !isCall {
+		return nil, nil, false
+	}
+	switch op := call[0].Value.String(); {
+	case op == member && len(call) == 3:
+		return call[1], call[2], true
+	case op == memberWithKey && len(call) == 4:
+		return call[2], call[3], true
+	}
+	return nil, nil, false
+}
+
+// fieldReads adds the fields the rule reads of its elements by name:
+// v.<key>..., and object.get(v, <constant key or path>, default) as a term
+// or as a statement (its terms the expression's, not a call term:
+// object.get(v, <constant key or path>, default[, out])).
+func (e *ruleElements) fieldReads() {
+	walkTerms(e.r, func(t *ast.Term) bool {
 		switch x := t.Value.(type) {
 		case ast.Ref:
-			v, isVar := x[0].Value.(ast.Var)
-			if !isVar || elems[v] == nil {
-				return false
-			}
-			if keys := constantKeys(x[1:]); len(keys) > 0 {
-				read[x[0]] = true
-				if !collections[t] {
-					addEach(v, keys)
-				}
-			}
+			e.refFieldRead(t, x)
 		case ast.Call:
 			if len(x) == 4 && x[0].Value.String() == "object.get" {
-				viaGet(x[1:], collections[t])
+				e.getFieldRead(x[1:], e.collections[t])
 			}
 		}
 		return false
 	})
-	// object.get as a statement (its terms the expression's, not a call
-	// term): object.get(v, <constant key or path>, default[, out]).
-	walkExprs(r, func(e *ast.Expr) bool {
-		if terms, isCall := e.Terms.([]*ast.Term); isCall && len(terms) >= 4 && terms[0].Value.String() == "object.get" {
-			viaGet(terms[1:], false)
+	walkExprs(e.r, func(x *ast.Expr) bool {
+		if terms, isCall := x.Terms.([]*ast.Term); isCall && len(terms) >= 4 && terms[0].Value.String() == "object.get" {
+			e.getFieldRead(terms[1:], false)
 		}
 		return false
 	})
-	walkTerms(r, func(t *ast.Term) bool {
-		if v, isVar := t.Value.(ast.Var); isVar && elems[v] != nil && !binding[t] && !read[t] {
-			addEach(v, nil) // used whole
+}
+
+// refFieldRead reads v.<key>... of an element variable v, unless the
+// reference is a list bound in turn (its elements' fields are read).
+func (e *ruleElements) refFieldRead(t *ast.Term, ref ast.Ref) {
+	v, isVar := ref[0].Value.(ast.Var)
+	if !isVar || e.elems[v] == nil {
+		return
+	}
+	if keys := constantKeys(ref[1:]); len(keys) > 0 {
+		e.byField[ref[0]] = true
+		if !e.collections[t] {
+			e.each(v, keys, t)
+		}
+	}
+}
+
+// getFieldRead reads object.get(v, <constant key or path>, default), its
+// arguments given, unless the call is a list bound in turn.
+func (e *ruleElements) getFieldRead(args []*ast.Term, collection bool) {
+	v, isVar := args[0].Value.(ast.Var)
+	if !isVar || e.elems[v] == nil {
+		return
+	}
+	if keys, constant := constantPath(args[1]); constant {
+		e.byField[args[0]] = true
+		if !collection {
+			e.each(v, keys, args[0])
+		}
+	}
+}
+
+// wholeReads reads the elements whole where the rule uses an element
+// variable otherwise than by field or to bind it.
+func (e *ruleElements) wholeReads() {
+	walkTerms(e.r, func(t *ast.Term) bool {
+		if v, isVar := t.Value.(ast.Var); isVar && e.elems[v] != nil && !e.binding[t] && !e.byField[t] {
+			e.each(v, nil, t)
 		}
 		return false
 	})
+}
+
+// each reads keys of every element v is bound to, by term from.
+func (e *ruleElements) each(v ast.Var, keys []string, from *ast.Term) {
+	for _, p := range under(e.elems[v], keys) {
+		e.a.read(p, from)
+	}
 }
 
 // listPaths returns the input paths of the list t names, if it names one:
 // an input reference or object.get of constant keys, an element variable's
 // field, or an alias. It marks in handled what it read t through.
-func listPaths(m *ast.Module, t *ast.Term, aliases []inputAlias, elems map[ast.Var][][]string, handled map[*ast.Term]bool, add func([]string)) ([][]string, bool) {
+func (e *ruleElements) listPaths(t *ast.Term) ([][]string, bool) {
 	switch x := t.Value.(type) {
 	case ast.Ref:
-		if v, isVar := x[0].Value.(ast.Var); isVar && elems[v] != nil {
-			keys := constantKeys(x[1:])
-			if len(keys) == 0 || len(keys) != len(x)-1 {
-				return nil, false
-			}
-			return under(elems[v], keys), true
-		}
-		if p, isInput := inputPath(t); isInput && len(p) > 0 {
-			handled[t] = true
-			return [][]string{p}, true
-		}
-		if a, isAlias := aliasNamed(m, t, aliases); isAlias {
-			handled[t] = true
-			return a.paths, true
-		}
+		return e.refListPaths(t, x)
 	case ast.Var:
-		if a, isAlias := aliasNamed(m, t, aliases); isAlias {
-			handled[t] = true
-			return a.paths, true
-		}
+		return e.aliasListPaths(t)
 	case ast.Call:
-		if len(x) != 4 || x[0].Value.String() != "object.get" {
-			return nil, false
-		}
-		keys, constant := constantPath(x[2])
-		if !constant || len(keys) == 0 {
-			return nil, false
-		}
-		if v, isVar := x[1].Value.(ast.Var); isVar && elems[v] != nil {
-			return under(elems[v], keys), true
-		}
-		if base, path, isGet := objectGetOfInput(x); isGet {
-			handled[x[1]] = true
-			if e := existsRead(base); e != nil {
-				add(e)
-			}
-			return [][]string{path}, true
-		}
+		return e.getListPaths(x)
 	}
 	return nil, false
 }
 
-// aliasNamed returns the alias t names in module m: its name in its own
-// package, or data.<package>.<name>.
-func aliasNamed(m *ast.Module, t *ast.Term, aliases []inputAlias) (inputAlias, bool) {
-	for _, a := range aliases {
-		switch x := t.Value.(type) {
-		case ast.Var:
-			if m.Package.Path.Equal(a.pkg) && x.Equal(a.name) {
-				return a, true
-			}
-		case ast.Ref:
-			if x.Equal(a.full) {
-				return a, true
-			}
+// refListPaths reads a reference as a list: an element variable's field
+// of constant keys, an input path, or an alias.
+func (e *ruleElements) refListPaths(t *ast.Term, ref ast.Ref) ([][]string, bool) {
+	if v, isVar := ref[0].Value.(ast.Var); isVar && e.elems[v] != nil {
+		keys := constantKeys(ref[1:])
+		if len(keys) == 0 || len(keys) != len(ref)-1 {
+			return nil, false
 		}
+		return under(e.elems[v], keys), true
 	}
-	return inputAlias{}, false
+	if p, isInput := inputPath(t); isInput && len(p) > 0 {
+		e.handled[t] = true
+		return [][]string{p}, true
+	}
+	return e.aliasListPaths(t)
 }
 
-// listAliases finds the list aliases of the modules (tests left out):
-// `name := array.concat(a, b)`, defined once, each of a and b an input
-// path (a reference or object.get of constant keys, with a constant
-// default) or an alias of the same package. found are the aliases known so
-// far; one list alias may name another.
-func listAliases(modules map[string]*ast.Module, defs map[string]int, found []inputAlias) []inputAlias {
-	var out []inputAlias
-	known := map[string]bool{}
-	for _, a := range found {
-		known[a.full.String()] = true
+// aliasListPaths reads t as an alias's name.
+func (e *ruleElements) aliasListPaths(t *ast.Term) ([][]string, bool) {
+	if al, isAlias := aliasNamed(e.m, t, e.a.aliases); isAlias {
+		e.handled[t] = true
+		return al.paths, true
 	}
-	for changed := true; changed; {
-		changed = false
-		for file, m := range modules {
-			if strings.HasSuffix(file, "_test.rego") {
-				continue
-			}
-			for _, r := range m.Rules {
-				ref := r.Head.Ref()
-				if len(ref) != 1 || r.Default || r.Else != nil || len(r.Head.Args) > 0 || r.Head.Key != nil || r.Head.Value == nil {
-					continue
-				}
-				name, isVar := ref[0].Value.(ast.Var)
-				if !isVar {
-					continue
-				}
-				full := m.Package.Path.Append(ast.StringTerm(string(name)))
-				if known[full.String()] || defs[full.String()] != 1 {
-					continue
-				}
-				if len(r.Body) != 1 || !r.Body[0].Equal(ast.NewExpr(ast.BooleanTerm(true))) {
-					continue
-				}
-				call, isCall := r.Head.Value.Value.(ast.Call)
-				if !isCall || len(call) != 3 || call[0].Value.String() != "array.concat" {
-					continue
-				}
-				var paths, bases [][]string
-				ok := true
-				for _, arg := range call[1:] {
-					p, b, isList := aliasListPaths(m, arg, append(slices.Clone(found), out...))
-					if !isList {
-						ok = false
-						break
-					}
-					for _, q := range p {
-						paths = appendPath(paths, q)
-					}
-					for _, q := range b {
-						bases = appendPath(bases, q)
-					}
-				}
-				if !ok {
-					continue
-				}
-				out = append(out, inputAlias{module: file, def: r, pkg: m.Package.Path, name: name, full: full, paths: paths, bases: bases, list: true})
-				known[full.String()], changed = true, true
-			}
-		}
-	}
-	return out
+	return nil, false
 }
 
-// aliasListPaths reads one argument of a list alias's array.concat: an
-// input reference of constant keys, object.get of one with a constant key
-// and default, or an alias of the module's package. bases are the objects
-// object.get reads from (inputAlias.bases).
-func aliasListPaths(m *ast.Module, t *ast.Term, aliases []inputAlias) (paths, bases [][]string, ok bool) {
-	switch x := t.Value.(type) {
-	case ast.Ref:
-		if p, isInput := inputPath(t); isInput && len(p) > 0 {
-			return [][]string{p}, nil, true
-		}
-	case ast.Var:
-		if a, isAlias := aliasNamed(m, t, aliases); isAlias {
-			return a.paths, a.bases, true
-		}
-	case ast.Call:
-		base, path, isGet := objectGetOfInput(x)
-		if !isGet || len(path) == len(base) || !ast.IsConstant(x[3].Value) {
-			return nil, nil, false
-		}
-		if len(base) > 0 {
-			bases = [][]string{base}
-		}
-		return [][]string{path}, bases, true
+// getListPaths reads object.get(<x>, <constant key or path>, default) as a
+// list: x an element variable or an input path (whose presence the call
+// reads too).
+func (e *ruleElements) getListPaths(call ast.Call) ([][]string, bool) {
+	if len(call) != 4 || call[0].Value.String() != "object.get" {
+		return nil, false
 	}
-	return nil, nil, false
+	keys, constant := constantPath(call[2])
+	if !constant || len(keys) == 0 {
+		return nil, false
+	}
+	if v, isVar := call[1].Value.(ast.Var); isVar && e.elems[v] != nil {
+		return under(e.elems[v], keys), true
+	}
+	if base, path, isGet := objectGetOfInput(call); isGet {
+		e.handled[call[1]] = true
+		if ex := existsRead(base); ex != nil {
+			e.a.read(ex, call[1])
+		}
+		return [][]string{path}, true
+	}
+	return nil, false
 }
 
 // under is each of paths extended by keys.

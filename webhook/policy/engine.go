@@ -1,6 +1,3 @@
-// Package policy loads runwarden's Rego policies, checks them (they must
-// compile and pass their own tests), and evaluates the admission decision
-// for a pod with a query prepared once per policy set.
 package policy
 
 import (
@@ -59,8 +56,10 @@ type Set struct {
 	// Files are the modules' file names, tests included.
 	Files []string
 
-	// Cached says whether decisions are cached (see cache.go).
+	// Cached says whether decisions are cached (see the package doc).
 	Cached bool
+	// CacheOff says why they are not, nil when they are.
+	CacheOff *CacheOff
 
 	modules map[string]*ast.Module
 	timeout time.Duration
@@ -231,7 +230,8 @@ func Load(ctx context.Context, fsys fs.FS, origin string, opts Options) (*Set, e
 	} else if errors.Is(err, ErrTimeout) || ctx.Err() != nil {
 		return nil, fmt.Errorf("deciding on a plain runner pod: %w", err)
 	}
-	s.reads, s.Cached = inputReads(s.modules)
+	s.reads, s.CacheOff = inputReads(s.modules)
+	s.Cached = s.CacheOff == nil
 	s.proj = newProjection(s.reads)
 	s.cache = newDecisionCache(4096)
 	return s, nil
@@ -313,6 +313,9 @@ type TestReport struct {
 	Coverage float64
 	// Uncovered lists file:line ranges no test reached.
 	Uncovered []string
+	// CacheOff says why the set's decisions would not be cached, nil when
+	// they would (Set.CacheOff).
+	CacheOff *CacheOff
 }
 
 // TestWithCoverage loads the policies of fsys as the webhook does (Load,
@@ -337,7 +340,7 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Optio
 		return TestReport{}, err
 	}
 	rep := cov.Report(s.modules)
-	out := TestReport{Tests: n, Coverage: rep.Coverage}
+	out := TestReport{Tests: n, Coverage: rep.Coverage, CacheOff: s.CacheOff}
 	seen := map[string]bool{}
 	for _, f := range sortedKeys(rep.Files) {
 		for _, r := range rep.Files[f].NotCovered {
@@ -352,7 +355,7 @@ func TestWithCoverage(ctx context.Context, fsys fs.FS, origin string, opts Optio
 }
 
 // Eval evaluates the decision for one input. Decisions are cached under
-// the parts of the input the policies read (see cache.go); the returned
+// the parts of the input the policies read (see the package doc); the returned
 // decision may be shared, and must not be modified. Its violations and
 // warnings never hold a value of the input's pod or old pod (see
 // Redactor): what a policy quotes is replaced before any caller sees it.
