@@ -24,6 +24,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/metrics"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // leaderFlags configure leader election among replicas.
@@ -66,7 +67,7 @@ func newScheme() (*runtime.Scheme, error) {
 
 // cacheOptions say what the manager's cache holds.
 func (c config) cacheOptions() cache.Options {
-	own := labels.SelectorFromSet(labels.Set{job.LabelDispatcher: c.id})
+	own := labels.SelectorFromSet(labels.Set{contract.LabelDispatcher: c.id})
 	opts := cache.Options{
 		// The cache holds every Job and pod in flight: leave out what the
 		// dispatcher never reads.

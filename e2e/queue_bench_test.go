@@ -18,11 +18,11 @@ import (
 	"sigs.k8s.io/e2e-framework/klient"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 
-	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/kube"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
 	"github.com/runwarden/runwarden/e2e/harness"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // BenchmarkQueueing measures what queueing through Kueue costs: N
@@ -108,7 +108,7 @@ func benchQueueingOnce(ctx context.Context, b *testing.B, cfg *envconf.Config, f
 		if err := fast.Resources(ns).List(ctx, &jobs); err == nil {
 			now := time.Now()
 			for _, j := range jobs.Items {
-				id := j.Annotations[job.AnnotationTaskID]
+				id := j.Annotations[contract.TaskID]
 				if id == "" || ptr.Deref(j.Spec.Suspend, false) {
 					continue
 				}

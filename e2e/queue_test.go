@@ -33,6 +33,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
 	"github.com/runwarden/runwarden/e2e/harness"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // kueueNamespaceLabel marks the namespaces of the tests that use Kueue.
@@ -357,7 +358,7 @@ func oneJobEach(ctx context.Context, t *testing.T, cfg *envconf.Config, ns strin
 	t.Helper()
 	jobs := map[string]int{}
 	for _, j := range jobsOf(ctx, t, cfg, ns) {
-		jobs[j.Annotations[job.AnnotationTaskID]]++
+		jobs[j.Annotations[contract.TaskID]]++
 	}
 	for name, rt := range tasks {
 		if rt.Status.Phase != v1alpha1.PhaseSucceeded {
@@ -448,7 +449,7 @@ func TestKueueQueues(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, p := range pods.Items {
-				if strings.Contains(p.Annotations[job.AnnotationTaskID], "/held/") {
+				if strings.Contains(p.Annotations[contract.TaskID], "/held/") {
 					t.Errorf("pod %s ran for the cancelled queued task", p.Name)
 				}
 			}

@@ -39,6 +39,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
 	"github.com/runwarden/runwarden/e2e/harness"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // The attacks of docs/security.md, each run on the real API server as a user
@@ -887,7 +888,7 @@ func TestSecurityDispatcherBounds(t *testing.T) {
 			}
 			ownedBy := func(name string, j *batchv1.Job) *corev1.Secret {
 				return &corev1.Secret{
-					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{job.LabelTaskID: "t"},
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{contract.TaskID: "t"},
 						OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}}},
 					Type: corev1.SecretTypeOpaque, StringData: map[string]string{"TF_VAR_token": "x"},
 				}
@@ -1015,7 +1016,7 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 			plantedJob := runnerJobFor(ns, job.Name("planted-job"), false)
 			delete(plantedJob.Labels, "runwarden.dev/dispatcher")
 			delete(plantedJob.Spec.Template.Labels, "runwarden.dev/runner")
-			plantedJob.Annotations = map[string]string{job.AnnotationTaskID: "planted-job", job.AnnotationAwaitingSecret: "true"}
+			plantedJob.Annotations = map[string]string{contract.TaskID: "planted-job", job.AnnotationAwaitingSecret: "true"}
 			plantedJob.Spec.Suspend = ptr.To(true)
 			plantedJob.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: job.SecretName(plantedJob.Name)}}}}
 			if err := jc.Create(ctx, plantedJob); err != nil {
@@ -1098,7 +1099,7 @@ func TestSecurityDispatcherSecrets(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, p := range pods.Items {
-				if p.Annotations[job.AnnotationTaskID] == "planted" || p.Labels["job-name"] == plantedJob.Name {
+				if p.Annotations[contract.TaskID] == "planted" || p.Labels["job-name"] == plantedJob.Name {
 					t.Errorf("pod %s ran for the task whose Secret name was taken", p.Name)
 				}
 			}
@@ -1143,8 +1144,8 @@ func TestSecurityPlantedLogConfigMap(t *testing.T) {
 			planted := &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{
 					Name: jobName + "-log", Namespace: ns,
-					Labels:      map[string]string{job.LabelDispatcher: "e2e-" + ns[len(ns)-6:]},
-					Annotations: map[string]string{job.AnnotationTaskID: kube.TaskID(rt)},
+					Labels:      map[string]string{contract.LabelDispatcher: "e2e-" + ns[len(ns)-6:]},
+					Annotations: map[string]string{contract.TaskID: kube.TaskID(rt)},
 					OwnerReferences: []metav1.OwnerReference{{
 						APIVersion: v1alpha1.GroupVersion.String(), Kind: "RunnerTask", Name: rt.Name, UID: rt.UID, Controller: ptr.To(true),
 					}},
@@ -1266,9 +1267,9 @@ func TestSecurityPlantedPod(t *testing.T) {
 					// adopt the pod (see docs/security.md).
 					Labels: map[string]string{
 						batchv1.JobNameLabel: j.Name, "job-name": j.Name,
-						job.LabelDispatcher: j.Labels[job.LabelDispatcher], job.LabelTaskID: j.Labels[job.LabelTaskID],
+						contract.LabelDispatcher: j.Labels[contract.LabelDispatcher], contract.TaskID: j.Labels[contract.TaskID],
 					},
-					Annotations: map[string]string{job.AnnotationTaskID: kube.TaskID(rt), admissionAnnotationSpecDigest: "sha256:planted"},
+					Annotations: map[string]string{contract.TaskID: kube.TaskID(rt), admissionAnnotationSpecDigest: "sha256:planted"},
 					// No owner reference: one naming the Job with another UID
 					// has the garbage collector delete the pod at once (the
 					// unit tests of job.IsPodOf cover forged ones).
@@ -1359,7 +1360,7 @@ func TestSecurityPlantedPod(t *testing.T) {
 					p.Annotations["runwarden.dev/warnings"] = "all is well"
 				}},
 				{"changing the runner pod's task label", "the label runwarden.dev/task-id of a runner pod cannot be changed", func(p *corev1.Pod) {
-					p.Labels[job.LabelTaskID] = "another-task"
+					p.Labels[contract.TaskID] = "another-task"
 				}},
 				{"giving the runner pod another controller", "the controller reference of a runner pod cannot be changed", func(p *corev1.Pod) {
 					p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "rw-another", UID: "another-uid", Controller: ptr.To(true)}}
@@ -1412,7 +1413,7 @@ func TestSecurityPlantedPod(t *testing.T) {
 }
 
 // admissionAnnotationSpecDigest is the webhook's record of a runner pod's
-// spec (webhook/admission.AnnotationSpecDigest).
+// spec (webhook/contract.AnnotationSpecDigest).
 const admissionAnnotationSpecDigest = "runwarden.dev/spec-digest"
 
 // gate answers 503 until released, then 200: a runner on the real node

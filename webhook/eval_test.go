@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	"sigs.k8s.io/yaml"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/policies"
 	rwadmission "github.com/runwarden/runwarden/webhook/admission"
 	"github.com/runwarden/runwarden/webhook/policy"
@@ -62,8 +63,8 @@ func runnerSA() *corev1.ServiceAccount {
 
 func taskJob() *batchv1.Job {
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: "task-1", Namespace: "team-a", UID: "job-uid-1", Labels: map[string]string{rwadmission.DispatcherLabel: "d-1"}},
-		Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{rwadmission.RunnerLabel: "true"}}}},
+		ObjectMeta: metav1.ObjectMeta{Name: "task-1", Namespace: "team-a", UID: "job-uid-1", Labels: map[string]string{contract.LabelDispatcher: "d-1"}},
+		Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{contract.LabelRunner: "true"}}}},
 	}
 }
 
@@ -71,7 +72,7 @@ func runnerPod(image string) *corev1.Pod {
 	return &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{rwadmission.RunnerLabel: "true"},
+			GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{contract.LabelRunner: "true"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "task-1", UID: "job-uid-1", Controller: ptr.To(true)}},
 		},
 		Spec: corev1.PodSpec{
@@ -263,7 +264,7 @@ func identityCases(t *testing.T) []admitCase {
 		}
 		pod := c.Pod.DeepCopy()
 		pod.Namespace = "team-a"
-		pod.Labels = map[string]string{rwadmission.RunnerLabel: "true"}
+		pod.Labels = map[string]string{contract.LabelRunner: "true"}
 		pod.OwnerReferences = runnerPod("").OwnerReferences
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
 			Name: cmpOrString(pod.Spec.ServiceAccountName, "default"), Namespace: "team-a", Annotations: c.ServiceAccount,
@@ -531,7 +532,7 @@ func checkResolved(t *testing.T, pod *corev1.Pod) {
 	if i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == "DB_PASSWORD" }); i < 0 || env[i].ValueFrom == nil || env[i].ValueFrom.FileKeyRef == nil {
 		t.Errorf("main's env %+v, want DB_PASSWORD from the env file", env)
 	}
-	for _, a := range []string{rwadmission.AnnotationSpecDigest, rwadmission.AnnotationPolicyDigest, rwadmission.AnnotationMutations} {
+	for _, a := range []string{contract.AnnotationSpecDigest, contract.AnnotationPolicyDigest, contract.AnnotationMutations} {
 		if pod.Annotations[a] == "" {
 			t.Errorf("annotations %v lack %s", pod.Annotations, a)
 		}

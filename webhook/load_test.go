@@ -32,6 +32,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/policies"
 	rwadmission "github.com/runwarden/runwarden/webhook/admission"
 	"github.com/runwarden/runwarden/webhook/cert"
@@ -382,7 +383,7 @@ func loadPod() *corev1.Pod {
 	return &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{rwadmission.RunnerLabel: "true", "runwarden.dev/task-id": "1"},
+			GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{contract.LabelRunner: "true", "runwarden.dev/task-id": "1"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "task-1", UID: "job-uid-1", Controller: ptr.To(true)}},
 		},
 		Spec: corev1.PodSpec{ServiceAccountName: "runner", Containers: []corev1.Container{{
@@ -462,8 +463,8 @@ func (r sharedReader) Get(_ context.Context, key client.ObjectKey, obj client.Ob
 		// The Job a runner pod belongs to (read from the API server in
 		// the webhook: one read per runner pod).
 		*o = batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, UID: "job-uid-1", Labels: map[string]string{rwadmission.DispatcherLabel: "d-1"}},
-			Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{rwadmission.RunnerLabel: "true"}}}},
+			ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, UID: "job-uid-1", Labels: map[string]string{contract.LabelDispatcher: "d-1"}},
+			Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{contract.LabelRunner: "true"}}}},
 		}
 	default:
 		return fmt.Errorf("unexpected %T %s", obj, key)

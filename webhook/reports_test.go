@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/policies"
 	rwadmission "github.com/runwarden/runwarden/webhook/admission"
 	"github.com/runwarden/runwarden/webhook/audit"
@@ -69,9 +70,9 @@ func TestReportWriter(t *testing.T) {
 	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: "task-1", Namespace: "runners", UID: "uid-1",
-			Labels: map[string]string{rwadmission.DispatcherLabel: "rw"}, CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))},
+			Labels: map[string]string{contract.LabelDispatcher: "rw"}, CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))},
 		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{rwadmission.RunnerLabel: "true"}},
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{contract.LabelRunner: "true"}},
 			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
 				Name: "main", Image: "runner:1", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 			}}},

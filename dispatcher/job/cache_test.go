@@ -3,6 +3,7 @@ package job
 import (
 	"testing"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,7 +25,7 @@ func TestCacheTransformKeepsWhatTheDispatcherReads(t *testing.T) {
 	if got.ManagedFields != nil || len(got.Spec.Template.Spec.Containers) != 0 {
 		t.Errorf("job not trimmed: %+v", got)
 	}
-	if !Finished(got) || got.Annotations[AnnotationTaskID] != "t-1" || got.Labels[LabelDispatcher] != "d" || *got.Spec.BackoffLimit != 0 {
+	if !Finished(got) || got.Annotations[contract.TaskID] != "t-1" || got.Labels[contract.LabelDispatcher] != "d" || *got.Spec.BackoffLimit != 0 {
 		t.Errorf("job lost what is read: %+v", got)
 	}
 

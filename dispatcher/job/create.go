@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -92,8 +93,8 @@ type CreateOptions struct {
 // Create makes the task's Job and its Secret (if any) as Build returned
 // them. A Job that already exists (the task was started before a restart,
 // or handed out twice) is adopted, never duplicated, if it is this task's
-// runner Job (its pods carry LabelRunner, which the chart's admission
-// policy lets only the dispatcher set, and its AnnotationTaskID is the
+// runner Job (its pods carry contract.LabelRunner, which the chart's admission
+// policy lets only the dispatcher set, and its contract.TaskID is the
 // task's); any other Job of that name is someone else's: ErrJobTaken. An
 // adopted Job gets j's dispatcher
 // label (a dispatcher whose ID changed, or another one the task was handed
@@ -196,14 +197,14 @@ func createJob(ctx context.Context, c client.Client, j *batchv1.Job, adopt map[s
 	// tests that the Job is still the one the first proved, adopts it.
 	cause := err
 	made = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name}}
-	err = c.Patch(ctx, made, jsonPatch(proveOps(j.Annotations[AnnotationTaskID], "")))
+	err = c.Patch(ctx, made, jsonPatch(proveOps(j.Annotations[contract.TaskID], "")))
 	switch {
 	case apierrors.IsNotFound(err) && IsPermanent(cause):
 		return nil, false, fmt.Errorf("creating job %s: %w", j.Name, cause)
 	case testFailed(err):
-		return nil, false, fmt.Errorf("%w: job %s in namespace %s is not a runner Job of task %q; whoever may create Jobs in the namespace made it, and the task does not run as it", ErrJobTaken, j.Name, j.Namespace, j.Annotations[AnnotationTaskID])
+		return nil, false, fmt.Errorf("%w: job %s in namespace %s is not a runner Job of task %q; whoever may create Jobs in the namespace made it, and the task does not run as it", ErrJobTaken, j.Name, j.Namespace, j.Annotations[contract.TaskID])
 	case err == nil:
-		err = c.Patch(ctx, made, jsonPatch(append(proveOps(j.Annotations[AnnotationTaskID], made.UID), adoptOps(made, j.Labels[LabelDispatcher], adopt)...)))
+		err = c.Patch(ctx, made, jsonPatch(append(proveOps(j.Annotations[contract.TaskID], made.UID), adoptOps(made, j.Labels[contract.LabelDispatcher], adopt)...)))
 	}
 	if err != nil {
 		// Not %w: a patch refused as invalid must not read as the Job being
@@ -270,12 +271,12 @@ func jsonPatch(ops []map[string]any) client.Patch {
 }
 
 // proveOps are JSON patch operations that change nothing and fail
-// (testFailed) unless the Job is a runner Job (LabelRunner on its pods) of
+// (testFailed) unless the Job is a runner Job (contract.LabelRunner on its pods) of
 // the task taskID, and, if uid is set, the Job of that UID.
 func proveOps(taskID string, uid types.UID) []map[string]any {
 	ops := []map[string]any{
-		{"op": "test", "path": "/spec/template/metadata/labels/" + jsonPointer(LabelRunner), "value": "true"},
-		{"op": "test", "path": "/metadata/annotations/" + jsonPointer(AnnotationTaskID), "value": taskID},
+		{"op": "test", "path": "/spec/template/metadata/labels/" + jsonPointer(contract.LabelRunner), "value": "true"},
+		{"op": "test", "path": "/metadata/annotations/" + jsonPointer(contract.TaskID), "value": taskID},
 	}
 	if uid != "" {
 		ops = append(ops, map[string]any{"op": "test", "path": "/metadata/uid", "value": uid})
@@ -287,7 +288,7 @@ func proveOps(taskID string, uid types.UID) []map[string]any {
 // dispatcher label of dispatcherID and the annotations (a nil value removes
 // one that j has).
 func adoptOps(j *batchv1.Job, dispatcherID string, annotations map[string]any) []map[string]any {
-	ops := []map[string]any{{"op": "add", "path": "/metadata/labels/" + jsonPointer(LabelDispatcher), "value": dispatcherID}}
+	ops := []map[string]any{{"op": "add", "path": "/metadata/labels/" + jsonPointer(contract.LabelDispatcher), "value": dispatcherID}}
 	keys := make([]string, 0, len(annotations))
 	for k := range annotations {
 		keys = append(keys, k)
@@ -322,7 +323,7 @@ func testFailed(err error) bool {
 // Job of the task taskID: the Job Build made for it, not one someone else
 // made under its name.
 func IsRunnerJobOf(j *batchv1.Job, taskID string) bool {
-	return j.Spec.Template.Labels[LabelRunner] == "true" && j.Annotations[AnnotationTaskID] == taskID
+	return j.Spec.Template.Labels[contract.LabelRunner] == "true" && j.Annotations[contract.TaskID] == taskID
 }
 
 // TakeOver gives a Job of one of this dispatcher's tasks, made under another

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -82,7 +83,7 @@ func TestCreateAdoptsJobOfAnotherDispatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := j.DeepCopy()
-	old.Labels[LabelDispatcher] = "dispatcher-old"
+	old.Labels[contract.LabelDispatcher] = "dispatcher-old"
 	old.Annotations["example.com/keep"] = "yes"
 	c := fake.NewClientBuilder().WithObjects(old).Build()
 	created, err := Create(t.Context(), c, j, secret, CreateOptions{Adopt: map[string]any{"example.com/lease": "2", "example.com/keep": "yes"}})
@@ -93,7 +94,7 @@ func TestCreateAdoptsJobOfAnotherDispatcher(t *testing.T) {
 	if err := c.Get(t.Context(), client.ObjectKeyFromObject(j), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Labels[LabelDispatcher] != "dispatcher-a" || got.Annotations["example.com/lease"] != "2" || got.Annotations["example.com/keep"] != "yes" {
+	if got.Labels[contract.LabelDispatcher] != "dispatcher-a" || got.Annotations["example.com/lease"] != "2" || got.Annotations["example.com/keep"] != "yes" {
 		t.Fatalf("adopted Job: labels %v, annotations %v; want dispatcher-a's label and the lease annotation", got.Labels, got.Annotations)
 	}
 	var jobs batchv1.JobList
@@ -117,10 +118,10 @@ func TestCreateNeverAdoptsAForeignJob(t *testing.T) {
 		name  string
 		plant func(*batchv1.Job)
 	}{
-		{"pods not runners", func(j *batchv1.Job) { delete(j.Spec.Template.Labels, LabelRunner) }},
+		{"pods not runners", func(j *batchv1.Job) { delete(j.Spec.Template.Labels, contract.LabelRunner) }},
 		{"no pod labels at all", func(j *batchv1.Job) { j.Spec.Template.Labels = nil }},
-		{"runner pods of another task", func(j *batchv1.Job) { j.Annotations[AnnotationTaskID] = "other-task" }},
-		{"no task annotation", func(j *batchv1.Job) { delete(j.Annotations, AnnotationTaskID) }},
+		{"runner pods of another task", func(j *batchv1.Job) { j.Annotations[contract.TaskID] = "other-task" }},
+		{"no task annotation", func(j *batchv1.Job) { delete(j.Annotations, contract.TaskID) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -129,7 +130,7 @@ func TestCreateNeverAdoptsAForeignJob(t *testing.T) {
 				t.Fatal(err)
 			}
 			planted := j.DeepCopy()
-			planted.Labels[LabelDispatcher] = "someone"
+			planted.Labels[contract.LabelDispatcher] = "someone"
 			planted.Spec.Suspend = ptr.To(true)
 			planted.Annotations[AnnotationAwaitingSecret] = "true"
 			c.plant(planted)
@@ -146,7 +147,7 @@ func TestCreateNeverAdoptsAForeignJob(t *testing.T) {
 			if err := cl.Get(t.Context(), client.ObjectKeyFromObject(j), &got); err != nil {
 				t.Fatal(err)
 			}
-			if got.Labels[LabelDispatcher] != "someone" || got.Annotations["example.com/lease"] != "" || !*got.Spec.Suspend {
+			if got.Labels[contract.LabelDispatcher] != "someone" || got.Annotations["example.com/lease"] != "" || !*got.Spec.Suspend {
 				t.Fatalf("the planted Job was changed: labels %v, annotations %v, suspend %v", got.Labels, got.Annotations, *got.Spec.Suspend)
 			}
 			if err := cl.Get(t.Context(), client.ObjectKeyFromObject(secret), &corev1.Secret{}); !apierrors.IsNotFound(err) {
@@ -169,7 +170,7 @@ func TestIsRunnerJobOf(t *testing.T) {
 	if IsRunnerJobOf(j, id+"x") {
 		t.Error("a runner Job of another task passes")
 	}
-	j.Spec.Template.Labels[LabelRunner] = "false"
+	j.Spec.Template.Labels[contract.LabelRunner] = "false"
 	if IsRunnerJobOf(j, id) {
 		t.Error("a Job whose pods are not runners passes")
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,7 +45,7 @@ func PruneHistory(ctx context.Context, c client.Client, h History) (next time.Ti
 	}
 	var jobs batchv1.JobList
 	// Read-only until a Job is deleted: the cache's objects are not copied.
-	if err := c.List(ctx, &jobs, client.InNamespace(h.Namespace), client.MatchingLabels{LabelDispatcher: h.DispatcherID}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.List(ctx, &jobs, client.InNamespace(h.Namespace), client.MatchingLabels{contract.LabelDispatcher: h.DispatcherID}, client.UnsafeDisableDeepCopy); err != nil {
 		return time.Time{}, fmt.Errorf("listing jobs: %w", err)
 	}
 	var succeeded, failed []*batchv1.Job

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +14,7 @@ import (
 
 func succeededJob(name string, age time.Duration, reported bool) *batchv1.Job {
 	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
-		Name: name, Namespace: "ns", Labels: map[string]string{LabelDispatcher: "d"},
+		Name: name, Namespace: "ns", Labels: map[string]string{contract.LabelDispatcher: "d"},
 		CreationTimestamp: metav1.NewTime(time.Now().Add(-age)), Annotations: map[string]string{},
 	}}
 	if reported {

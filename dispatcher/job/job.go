@@ -29,18 +29,9 @@ import (
 
 // Labels and annotations runwarden puts on Jobs and their pods.
 const (
-	// LabelRunner marks runner pods; the webhook selects on it.
-	LabelRunner = contract.LabelRunner
-	// LabelTaskID carries the task ID, or its hash when the ID is not a
-	// valid label value; the full ID is in AnnotationTaskID.
-	LabelTaskID = contract.LabelTaskID
-	// LabelDispatcher names the dispatcher that owns the Job.
-	LabelDispatcher = contract.LabelDispatcher
 	// AnnotationPreflight marks the preflight's throwaway Job: no source
 	// takes it for a task's.
 	AnnotationPreflight = "runwarden.dev/preflight"
-	// AnnotationTaskID is the task ID as the source gave it.
-	AnnotationTaskID = "runwarden.dev/task-id"
 	// AnnotationRepoURL is the task's git repository.
 	AnnotationRepoURL = "runwarden.dev/repo-url"
 	// AnnotationReported marks a finished Job whose outcome the source
@@ -177,7 +168,7 @@ func ValidateTemplate(t corev1.PodTemplateSpec) error {
 		problems = append(problems, fmt.Sprintf("spec.restartPolicy: %q; runner pods never restart (leave it empty or Never)", t.Spec.RestartPolicy))
 	}
 	for k := range t.Labels {
-		if strings.HasPrefix(k, "runwarden.dev/") {
+		if strings.HasPrefix(k, contract.Prefix) {
 			problems = append(problems, fmt.Sprintf("metadata.labels[%s]: runwarden.dev/ labels are set by the dispatcher", k))
 		}
 	}
@@ -253,9 +244,9 @@ func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
 		return nil, nil, fmt.Errorf("%w: task %s has no image and the template's %q container has none", ErrInvalidTask, t.ID, RunnerContainer)
 	}
 	labels := map[string]string{
-		LabelRunner:     "true",
-		LabelTaskID:     taskLabel(t.ID),
-		LabelDispatcher: o.DispatcherID,
+		contract.LabelRunner:     "true",
+		contract.TaskID:          taskLabel(t.ID),
+		contract.LabelDispatcher: o.DispatcherID,
 	}
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
@@ -266,7 +257,7 @@ func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[AnnotationTaskID] = t.ID
+	pod.Annotations[contract.TaskID] = t.ID
 	if t.RepoURL != "" {
 		pod.Annotations[AnnotationRepoURL] = t.RepoURL
 	}
@@ -275,7 +266,7 @@ func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
 	var secret *corev1.Secret
 	if len(t.SecretEnv) > 0 {
 		secret = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: SecretName(name), Namespace: t.Namespace, Labels: map[string]string{LabelTaskID: labels[LabelTaskID], LabelDispatcher: o.DispatcherID}},
+			ObjectMeta: metav1.ObjectMeta{Name: SecretName(name), Namespace: t.Namespace, Labels: map[string]string{contract.TaskID: labels[contract.TaskID], contract.LabelDispatcher: o.DispatcherID}},
 			Type:       corev1.SecretTypeOpaque,
 			StringData: map[string]string{},
 		}
@@ -295,8 +286,8 @@ func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: t.Namespace,
-			Labels:      map[string]string{LabelTaskID: labels[LabelTaskID], LabelDispatcher: o.DispatcherID},
-			Annotations: map[string]string{AnnotationTaskID: t.ID},
+			Labels:      map[string]string{contract.TaskID: labels[contract.TaskID], contract.LabelDispatcher: o.DispatcherID},
+			Annotations: map[string]string{contract.TaskID: t.ID},
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To[int32](0),

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/runwarden/runwarden/internal/contract"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
@@ -91,10 +92,10 @@ func TestBuildShape(t *testing.T) {
 		t.Errorf("deadline %d, ttl %v (want none until the outcome is reported)", *spec.ActiveDeadlineSeconds, spec.TTLSecondsAfterFinished)
 	}
 	pod := spec.Template
-	if pod.Labels[LabelRunner] != "true" || pod.Labels[LabelDispatcher] != "dispatcher-a" || pod.Labels["team"] != "platform" {
+	if pod.Labels[contract.LabelRunner] != "true" || pod.Labels[contract.LabelDispatcher] != "dispatcher-a" || pod.Labels["team"] != "platform" {
 		t.Errorf("pod labels %v", pod.Labels)
 	}
-	if pod.Annotations[AnnotationRepoURL] != "https://git.example.com/team-a/infra.git" || pod.Annotations[AnnotationTaskID] != "Deploy/Prod#42" {
+	if pod.Annotations[AnnotationRepoURL] != "https://git.example.com/team-a/infra.git" || pod.Annotations[contract.TaskID] != "Deploy/Prod#42" {
 		t.Errorf("pod annotations %v", pod.Annotations)
 	}
 	main := pod.Spec.Containers[0]

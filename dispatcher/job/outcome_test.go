@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -183,7 +184,7 @@ func TestOutcomeSuccessNeedsTheRunnersExit(t *testing.T) {
 				if p.planted {
 					// Adopted through batch.kubernetes.io/controller-uid: the
 					// Job controller made itself its controller.
-					delete(own.Labels, LabelRunner)
+					delete(own.Labels, contract.LabelRunner)
 				}
 				own.Status = corev1.PodStatus{Phase: p.phase, ContainerStatuses: []corev1.ContainerStatus{p.status}}
 				b = b.WithObjects(own)

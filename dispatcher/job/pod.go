@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +14,7 @@ import (
 // IsPodOf tells whether pod p is one the Job controller made for Job j and
 // that runwarden's webhook admitted as a runner pod: its controller
 // reference names j (kind Job, batch/v1, j's UID), and it carries
-// LabelRunner and j's LabelTaskID.
+// contract.LabelRunner and j's contract.TaskID.
 //
 // The label batch.kubernetes.io/job-name alone says nothing: whoever may
 // create pods in the namespace may put it on a pod of their own, and such
@@ -30,8 +31,8 @@ func IsPodOf(j *batchv1.Job, p *corev1.Pod) bool {
 	if ref == nil || ref.Kind != "Job" || ref.APIVersion != batchv1.SchemeGroupVersion.String() || ref.UID != j.UID || ref.Name != j.Name {
 		return false
 	}
-	task := j.Labels[LabelTaskID]
-	return p.Labels[LabelRunner] == "true" && task != "" && p.Labels[LabelTaskID] == task
+	task := j.Labels[contract.TaskID]
+	return p.Labels[contract.LabelRunner] == "true" && task != "" && p.Labels[contract.TaskID] == task
 }
 
 // PodsOf lists the pods of Job j, those IsPodOf counts and no other. Read

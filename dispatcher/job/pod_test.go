@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // ownPod is a pod as the Job controller makes it for j and the webhook
@@ -23,7 +24,7 @@ func ownPod(j *batchv1.Job, name string, created time.Time) *corev1.Pod {
 		Name: name, Namespace: j.Namespace, CreationTimestamp: metav1.NewTime(created),
 		Labels: map[string]string{
 			batchv1.JobNameLabel: j.Name, batchv1.ControllerUidLabel: string(j.UID),
-			LabelRunner: "true", LabelTaskID: j.Labels[LabelTaskID],
+			contract.LabelRunner: "true", contract.TaskID: j.Labels[contract.TaskID],
 		},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
 	}}
@@ -58,16 +59,16 @@ func plantedPods(j *batchv1.Job, created time.Time) map[string]*corev1.Pod {
 			p.OwnerReferences[0].Name = "rw-other"
 		},
 		"no runner label": func(p *corev1.Pod) {
-			delete(p.Labels, LabelRunner)
+			delete(p.Labels, contract.LabelRunner)
 		},
 		"the runner label not true": func(p *corev1.Pod) {
-			p.Labels[LabelRunner] = "false"
+			p.Labels[contract.LabelRunner] = "false"
 		},
 		"another task's label": func(p *corev1.Pod) {
-			p.Labels[LabelTaskID] = "another-task"
+			p.Labels[contract.TaskID] = "another-task"
 		},
 		"no task label": func(p *corev1.Pod) {
-			delete(p.Labels, LabelTaskID)
+			delete(p.Labels, contract.TaskID)
 		},
 	}
 	pods := map[string]*corev1.Pod{}
@@ -82,7 +83,7 @@ func plantedPods(j *batchv1.Job, created time.Time) map[string]*corev1.Pod {
 func ownJob() *batchv1.Job {
 	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
 		Name: "rw-t-1", Namespace: "runners", UID: "job-uid-1",
-		Labels: map[string]string{LabelTaskID: "t-1", LabelDispatcher: "dispatcher-a"},
+		Labels: map[string]string{contract.TaskID: "t-1", contract.LabelDispatcher: "dispatcher-a"},
 	}}
 }
 
@@ -133,7 +134,7 @@ func TestPlantedPodsAreIgnored(t *testing.T) {
 	j := ownJob()
 	j.CreationTimestamp = metav1.NewTime(created)
 	own := ownPod(j, "rw-t-1-abcde", created)
-	own.Annotations = map[string]string{podAnnotationSpecDigest: "sha256:own", podAnnotationPolicyDigest: "p-own", podAnnotationMutations: "env A"}
+	own.Annotations = map[string]string{contract.AnnotationSpecDigest: "sha256:own", contract.AnnotationPolicyDigest: "p-own", contract.AnnotationMutations: "env A"}
 	own.Spec.NodeName = "node-own"
 	own.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
 		Name: RunnerContainer, Image: "runner:1", ImageID: "runner@sha256:1",
@@ -142,7 +143,7 @@ func TestPlantedPodsAreIgnored(t *testing.T) {
 	for name, planted := range plantedPods(j, created.Add(time.Minute)) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			planted.Annotations = map[string]string{podAnnotationSpecDigest: "sha256:planted", podAnnotationPolicyDigest: "p-planted", podAnnotationWarnings: "all is well"}
+			planted.Annotations = map[string]string{contract.AnnotationSpecDigest: "sha256:planted", contract.AnnotationPolicyDigest: "p-planted", contract.AnnotationWarnings: "all is well"}
 			planted.Spec.NodeName = "node-planted"
 			planted.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 				Name: RunnerContainer, Image: "registry.example.com/planted:1",

@@ -22,15 +22,6 @@ import (
 // in.
 const AnnotationTemplateDigest = "runwarden.dev/template-digest"
 
-// What runwarden's webhook records on a runner pod it admits (see
-// webhook/admission/record.go).
-const (
-	podAnnotationSpecDigest   = contract.AnnotationSpecDigest
-	podAnnotationPolicyDigest = contract.AnnotationPolicyDigest
-	podAnnotationMutations    = contract.AnnotationMutations
-	podAnnotationWarnings     = contract.AnnotationWarnings
-)
-
 // templateDigest is the SHA-256 of a pod template's JSON encoding.
 func templateDigest(t corev1.PodTemplateSpec) string {
 	b, err := json.Marshal(t)
@@ -67,13 +58,13 @@ func ReadRecord(ctx context.Context, c client.Reader, j *batchv1.Job) (*v1alpha1
 		return rec, nil
 	}
 	rec.Pod, rec.Node = pod.Name, pod.Spec.NodeName
-	rec.SpecDigest = pod.Annotations[podAnnotationSpecDigest]
+	rec.SpecDigest = pod.Annotations[contract.AnnotationSpecDigest]
 	rec.ShortSpecDigest = Short(rec.SpecDigest)
-	rec.PolicyDigest = pod.Annotations[podAnnotationPolicyDigest]
-	if m := pod.Annotations[podAnnotationMutations]; m != "" {
+	rec.PolicyDigest = pod.Annotations[contract.AnnotationPolicyDigest]
+	if m := pod.Annotations[contract.AnnotationMutations]; m != "" {
 		rec.Mutations = strings.Split(m, ", ")
 	}
-	if w := pod.Annotations[podAnnotationWarnings]; w != "" {
+	if w := pod.Annotations[contract.AnnotationWarnings]; w != "" {
 		rec.Warnings = strings.Split(w, "; ")
 	}
 	for _, s := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {

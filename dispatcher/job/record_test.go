@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // A Job's record comes from its newest pod: the webhook's annotations, the
@@ -25,8 +26,8 @@ func TestReadRecord(t *testing.T) {
 	j.UID = "job-uid-1"
 	pod := func(name string, age time.Duration, node string) *corev1.Pod {
 		p := ownPod(j, name, time.Unix(1_700_000_000, 0).Add(-age))
-		p.Annotations = map[string]string{podAnnotationSpecDigest: "sha256:" + node, podAnnotationPolicyDigest: "p1",
-			podAnnotationMutations: "env A, volume v", podAnnotationWarnings: "w1; w2"}
+		p.Annotations = map[string]string{contract.AnnotationSpecDigest: "sha256:" + node, contract.AnnotationPolicyDigest: "p1",
+			contract.AnnotationMutations: "env A, volume v", contract.AnnotationWarnings: "w1; w2"}
 		p.Spec = corev1.PodSpec{NodeName: node}
 		p.Status = corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "main", Image: "runner:1", ImageID: "runner@sha256:1",
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{StartedAt: started, FinishedAt: finished}}}}}

@@ -10,7 +10,7 @@ import (
 // A Job's name never changes, and its runwarden.dev/ labels and
 // annotations are the dispatcher's alone to change where the chart's
 // writers policy is installed (templates/writers-policy.yaml). Without that
-// policy, whoever may patch Jobs could rewrite AnnotationTaskID of task
+// policy, whoever may patch Jobs could rewrite contract.TaskID of task
 // t-1's finished Job to t-2, and a source that believed it would report t-2
 // with t-1's outcome and record: a source takes a Job's annotation for its
 // task only when the Job's name agrees with it.

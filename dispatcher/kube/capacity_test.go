@@ -21,11 +21,12 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/runner"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 func runningJob(name string) *batchv1.Job {
 	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
-		Name: name, Namespace: "runners", Labels: map[string]string{job.LabelDispatcher: "d1"},
+		Name: name, Namespace: "runners", Labels: map[string]string{contract.LabelDispatcher: "d1"},
 	}}
 }
 
@@ -287,7 +288,7 @@ func (c labelledCache) Get(ctx context.Context, key client.ObjectKey, obj client
 	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
 		return err
 	}
-	if j, ok := obj.(*batchv1.Job); ok && j.Labels[job.LabelDispatcher] != c.id {
+	if j, ok := obj.(*batchv1.Job); ok && j.Labels[contract.LabelDispatcher] != c.id {
 		return apierrors.NewNotFound(batchv1.Resource("jobs"), key.Name)
 	}
 	return nil
@@ -298,9 +299,9 @@ func (c labelledCache) Get(ctx context.Context, key client.ObjectKey, obj client
 func runnerJobOf(rt *v1alpha1.RunnerTask) *batchv1.Job {
 	j := runningJob(job.Name(TaskID(rt)))
 	j.UID = "job-" + rt.UID
-	j.Labels[job.LabelTaskID] = "task-" + string(rt.UID)
-	j.Annotations = map[string]string{job.AnnotationTaskID: TaskID(rt)}
-	j.Spec.Template.Labels = map[string]string{job.LabelRunner: "true", job.LabelTaskID: j.Labels[job.LabelTaskID]}
+	j.Labels[contract.TaskID] = "task-" + string(rt.UID)
+	j.Annotations = map[string]string{contract.TaskID: TaskID(rt)}
+	j.Spec.Template.Labels = map[string]string{contract.LabelRunner: "true", contract.TaskID: j.Labels[contract.TaskID]}
 	return j
 }
 
@@ -309,7 +310,7 @@ func runnerJobOf(rt *v1alpha1.RunnerTask) *batchv1.Job {
 func runnerPodOf(j *batchv1.Job, name string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 		Name: name, Namespace: j.Namespace,
-		Labels:          map[string]string{batchv1.JobNameLabel: j.Name, job.LabelRunner: "true", job.LabelTaskID: j.Labels[job.LabelTaskID]},
+		Labels:          map[string]string{batchv1.JobNameLabel: j.Name, contract.LabelRunner: "true", contract.TaskID: j.Labels[contract.TaskID]},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}},
 	}}
 }
@@ -327,7 +328,7 @@ func TestForeignJobIsNeverTakenForTheTasks(t *testing.T) {
 		plant  func(*batchv1.Job)
 	}{
 		{"another ID, pods not runners", "d0", true, func(j *batchv1.Job) { j.Spec.Template.Labels = nil }},
-		{"another ID, another task's", "d0", true, func(j *batchv1.Job) { j.Annotations[job.AnnotationTaskID] = "runners/b/uid-b" }},
+		{"another ID, another task's", "d0", true, func(j *batchv1.Job) { j.Annotations[contract.TaskID] = "runners/b/uid-b" }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -337,7 +338,7 @@ func TestForeignJobIsNeverTakenForTheTasks(t *testing.T) {
 				rt.Status = v1alpha1.RunnerTaskStatus{Phase: v1alpha1.PhaseRunning, JobName: name}
 			}
 			planted := runnerJobOf(rt)
-			planted.Labels[job.LabelDispatcher] = c.label
+			planted.Labels[contract.LabelDispatcher] = c.label
 			c.plant(planted)
 			api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, planted).Build()
 			r := New(Options{Client: labelledCache{Client: api, id: "d1"}, Reader: api, Jobs: job.Options{DispatcherID: "d1"}})
@@ -348,8 +349,8 @@ func TestForeignJobIsNeverTakenForTheTasks(t *testing.T) {
 			if err := api.Get(t.Context(), key(name), &j); err != nil {
 				t.Fatalf("the planted Job: %v", err)
 			}
-			if j.Labels[job.LabelDispatcher] != c.label {
-				t.Fatalf("the planted Job's dispatcher label %q, want %q as planted", j.Labels[job.LabelDispatcher], c.label)
+			if j.Labels[contract.LabelDispatcher] != c.label {
+				t.Fatalf("the planted Job's dispatcher label %q, want %q as planted", j.Labels[contract.LabelDispatcher], c.label)
 			}
 			got := &v1alpha1.RunnerTask{}
 			if err := api.Get(t.Context(), key("a"), got); err != nil {
@@ -371,7 +372,7 @@ func TestForeignJobIsNeverTakenForTheTasks(t *testing.T) {
 func TestRewrittenTaskAnnotationDoesNotEndTheTask(t *testing.T) {
 	t.Parallel()
 	for name, forge := range map[string]func(*batchv1.Job){
-		"another task's": func(j *batchv1.Job) { j.Annotations[job.AnnotationTaskID] = "runners/b/uid-b" },
+		"another task's": func(j *batchv1.Job) { j.Annotations[contract.TaskID] = "runners/b/uid-b" },
 		"none":           func(j *batchv1.Job) { j.Annotations = nil },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -379,7 +380,7 @@ func TestRewrittenTaskAnnotationDoesNotEndTheTask(t *testing.T) {
 			rt := runnerTask("a", "uid-a")
 			rt.Status = v1alpha1.RunnerTaskStatus{Phase: v1alpha1.PhaseRunning, JobName: job.Name(TaskID(rt))}
 			j := runnerJobOf(rt)
-			j.Labels[job.LabelDispatcher] = "d1"
+			j.Labels[contract.LabelDispatcher] = "d1"
 			forge(j)
 			api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, j).Build()
 			r := New(Options{Client: labelledCache{Client: api, id: "d1"}, Reader: api, Jobs: job.Options{DispatcherID: "d1"}})
@@ -409,7 +410,7 @@ func TestRunningTaskOfAnotherDispatcherIDIsTakenOver(t *testing.T) {
 	name := job.Name(TaskID(rt))
 	rt.Status = v1alpha1.RunnerTaskStatus{Phase: v1alpha1.PhaseRunning, JobName: name}
 	old := runnerJobOf(rt)
-	old.Labels[job.LabelDispatcher] = "d0"
+	old.Labels[contract.LabelDispatcher] = "d0"
 	api := fake.NewClientBuilder().WithScheme(taskScheme(t)).WithStatusSubresource(&v1alpha1.RunnerTask{}).WithObjects(rt, old).Build()
 	r := New(Options{Client: labelledCache{Client: api, id: "d1"}, Reader: api, Jobs: job.Options{DispatcherID: "d1"}})
 	if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key("a")}); err != nil {
@@ -419,8 +420,8 @@ func TestRunningTaskOfAnotherDispatcherIDIsTakenOver(t *testing.T) {
 	if err := api.Get(t.Context(), key(name), &j); err != nil {
 		t.Fatal(err)
 	}
-	if j.Labels[job.LabelDispatcher] != "d1" {
-		t.Fatalf("Job's dispatcher label %q, want d1", j.Labels[job.LabelDispatcher])
+	if j.Labels[contract.LabelDispatcher] != "d1" {
+		t.Fatalf("Job's dispatcher label %q, want d1", j.Labels[contract.LabelDispatcher])
 	}
 	got := &v1alpha1.RunnerTask{}
 	if err := api.Get(t.Context(), key("a"), got); err != nil || got.Status.Phase != v1alpha1.PhaseRunning {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // LogConfigMapPrefix is how the name of a ConfigMap that keeps the log of a
@@ -50,8 +51,8 @@ func (r *Reconciler) keepLog(ctx context.Context, rt *v1alpha1.RunnerTask, jobNa
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 		GenerateName: LogConfigMapPrefix(jobName), Namespace: rt.Namespace,
-		Labels:      map[string]string{job.LabelDispatcher: r.opts.Jobs.DispatcherID},
-		Annotations: map[string]string{job.AnnotationTaskID: TaskID(rt)},
+		Labels:      map[string]string{contract.LabelDispatcher: r.opts.Jobs.DispatcherID},
+		Annotations: map[string]string{contract.TaskID: TaskID(rt)},
 	}}
 	// A log is text, but a container may write anything.
 	if utf8.Valid(tail) {

@@ -24,6 +24,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/internal/clocktest"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // fakeLogs serves one log for every container.
@@ -114,7 +115,7 @@ func TestKeptLogAndRecordAreTheJobsOwnPods(t *testing.T) {
 			p.Labels, p.OwnerReferences = map[string]string{batchv1.JobNameLabel: p.Labels[batchv1.JobNameLabel]}, nil
 		}},
 		{"a forged owner reference with another UID", func(p *corev1.Pod) { p.OwnerReferences[0].UID = "forged" }},
-		{"no runner label", func(p *corev1.Pod) { delete(p.Labels, job.LabelRunner) }},
+		{"no runner label", func(p *corev1.Pod) { delete(p.Labels, contract.LabelRunner) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -182,8 +183,8 @@ func TestPlantedLogConfigMapIsNeverTaken(t *testing.T) {
 			planted := &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{
 					Name: c.plant(j.Name), Namespace: "runners",
-					Labels:      map[string]string{job.LabelDispatcher: "d1"},
-					Annotations: map[string]string{job.AnnotationTaskID: TaskID(rt)},
+					Labels:      map[string]string{contract.LabelDispatcher: "d1"},
+					Annotations: map[string]string{contract.TaskID: TaskID(rt)},
 					OwnerReferences: []metav1.OwnerReference{{
 						APIVersion: v1alpha1.GroupVersion.String(), Kind: "RunnerTask", Name: rt.Name, UID: rt.UID, Controller: ptr.To(true),
 					}},
@@ -316,7 +317,7 @@ func TestPlantedPodDoesNotEndTheTask(t *testing.T) {
 			p.Labels, p.OwnerReferences = map[string]string{batchv1.JobNameLabel: j.Name}, nil
 		}, v1alpha1.PhaseRunning},
 		{"a forged owner reference with another UID", func(_ *batchv1.Job, p *corev1.Pod) { p.OwnerReferences[0].UID = "forged" }, v1alpha1.PhaseRunning},
-		{"no runner label", func(_ *batchv1.Job, p *corev1.Pod) { delete(p.Labels, job.LabelRunner) }, v1alpha1.PhaseRunning},
+		{"no runner label", func(_ *batchv1.Job, p *corev1.Pod) { delete(p.Labels, contract.LabelRunner) }, v1alpha1.PhaseRunning},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -351,7 +352,7 @@ func TestPlantedPodDoesNotEndTheTask(t *testing.T) {
 				}
 			}
 			p := runnerPodOf(j, j.Name+"-pulling")
-			p.Annotations = map[string]string{job.AnnotationTaskID: TaskID(rt)}
+			p.Annotations = map[string]string{contract.TaskID: TaskID(rt)}
 			p.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 				Name: job.RunnerContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "pull access denied"}},
 			}}}

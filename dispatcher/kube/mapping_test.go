@@ -4,12 +4,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/runwarden/runwarden/internal/contract"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
-	"github.com/runwarden/runwarden/dispatcher/job"
 )
 
 // TestPodToTask: a runner pod is mapped to the RunnerTask its annotation
@@ -18,7 +17,7 @@ func TestPodToTask(t *testing.T) {
 	pod := func(ns, id string) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}}
 		if id != "" {
-			p.Annotations = map[string]string{job.AnnotationTaskID: id}
+			p.Annotations = map[string]string{contract.TaskID: id}
 		}
 		return p
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/runner"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // ReasonCapacity is the reason of a task waiting for a free slot.
@@ -183,7 +184,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // reconciler to a namespace its cache may not hold, which it would retry
 // with backoff for as long as the pod stays.
 func podToTask(_ context.Context, o client.Object) []reconcile.Request {
-	ns, name, ok := taskRef(o.GetAnnotations()[job.AnnotationTaskID])
+	ns, name, ok := taskRef(o.GetAnnotations()[contract.TaskID])
 	if !ok || ns != o.GetNamespace() {
 		return nil
 	}
@@ -231,7 +232,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.missing(ctx, rt, name)
 	case j == nil:
 		return r.start(ctx, rt)
-	case j.Annotations[job.AnnotationTaskID] != TaskID(rt):
+	case j.Annotations[contract.TaskID] != TaskID(rt):
 		// The Job is the task's by what no one else can write: its name
 		// (job.Name of the task ID, which holds the RunnerTask's UID) and
 		// this dispatcher's label, which the chart's Jobs policy lets only
@@ -240,7 +241,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// policy; rewritten by whoever may patch Jobs where that policy is
 		// not installed, it must not end the task while its Job runs on
 		// unwatched: the task is followed as if it were not.
-		log.FromContext(ctx).Info("the task's Job carries another task annotation than the one the dispatcher wrote; the Job is followed as the task's by its name", "job", j.Name, "annotation", j.Annotations[job.AnnotationTaskID])
+		log.FromContext(ctx).Info("the task's Job carries another task annotation than the one the dispatcher wrote; the Job is followed as the task's by its name", "job", j.Name, "annotation", j.Annotations[contract.TaskID])
 	}
 	if rt.Status.JobName == "" && !r.wasMarked(req.NamespacedName, j.Name) {
 		// Adopted after a restart between create and status update.
@@ -315,10 +316,10 @@ func (r *Reconciler) cancel(ctx context.Context, rt *v1alpha1.RunnerTask, j *bat
 func (r *Reconciler) missing(ctx context.Context, rt *v1alpha1.RunnerTask, name string) (reconcile.Result, error) {
 	live := &batchv1.Job{}
 	switch err := r.opts.Reader.Get(ctx, client.ObjectKey{Namespace: rt.Namespace, Name: name}, live); {
-	case err == nil && live.Labels[job.LabelDispatcher] != r.opts.Jobs.DispatcherID:
+	case err == nil && live.Labels[contract.LabelDispatcher] != r.opts.Jobs.DispatcherID:
 		// Made under another dispatcher ID (this one's changed): the
 		// cache, which holds only Jobs of this ID, would never show it.
-		log.FromContext(ctx).Info("taking over a Job made under another dispatcher ID", "job", live.Name, "was", live.Labels[job.LabelDispatcher])
+		log.FromContext(ctx).Info("taking over a Job made under another dispatcher ID", "job", live.Name, "was", live.Labels[contract.LabelDispatcher])
 		if err := job.TakeOver(ctx, r.opts.Client, live, TaskID(rt), r.opts.Jobs.DispatcherID); err != nil {
 			if errors.Is(err, job.ErrJobTaken) {
 				return reconcile.Result{}, r.finish(ctx, rt, nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonRefused, Message: err.Error()})
@@ -591,7 +592,7 @@ func (r *Reconciler) releaseTask(task types.NamespacedName, keep string) {
 func (r *Reconciler) count(ctx context.Context) error {
 	var jobs batchv1.JobList
 	// Read-only: the cache's objects are not copied.
-	if err := r.opts.Client.List(ctx, &jobs, client.MatchingLabels{job.LabelDispatcher: r.opts.Jobs.DispatcherID}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.opts.Client.List(ctx, &jobs, client.MatchingLabels{contract.LabelDispatcher: r.opts.Jobs.DispatcherID}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing jobs: %w", err)
 	}
 	var taken runner.Load

@@ -22,6 +22,7 @@ import (
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/runner"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // acceptingClient is a client of an orchestrator that accepts every
@@ -64,7 +65,7 @@ func TestCancelledTaskHoldsItsSlotUntilItsJobIsSuspended(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			running := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: job.Name("t-1"), Namespace: "runners", Annotations: map[string]string{
-				job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", AnnotationLeaseSeconds: "60",
+				contract.TaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", AnnotationLeaseSeconds: "60",
 			}}}
 			var s *Source
 			var mu sync.Mutex
@@ -137,8 +138,8 @@ func TestJobAwaitingDeletionHoldsASlot(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			left := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
-				Name: job.Name("t-1"), Namespace: "runners", UID: "u-1", Labels: map[string]string{job.LabelDispatcher: "d-1"},
-				Annotations: map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", job.AnnotationAwaitingSecret: "true"},
+				Name: job.Name("t-1"), Namespace: "runners", UID: "u-1", Labels: map[string]string{contract.LabelDispatcher: "d-1"},
+				Annotations: map[string]string{contract.TaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", job.AnnotationAwaitingSecret: "true"},
 			}, Spec: batchv1.JobSpec{Suspend: ptr.To(true)}}
 			var s *Source
 			var freeAtDelete []int
@@ -203,8 +204,8 @@ func TestJobAwaitingDeletionHoldsASlot(t *testing.T) {
 func TestRestoreCountsAJobBeingDeleted(t *testing.T) {
 	t.Parallel()
 	deleting := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
-		Name: job.Name("t-1"), Namespace: "runners", UID: "u-1", Labels: map[string]string{job.LabelDispatcher: "d-1"},
-		Annotations:       map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", AnnotationLeaseSeconds: "60"},
+		Name: job.Name("t-1"), Namespace: "runners", UID: "u-1", Labels: map[string]string{contract.LabelDispatcher: "d-1"},
+		Annotations:       map[string]string{contract.TaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", AnnotationLeaseSeconds: "60"},
 		DeletionTimestamp: ptr.To(metav1.Now()), Finalizers: []string{metav1.FinalizerDeleteDependents},
 	}}
 	kube := fake.NewClientBuilder().WithObjects(deleting).Build()

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // Log streaming bounds: a chunk is sent when it is full or has waited
@@ -64,7 +65,7 @@ func (s *Source) streamLogs(ctx context.Context, t *task, j *batchv1.Job) {
 	// The caller goes on using j (a patch decodes into it): copy what the
 	// stream needs, which is what tells the Job's own pods (job.IsPodOf).
 	own := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Name, UID: j.UID,
-		Labels: map[string]string{job.LabelTaskID: j.Labels[job.LabelTaskID]}}}
+		Labels: map[string]string{contract.TaskID: j.Labels[contract.TaskID]}}}
 	run := func(root context.Context) {
 		defer close(l.done)
 		sctx, cancel := context.WithCancel(root)

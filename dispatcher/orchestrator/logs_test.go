@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // The log streamed as a task's is its Job's own pod's: a pod planted with
@@ -19,11 +20,11 @@ import (
 func TestLogsAreTheJobsOwnPods(t *testing.T) {
 	t.Parallel()
 	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "rw-t-1", Namespace: "runners", UID: "job-uid-1",
-		Labels: map[string]string{job.LabelTaskID: "t-1", job.LabelDispatcher: "d1"}}}
+		Labels: map[string]string{contract.TaskID: "t-1", contract.LabelDispatcher: "d1"}}}
 	pod := func(name string) *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.Namespace,
-				Labels:          map[string]string{batchv1.JobNameLabel: j.Name, job.LabelRunner: "true", job.LabelTaskID: "t-1"},
+				Labels:          map[string]string{batchv1.JobNameLabel: j.Name, contract.LabelRunner: "true", contract.TaskID: "t-1"},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}}},
 			Spec: corev1.PodSpec{NodeName: "node-1"},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
@@ -39,8 +40,8 @@ func TestLogsAreTheJobsOwnPods(t *testing.T) {
 			p.Labels, p.OwnerReferences = map[string]string{batchv1.JobNameLabel: j.Name}, nil
 		}},
 		{"a forged owner reference with another UID", func(p *corev1.Pod) { p.OwnerReferences[0].UID = "forged" }},
-		{"no runner label", func(p *corev1.Pod) { delete(p.Labels, job.LabelRunner) }},
-		{"another task's label", func(p *corev1.Pod) { p.Labels[job.LabelTaskID] = "t-2" }},
+		{"no runner label", func(p *corev1.Pod) { delete(p.Labels, contract.LabelRunner) }},
+		{"another task's label", func(p *corev1.Pod) { p.Labels[contract.TaskID] = "t-2" }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

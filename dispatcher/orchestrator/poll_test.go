@@ -17,6 +17,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/runner"
 	"github.com/runwarden/runwarden/internal/clocktest"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // An orchestrator that answers polls at once, with nothing, is polled no
@@ -78,8 +79,8 @@ func TestStartWaitsForWhatItStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
-		Name: job.Name("t-1"), Namespace: "runners", UID: "u-1", Labels: map[string]string{job.LabelDispatcher: "d-1"},
-		Annotations: map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", job.AnnotationAwaitingSecret: "true"},
+		Name: job.Name("t-1"), Namespace: "runners", UID: "u-1", Labels: map[string]string{contract.LabelDispatcher: "d-1"},
+		Annotations: map[string]string{contract.TaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", job.AnnotationAwaitingSecret: "true"},
 	}, Spec: batchv1.JobSpec{Suspend: ptr.To(true)}} // as job.Create leaves it
 	s := New(Options{
 		Client: c, Kube: fake.NewClientBuilder().WithObjects(left).Build(), Namespace: "runners",

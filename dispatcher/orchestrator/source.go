@@ -25,6 +25,7 @@ import (
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/runner"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // Recorder counts what the source does; see package metrics. Started's
@@ -198,7 +199,7 @@ func (s *Source) Start(ctx context.Context) error {
 // (the Job was deleted before it finished).
 func (s *Source) restore(ctx context.Context) ([]*batchv1.Job, error) {
 	var jobs batchv1.JobList
-	if err := s.opts.Kube.List(ctx, &jobs, client.InNamespace(s.opts.Namespace), client.MatchingLabels{job.LabelDispatcher: s.opts.Jobs.DispatcherID}); err != nil {
+	if err := s.opts.Kube.List(ctx, &jobs, client.InNamespace(s.opts.Namespace), client.MatchingLabels{contract.LabelDispatcher: s.opts.Jobs.DispatcherID}); err != nil {
 		return nil, fmt.Errorf("listing this dispatcher's jobs: %w", err)
 	}
 	n := 0
@@ -206,7 +207,7 @@ func (s *Source) restore(ctx context.Context) ([]*batchv1.Job, error) {
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		if awaitingSecret(j) {
-			if id := j.Annotations[job.AnnotationTaskID]; id != "" && j.Annotations[job.AnnotationPreflight] == "" {
+			if id := j.Annotations[contract.TaskID]; id != "" && j.Annotations[job.AnnotationPreflight] == "" {
 				// Until it is deleted it is a Job of this dispatcher's
 				// that could run: it holds a slot.
 				s.leases.discard(id, client.ObjectKeyFromObject(j))
@@ -233,7 +234,7 @@ func (s *Source) restore(ctx context.Context) ([]*batchv1.Job, error) {
 // own. The Job holds a slot until it is gone.
 func (s *Source) startOver(ctx context.Context, jobs []*batchv1.Job) {
 	for _, j := range jobs {
-		id := j.Annotations[job.AnnotationTaskID]
+		id := j.Annotations[contract.TaskID]
 		err := s.opts.Kube.Delete(ctx, j, client.Preconditions{UID: &j.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 		if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 			if ctx.Err() == nil {
@@ -254,7 +255,7 @@ func (s *Source) startOver(ctx context.Context, jobs []*batchv1.Job) {
 // adopt tracks a Job's task from its annotations, and returns one view of
 // its lease; nil for a Job that is no task's.
 func (s *Source) adopt(j *batchv1.Job) (*task, lease) {
-	id := j.Annotations[job.AnnotationTaskID]
+	id := j.Annotations[contract.TaskID]
 	if id == "" || j.Annotations[job.AnnotationPreflight] != "" {
 		// Not a task's Job: the preflight's, left by a restart during it.
 		return nil, lease{}
@@ -339,7 +340,7 @@ func (s *Source) reconcileJob(ctx context.Context, req reconcile.Request) (recon
 		}
 		return s.reported(ctx, j)
 	}
-	if !tracked || v.id != j.Annotations[job.AnnotationTaskID] {
+	if !tracked || v.id != j.Annotations[contract.TaskID] {
 		t, v = s.adopt(j)
 	}
 	if t == nil || v.creating() {

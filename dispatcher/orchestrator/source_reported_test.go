@@ -14,6 +14,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // A finished Job whose annotations record the task's first lease, while the
@@ -88,9 +89,9 @@ func TestFinishedJobIsMarkedWhenItsFinalIsStoredUnderANewerLease(t *testing.T) {
 
 			done := &batchv1.Job{
 				ObjectMeta: metav1.ObjectMeta{
-					Name: job.Name("t-1"), Namespace: "runners", Labels: map[string]string{job.LabelDispatcher: "d-1"},
+					Name: job.Name("t-1"), Namespace: "runners", Labels: map[string]string{contract.LabelDispatcher: "d-1"},
 					Annotations: map[string]string{
-						job.AnnotationTaskID: "t-1", orchestrator.AnnotationLeaseID: first[0].LeaseID,
+						contract.TaskID: "t-1", orchestrator.AnnotationLeaseID: first[0].LeaseID,
 						orchestrator.AnnotationLeaseEpoch: "1", orchestrator.AnnotationLeaseSeconds: "1",
 					},
 				},

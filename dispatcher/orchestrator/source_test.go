@@ -25,6 +25,7 @@ import (
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/runner"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // A lease of a task this process let go, delivered again, is not taken for
@@ -80,15 +81,15 @@ func TestPreflightJobIsNotAdopted(t *testing.T) {
 	mk := func(name string, ann map[string]string) *batchv1.Job {
 		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "runners", Annotations: ann}, Spec: batchv1.JobSpec{Suspend: ptr.To(true)}}
 	}
-	if got, v := s.adopt(mk("rw-preflight", map[string]string{job.AnnotationTaskID: "preflight/d-1/0a1b2c3d", job.AnnotationPreflight: "true"})); got != nil {
+	if got, v := s.adopt(mk("rw-preflight", map[string]string{contract.TaskID: "preflight/d-1/0a1b2c3d", job.AnnotationPreflight: "true"})); got != nil {
 		t.Errorf("the preflight Job was adopted as task %q", v.id)
 	}
-	if got, v := s.adopt(mk(job.Name("t-1"), map[string]string{job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "2"})); got == nil || v.id != "t-1" || v.epoch != 2 {
+	if got, v := s.adopt(mk(job.Name("t-1"), map[string]string{contract.TaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "2"})); got == nil || v.id != "t-1" || v.epoch != 2 {
 		t.Errorf("a task's Job was not adopted: %+v", v)
 	}
 	// A Job awaiting its Secret never ran, and the Secret's values are
 	// gone with the process that had them: it is started over, not tracked.
-	if got, v := s.adopt(mk(job.Name("t-2"), map[string]string{job.AnnotationTaskID: "t-2", AnnotationLeaseID: "l-2", job.AnnotationAwaitingSecret: "true"})); got != nil {
+	if got, v := s.adopt(mk(job.Name("t-2"), map[string]string{contract.TaskID: "t-2", AnnotationLeaseID: "l-2", job.AnnotationAwaitingSecret: "true"})); got != nil {
 		t.Errorf("a Job awaiting its Secret was adopted as task %q", v.id)
 	}
 }
@@ -108,7 +109,7 @@ func TestStartOverDeletesAndHandsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "rw-t-1", Namespace: "runners", UID: "u-1", Annotations: map[string]string{
-		job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "4", job.AnnotationAwaitingSecret: "true",
+		contract.TaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "4", job.AnnotationAwaitingSecret: "true",
 	}}}
 	kube := fake.NewClientBuilder().WithObjects(left).Build()
 	s := New(Options{Client: c, Kube: kube})
@@ -281,8 +282,8 @@ func TestStartIgnoresALeaseItsJobRecordsAsEnded(t *testing.T) {
 		DispatcherID: "d-1",
 		Template:     corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "runner:1"}}}},
 	}
-	ended := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: job.Name("t-1"), Namespace: "runners", Labels: map[string]string{job.LabelDispatcher: "d-1"}, Annotations: map[string]string{
-		job.AnnotationTaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", AnnotationReported: "true",
+	ended := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: job.Name("t-1"), Namespace: "runners", Labels: map[string]string{contract.LabelDispatcher: "d-1"}, Annotations: map[string]string{
+		contract.TaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", AnnotationReported: "true",
 	}}, Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}} // finished, as a reported Job is (reportedMark)
 	kube := fake.NewClientBuilder().WithObjects(ended).Build()
 	s := New(Options{Kube: kube, Namespace: "runners", Jobs: opts})

@@ -15,6 +15,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // TestForgedJobAnnotationsAreNotBelieved: what whoever may patch Jobs
@@ -42,7 +43,7 @@ func TestForgedJobAnnotationsAreNotBelieved(t *testing.T) {
 		}},
 		{name: "t-1's finished Job renamed t-2's", forge: func(j *batchv1.Job, _, t2 orchestrator.Lease) {
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-			j.Annotations[job.AnnotationTaskID] = "t-2"
+			j.Annotations[contract.TaskID] = "t-2"
 			j.Annotations[orchestrator.AnnotationLeaseID] = t2.LeaseID
 		}},
 	}
@@ -70,9 +71,9 @@ func TestForgedJobAnnotationsAreNotBelieved(t *testing.T) {
 			j := &batchv1.Job{
 				ObjectMeta: metav1.ObjectMeta{
 					Name: job.Name("t-1"), Namespace: "runners", UID: "job-uid-1", CreationTimestamp: created,
-					Labels: map[string]string{job.LabelDispatcher: "d-1", job.LabelTaskID: "t-1"},
+					Labels: map[string]string{contract.LabelDispatcher: "d-1", contract.TaskID: "t-1"},
 					Annotations: map[string]string{
-						job.AnnotationTaskID: "t-1", orchestrator.AnnotationLeaseID: byID["t-1"].LeaseID,
+						contract.TaskID: "t-1", orchestrator.AnnotationLeaseID: byID["t-1"].LeaseID,
 						orchestrator.AnnotationLeaseEpoch: "1", orchestrator.AnnotationLeaseSeconds: "60",
 					},
 				},

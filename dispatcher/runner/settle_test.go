@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 var start = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
@@ -20,7 +21,7 @@ var start = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 func finishedJob(name string, created time.Time, annotations map[string]string) *batchv1.Job {
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: "ns", Labels: map[string]string{job.LabelDispatcher: "d"},
+			Name: name, Namespace: "ns", Labels: map[string]string{contract.LabelDispatcher: "d"},
 			CreationTimestamp: metav1.NewTime(created), Annotations: annotations,
 		},
 		Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}},

@@ -216,7 +216,7 @@ func (w *JobWatch) checkSlots(typ string, j *batchv1.Job) {
 	if len(holding) > w.maxConcurrent {
 		slices.Sort(holding)
 		w.violate(fmt.Sprintf("after Job %s %s (resourceVersion %s, task %s): %d Jobs of dispatcher %s hold a slot, --max-concurrent %d:\n\t%s",
-			j.Name, typ, j.ResourceVersion, j.Annotations[job.AnnotationTaskID], len(holding), id, w.maxConcurrent, strings.Join(holding, "\n\t")))
+			j.Name, typ, j.ResourceVersion, j.Annotations[contract.TaskID], len(holding), id, w.maxConcurrent, strings.Join(holding, "\n\t")))
 	}
 }
 
@@ -229,7 +229,7 @@ func describeJob(j *batchv1.Job) string {
 		}
 	}
 	s := fmt.Sprintf("%s (uid %s, task %s, created %s, active %d, suspended %v, conditions %v",
-		j.Name, j.UID, j.Annotations[job.AnnotationTaskID], j.CreationTimestamp.Format(time.RFC3339), j.Status.Active, ptr.Deref(j.Spec.Suspend, false), conds)
+		j.Name, j.UID, j.Annotations[contract.TaskID], j.CreationTimestamp.Format(time.RFC3339), j.Status.Active, ptr.Deref(j.Spec.Suspend, false), conds)
 	if j.DeletionTimestamp != nil {
 		s += ", deleting since " + j.DeletionTimestamp.Format(time.RFC3339)
 	}
@@ -242,7 +242,7 @@ func describeJob(j *batchv1.Job) string {
 // checkPod checks, after an event of pod p, that its task has pods of no
 // other Job. w.mu is held.
 func (w *JobWatch) checkPod(typ string, p *corev1.Pod) {
-	task := p.Labels[contract.LabelTaskID]
+	task := p.Labels[contract.TaskID]
 	owner := metav1.GetControllerOf(p)
 	if task == "" || owner == nil || owner.Kind != "Job" {
 		return
@@ -253,7 +253,7 @@ func (w *JobWatch) checkPod(typ string, p *corev1.Pod) {
 		w.taskJob[task] = podJob{job: owner.Name, uid: owner.UID, pod: p.Name}
 	case first.uid != owner.UID:
 		w.violate(fmt.Sprintf("task %s (%s) has pods of two Jobs: pod %s of Job %s (uid %s) %s (resourceVersion %s, phase %s, node %q), after pod %s of Job %s (uid %s)",
-			task, p.Annotations[job.AnnotationTaskID], p.Name, owner.Name, owner.UID, typ, p.ResourceVersion, p.Status.Phase, p.Spec.NodeName, first.pod, first.job, first.uid))
+			task, p.Annotations[contract.TaskID], p.Name, owner.Name, owner.UID, typ, p.ResourceVersion, p.Status.Phase, p.Spec.NodeName, first.pod, first.job, first.uid))
 	}
 }
 

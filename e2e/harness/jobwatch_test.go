@@ -24,8 +24,8 @@ import (
 func watchedJob(name, task string, change func(*batchv1.Job)) *batchv1.Job {
 	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
 		Name: name, Namespace: "ns", UID: types.UID("uid-" + name),
-		Labels:      map[string]string{contract.LabelDispatcher: "d-1", contract.LabelTaskID: task},
-		Annotations: map[string]string{job.AnnotationTaskID: task},
+		Labels:      map[string]string{contract.LabelDispatcher: "d-1", contract.TaskID: task},
+		Annotations: map[string]string{contract.TaskID: task},
 	}}
 	if change != nil {
 		change(j)
@@ -37,8 +37,8 @@ func watchedJob(name, task string, change func(*batchv1.Job)) *batchv1.Job {
 func podOf(j *batchv1.Job, name string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 		Name: name, Namespace: "ns", UID: types.UID("uid-" + name),
-		Labels:          map[string]string{contract.LabelTaskID: j.Labels[contract.LabelTaskID]},
-		Annotations:     map[string]string{job.AnnotationTaskID: j.Annotations[job.AnnotationTaskID]},
+		Labels:          map[string]string{contract.TaskID: j.Labels[contract.TaskID]},
+		Annotations:     map[string]string{contract.TaskID: j.Annotations[contract.TaskID]},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}},
 	}}
 }

@@ -5,15 +5,21 @@
 // Each is defined here once; both programs import it.
 package contract
 
+// Prefix begins every label and annotation runwarden writes.
+const Prefix = "runwarden.dev/"
+
+// TaskID names a runner Job's and its pod's task. As an annotation it is
+// the task ID as the source gave it; as a label, the same ID, or its hash
+// when the ID is not a valid label value (taskLabel in dispatcher/job). One key, one
+// concept: the label selects, the annotation tells the whole ID.
+const TaskID = "runwarden.dev/task-id"
+
 // Labels on runner Jobs and their pods.
 const (
 	// LabelRunner marks runner pods: the webhook selects on it, and checks
 	// that a pod earned it (made by the Job controller for a Job of the
 	// dispatcher).
 	LabelRunner = "runwarden.dev/runner"
-	// LabelTaskID carries the task ID, or its hash when the ID is not a
-	// valid label value.
-	LabelTaskID = "runwarden.dev/task-id"
 	// LabelDispatcher names the dispatcher that made the Job.
 	LabelDispatcher = "runwarden.dev/dispatcher"
 )

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
@@ -158,7 +159,7 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 	if pod.Namespace == "" {
 		pod.Namespace = req.Namespace
 	}
-	claimed := pod.Labels[RunnerLabel] == "true"
+	claimed := pod.Labels[contract.LabelRunner] == "true"
 	if h.opts.Mutate && !claimed {
 		return Result{Outcome: OutcomeSkipped, Reason: "not a runner pod", Pod: pod}, nil
 	}
@@ -172,8 +173,8 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 	// Decided here, before the policies: no enforcement mode relaxes it.
 	jobController := slices.Contains(h.opts.JobControllerUsers, req.User)
 	switch {
-	case old != nil && (old.Labels[RunnerLabel] == "true") != claimed:
-		return denied(fmt.Sprintf("runwarden: the label %s cannot be added to or removed from a pod: a pod is a runner from its creation, or never", RunnerLabel)), nil
+	case old != nil && (old.Labels[contract.LabelRunner] == "true") != claimed:
+		return denied(fmt.Sprintf("runwarden: the label %s cannot be added to or removed from a pod: a pod is a runner from its creation, or never", contract.LabelRunner)), nil
 	case frozen(req, claimed, jobController) != "":
 		return denied(frozen(req, claimed, jobController)), nil
 	case old != nil && jobController && controllersOnly(old, pod):
@@ -186,7 +187,7 @@ func (h *Handler) admit(ctx context.Context, req Request, look Lookups, before *
 			return Result{}, err
 		}
 		if why != "" {
-			return denied(fmt.Sprintf(`runwarden: this pod claims the label %s: "true", which only pods the Job controller makes for a Job of runwarden's dispatcher carry, but %s; remove the label, or submit the work as a task`, RunnerLabel, why)), nil
+			return denied(fmt.Sprintf(`runwarden: this pod claims the label %s: "true", which only pods the Job controller makes for a Job of runwarden's dispatcher carry, but %s; remove the label, or submit the work as a task`, contract.LabelRunner, why)), nil
 		}
 	}
 	if why := platformSecrets(h.opts.Config, pod, res.Runner); why != "" { // boundary.go: before the policies, in every mode
@@ -260,14 +261,14 @@ func (h *Handler) shape(logger logr.Logger, req Request, res Result, policyDiges
 	// webhook changed the spec since. Called again, the record keeps what
 	// the first pass changed.
 	if res.Runner && req.Operation == admissionv1.Create {
-		if digest := specDigest(&pod.Spec); pod.Annotations[AnnotationSpecDigest] != digest {
-			if prev := pod.Annotations[AnnotationMutations]; prev != "" {
+		if digest := specDigest(&pod.Spec); pod.Annotations[contract.AnnotationSpecDigest] != digest {
+			if prev := pod.Annotations[contract.AnnotationMutations]; prev != "" {
 				mutations = union(strings.Split(prev, ", "), mutations)
 			}
 			record(pod, digest, policyDigest, mutations, d.Warnings)
 			// One line per runner pod admitted: the record, as the pod keeps it.
 			logger.Info("runner pod admitted", "pod", pod.GenerateName, "job", jobOf(pod), "policies", policyDigest,
-				"spec", pod.Annotations[AnnotationSpecDigest], "mutations", mutations, "warnings", d.Warnings)
+				"spec", pod.Annotations[contract.AnnotationSpecDigest], "mutations", mutations, "warnings", d.Warnings)
 		}
 	}
 	res.Outcome, res.Pod = OutcomeMutated, pod
@@ -326,8 +327,8 @@ func (h *Handler) earned(ctx context.Context, look Lookups, pod *corev1.Pod, use
 	switch {
 	case j.UID != ref.UID:
 		return fmt.Sprintf("its controller reference names Job %s with UID %s, and that Job's UID is %s", ref.Name, ref.UID, j.UID), nil
-	case j.Labels[DispatcherLabel] == "" || j.Spec.Template.Labels[RunnerLabel] != "true":
-		return fmt.Sprintf("its Job %s was not made by runwarden's dispatcher (it lacks the label %s, or its pod template the label %s)", ref.Name, DispatcherLabel, RunnerLabel), nil
+	case j.Labels[contract.LabelDispatcher] == "" || j.Spec.Template.Labels[contract.LabelRunner] != "true":
+		return fmt.Sprintf("its Job %s was not made by runwarden's dispatcher (it lacks the label %s, or its pod template the label %s)", ref.Name, contract.LabelDispatcher, contract.LabelRunner), nil
 	}
 	return "", nil
 }

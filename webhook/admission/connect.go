@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	kjson "sigs.k8s.io/json"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
@@ -71,7 +72,7 @@ func (h *Handler) connect(ctx context.Context, req admission.Request) (admission
 		log.FromContext(ctx).Error(err, "reading the pod of a "+req.SubResource+" request", "pod", req.Name)
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading pod %s/%s to tell whether it is a runner: %w", req.Namespace, req.Name, err)), "error"
 	}
-	if pod.Labels[RunnerLabel] != "true" {
+	if pod.Labels[contract.LabelRunner] != "true" {
 		return admission.Allowed("not a runner pod"), "skipped"
 	}
 	if execAllowed(h.opts.Config) {

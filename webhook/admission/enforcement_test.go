@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/policies"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
@@ -215,7 +216,7 @@ func TestRefusalsOutsideThePoliciesAlwaysDeny(t *testing.T) {
 	).Build()
 	recorded := func() *corev1.Pod {
 		p := runnerPod("registry.example.com/runner:1")
-		p.Annotations = map[string]string{AnnotationSpecDigest: "sha256:1", AnnotationPolicyDigest: "p1", AnnotationMutations: "env A"}
+		p.Annotations = map[string]string{contract.AnnotationSpecDigest: "sha256:1", contract.AnnotationPolicyDigest: "p1", contract.AnnotationMutations: "env A"}
 		return p
 	}
 	tests := []struct {
@@ -229,9 +230,9 @@ func TestRefusalsOutsideThePoliciesAlwaysDeny(t *testing.T) {
 			r.UserInfo.Username = "alice"
 			return r
 		}},
-		{name: "a runner pod's record changed", want: "the annotation " + AnnotationSpecDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+		{name: "a runner pod's record changed", want: "the annotation " + contract.AnnotationSpecDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
 			changed := recorded()
-			changed.Annotations[AnnotationSpecDigest] = "sha256:2"
+			changed.Annotations[contract.AnnotationSpecDigest] = "sha256:2"
 			r := request(t, changed)
 			r.Operation = admissionv1.Update
 			raw, err := json.Marshal(recorded())

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -51,9 +52,6 @@ const legacyControllerUIDLabel = "controller-uid"
 // pod that ends without it is taken as counted already, so the Job
 // controller starts another in its place.
 const jobTrackingFinalizer = batchv1.JobTrackingFinalizer
-
-// runwardenPrefix is the prefix of runwarden's labels and annotations.
-const runwardenPrefix = "runwarden.dev/"
 
 // frozen says why a request changes what its pod keeps from its admission,
 // or is "": runner is whether the pod is a runner pod (the runner label's
@@ -106,7 +104,7 @@ func runnerChanged(req Request, jobController bool) string {
 	if k := recordChanged(old, pod); k != "" {
 		return fmt.Sprintf("runwarden: the annotation %s of a runner pod cannot be changed: it is the webhook's record of what it admitted, written at the pod's creation and read by the dispatcher into the task's record", k)
 	}
-	if k := changedKey(old.Annotations, pod.Annotations, func(k string) bool { return strings.HasPrefix(k, runwardenPrefix) }); k != "" {
+	if k := changedKey(old.Annotations, pod.Annotations, func(k string) bool { return strings.HasPrefix(k, contract.Prefix) }); k != "" {
 		return fmt.Sprintf("runwarden: the annotation %s of a runner pod cannot be changed: runwarden's annotations are written at the pod's creation", k)
 	}
 	return ownersChanged(old, pod, jobController)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/internal/resolve"
 	"github.com/runwarden/runwarden/policies"
 	"github.com/runwarden/runwarden/webhook/policy"
@@ -29,10 +30,10 @@ func admittedRunner() *corev1.Pod {
 	p.Name = "task-1-abcde"
 	maps.Copy(p.Labels, map[string]string{
 		batchv1.ControllerUidLabel: "job-uid-1", legacyControllerUIDLabel: "job-uid-1",
-		batchv1.JobNameLabel: "task-1", "job-name": "task-1", TaskIDLabel: "t-1",
+		batchv1.JobNameLabel: "task-1", "job-name": "task-1", contract.TaskID: "t-1",
 	})
 	p.Annotations = map[string]string{
-		AnnotationSpecDigest: "sha256:1", AnnotationPolicyDigest: "p1", AnnotationMutations: "env A",
+		contract.AnnotationSpecDigest: "sha256:1", contract.AnnotationPolicyDigest: "p1", contract.AnnotationMutations: "env A",
 		"runwarden.dev/repo-url": "https://git.example.com/infra.git",
 	}
 	p.OwnerReferences[0].BlockOwnerDeletion = ptr.To(true)

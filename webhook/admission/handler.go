@@ -22,20 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 	kjson "sigs.k8s.io/json"
 
-	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
-
-// RunnerLabel marks runner pods; the mutating webhook configuration selects
-// on it, and the handler checks that the pod earned it.
-const RunnerLabel = contract.LabelRunner
-
-// DispatcherLabel is on every Job runwarden's dispatcher makes.
-const DispatcherLabel = contract.LabelDispatcher
-
-// TaskIDLabel is on a runner pod from its Job's template: with the pod's
-// controller reference, it tells the dispatcher whose task the pod is.
-const TaskIDLabel = contract.LabelTaskID
 
 // DefaultJobControllerUsers are the users the Job controller of
 // kube-controller-manager creates pods as: its own service account with

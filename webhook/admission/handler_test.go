@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/internal/resolve"
 	"github.com/runwarden/runwarden/policies"
 	"github.com/runwarden/runwarden/webhook/policy"
@@ -55,8 +56,8 @@ const jobController = "system:serviceaccount:kube-system:job-controller"
 // taskJob is the Job runnerPod's pods belong to, as the dispatcher makes it.
 func taskJob() *batchv1.Job {
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: "task-1", Namespace: "team-a", UID: "job-uid-1", Labels: map[string]string{DispatcherLabel: "d-1"}},
-		Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{RunnerLabel: "true"}}}},
+		ObjectMeta: metav1.ObjectMeta{Name: "task-1", Namespace: "team-a", UID: "job-uid-1", Labels: map[string]string{contract.LabelDispatcher: "d-1"}},
+		Spec:       batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{contract.LabelRunner: "true"}}}},
 	}
 }
 
@@ -99,7 +100,7 @@ func runnerPod(image string) *corev1.Pod {
 	return &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{RunnerLabel: "true"},
+			GenerateName: "task-1-", Namespace: "team-a", Labels: map[string]string{contract.LabelRunner: "true"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "task-1", UID: "job-uid-1", Controller: ptr.To(true)}},
 		},
 		Spec: corev1.PodSpec{
@@ -220,19 +221,19 @@ func TestHandlerMutatesRunnerPods(t *testing.T) {
 	}
 	// The pod keeps the record of what was admitted: the spec's digest,
 	// the policy set's, and what the policies changed, by name.
-	if d := got.Annotations[AnnotationSpecDigest]; d != SpecDigest(got.Spec) || !strings.HasPrefix(d, "sha256:") {
+	if d := got.Annotations[contract.AnnotationSpecDigest]; d != SpecDigest(got.Spec) || !strings.HasPrefix(d, "sha256:") {
 		t.Errorf("spec digest %q, want %q", d, SpecDigest(got.Spec))
 	}
-	if got.Annotations[AnnotationPolicyDigest] == "" {
+	if got.Annotations[contract.AnnotationPolicyDigest] == "" {
 		t.Error("no policy digest recorded")
 	}
 	for _, m := range []string{"env AWS_ROLE_ARN", "toleration runwarden.dev/pool", "nodeSelector runwarden.dev/pool", "secret references resolved in the pod"} {
-		if !strings.Contains(got.Annotations[AnnotationMutations], m) {
-			t.Errorf("recorded mutations %q lack %q", got.Annotations[AnnotationMutations], m)
+		if !strings.Contains(got.Annotations[contract.AnnotationMutations], m) {
+			t.Errorf("recorded mutations %q lack %q", got.Annotations[contract.AnnotationMutations], m)
 		}
 	}
-	if strings.Contains(got.Annotations[AnnotationMutations], "arn:aws") {
-		t.Errorf("recorded mutations %q hold a value", got.Annotations[AnnotationMutations])
+	if strings.Contains(got.Annotations[contract.AnnotationMutations], "arn:aws") {
+		t.Errorf("recorded mutations %q hold a value", got.Annotations[contract.AnnotationMutations])
 	}
 
 	// Admitting the result again changes nothing.
@@ -544,7 +545,7 @@ func TestValidatingChecksEveryChange(t *testing.T) {
 	// written.
 	recorded := func() *corev1.Pod {
 		p := runnerPod("registry.example.com/runner:1")
-		p.Annotations = map[string]string{AnnotationSpecDigest: "sha256:1", AnnotationPolicyDigest: "p1", AnnotationMutations: "env A", AnnotationWarnings: "w1"}
+		p.Annotations = map[string]string{contract.AnnotationSpecDigest: "sha256:1", contract.AnnotationPolicyDigest: "p1", contract.AnnotationMutations: "env A", contract.AnnotationWarnings: "w1"}
 		return p
 	}
 	tests := []struct {
@@ -600,39 +601,39 @@ func TestValidatingChecksEveryChange(t *testing.T) {
 			pod.Annotations["note"] = "x"
 			return update(t, old, pod, "")
 		}},
-		{name: "a runner's spec digest rewritten", want: "annotation " + AnnotationSpecDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+		{name: "a runner's spec digest rewritten", want: "annotation " + contract.AnnotationSpecDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
 			pod := recorded()
-			pod.Annotations[AnnotationSpecDigest] = "sha256:forged"
+			pod.Annotations[contract.AnnotationSpecDigest] = "sha256:forged"
 			return update(t, recorded(), pod, "")
 		}},
-		{name: "a runner's policy digest rewritten", want: "annotation " + AnnotationPolicyDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+		{name: "a runner's policy digest rewritten", want: "annotation " + contract.AnnotationPolicyDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
 			pod := recorded()
-			pod.Annotations[AnnotationPolicyDigest] = "forged"
+			pod.Annotations[contract.AnnotationPolicyDigest] = "forged"
 			return update(t, recorded(), pod, "")
 		}},
-		{name: "a runner's mutations removed", want: "annotation " + AnnotationMutations + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+		{name: "a runner's mutations removed", want: "annotation " + contract.AnnotationMutations + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
 			pod := recorded()
-			delete(pod.Annotations, AnnotationMutations)
+			delete(pod.Annotations, contract.AnnotationMutations)
 			return update(t, recorded(), pod, "")
 		}},
-		{name: "warnings added to a runner's record", want: "annotation " + AnnotationWarnings + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+		{name: "warnings added to a runner's record", want: "annotation " + contract.AnnotationWarnings + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
 			pod := recorded()
-			pod.Annotations[AnnotationWarnings] = "all is well"
+			pod.Annotations[contract.AnnotationWarnings] = "all is well"
 			return update(t, recorded(), pod, "")
 		}},
-		{name: "a record written on a runner that had none", want: "annotation " + AnnotationSpecDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+		{name: "a record written on a runner that had none", want: "annotation " + contract.AnnotationSpecDigest + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
 			pod := runnerPod("registry.example.com/runner:1")
-			pod.Annotations = map[string]string{AnnotationSpecDigest: "sha256:forged"}
+			pod.Annotations = map[string]string{contract.AnnotationSpecDigest: "sha256:forged"}
 			return update(t, runnerPod("registry.example.com/runner:1"), pod, "")
 		}},
-		{name: "a runner's task label changed", want: "the label " + TaskIDLabel + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+		{name: "a runner's task label changed", want: "the label " + contract.TaskID + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
 			old, pod := recorded(), recorded()
-			old.Labels[TaskIDLabel], pod.Labels[TaskIDLabel] = "t-1", "t-2"
+			old.Labels[contract.TaskID], pod.Labels[contract.TaskID] = "t-1", "t-2"
 			return update(t, old, pod, "")
 		}},
-		{name: "a task label added to a runner", want: "the label " + TaskIDLabel + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
+		{name: "a task label added to a runner", want: "the label " + contract.TaskID + " of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
 			pod := recorded()
-			pod.Labels[TaskIDLabel] = "t-2"
+			pod.Labels[contract.TaskID] = "t-2"
 			return update(t, recorded(), pod, "")
 		}},
 		{name: "a runner given to another Job", want: "the controller reference of a runner pod cannot be changed", req: func(t *testing.T) admission.Request {
@@ -652,7 +653,7 @@ func TestValidatingChecksEveryChange(t *testing.T) {
 		}},
 		{name: "record annotations on a plain pod", allowed: true, req: func(t *testing.T) admission.Request {
 			pod := plain(false)
-			pod.Annotations = map[string]string{AnnotationSpecDigest: "sha256:anything"}
+			pod.Annotations = map[string]string{contract.AnnotationSpecDigest: "sha256:anything"}
 			return update(t, plain(false), pod, "")
 		}},
 		{name: "a status update", allowed: true, req: func(t *testing.T) admission.Request {

@@ -15,25 +15,8 @@ import (
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
-// What the webhook records on each runner pod it shapes: the pod's own
-// record of what was admitted, which the dispatcher copies into the task's
-// record. No value is recorded: names and digests only.
-const (
-	// AnnotationSpecDigest is the SHA-256 of the pod's spec as runwarden
-	// admitted it (after the template, the task, the overlays and the
-	// policies), "sha256:<hex>".
-	AnnotationSpecDigest = contract.AnnotationSpecDigest
-	// AnnotationPolicyDigest identifies the policy set that decided.
-	AnnotationPolicyDigest = contract.AnnotationPolicyDigest
-	// AnnotationMutations names what the policies changed, e.g.
-	// "env AWS_ROLE_ARN, toleration runwarden.dev/pool, volume aws-iam-token".
-	AnnotationMutations = contract.AnnotationMutations
-	// AnnotationWarnings are the policies' warnings, joined by "; ".
-	AnnotationWarnings = contract.AnnotationWarnings
-)
-
 // recordAnnotations are the annotations of the webhook's record.
-var recordAnnotations = [...]string{AnnotationSpecDigest, AnnotationPolicyDigest, AnnotationMutations, AnnotationWarnings}
+var recordAnnotations = [...]string{contract.AnnotationSpecDigest, contract.AnnotationPolicyDigest, contract.AnnotationMutations, contract.AnnotationWarnings}
 
 // recordChanged names the first record annotation an update of a pod adds,
 // removes or changes, or is "": once the webhook wrote the record at the
@@ -147,13 +130,13 @@ func record(pod *corev1.Pod, specDigest, policyDigest string, mutations, warning
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[AnnotationSpecDigest] = specDigest
-	pod.Annotations[AnnotationPolicyDigest] = policyDigest
-	pod.Annotations[AnnotationMutations] = bounded(strings.Join(mutations, ", "))
+	pod.Annotations[contract.AnnotationSpecDigest] = specDigest
+	pod.Annotations[contract.AnnotationPolicyDigest] = policyDigest
+	pod.Annotations[contract.AnnotationMutations] = bounded(strings.Join(mutations, ", "))
 	if len(warnings) > 0 {
-		pod.Annotations[AnnotationWarnings] = bounded(strings.Join(warnings, "; "))
+		pod.Annotations[contract.AnnotationWarnings] = bounded(strings.Join(warnings, "; "))
 	} else {
-		delete(pod.Annotations, AnnotationWarnings)
+		delete(pod.Annotations, contract.AnnotationWarnings)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
@@ -103,7 +104,7 @@ func TestNoValueLeavesTheWebhook(t *testing.T) {
 					t.Errorf("warnings %q, want the set's quotes", resp.Warnings)
 				case list == "dryrun" && !mutate && !strings.Contains(out["log"], "policy violation in dryrun"):
 					t.Errorf("no dryrun log line:\n%s", out["log"])
-				case mutate && list != "deny" && !strings.Contains(out["patch"], strings.ReplaceAll(AnnotationWarnings, "/", "~1")):
+				case mutate && list != "deny" && !strings.Contains(out["patch"], strings.ReplaceAll(contract.AnnotationWarnings, "/", "~1")):
 					t.Errorf("the patch records no warnings: %s", out["patch"])
 				}
 			})

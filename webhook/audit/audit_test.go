@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/policies"
 	rwadmission "github.com/runwarden/runwarden/webhook/admission"
 	"github.com/runwarden/runwarden/webhook/policy"
@@ -27,7 +28,7 @@ var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
 // runnerJob is a Job as the dispatcher makes it, created at t0+minutes.
 func runnerJob(ns, name string, minutes int, mod func(*corev1.PodSpec, map[string]string)) batchv1.Job {
-	labels := map[string]string{rwadmission.RunnerLabel: "true"}
+	labels := map[string]string{contract.LabelRunner: "true"}
 	spec := corev1.PodSpec{
 		RestartPolicy: corev1.RestartPolicyNever,
 		Containers:    []corev1.Container{{Name: "main", Image: "registry.example.com/runner:1.0"}},
@@ -38,7 +39,7 @@ func runnerJob(ns, name string, minutes int, mod func(*corev1.PodSpec, map[strin
 	return batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: ns, UID: types.UID("uid-" + name),
-			Labels:            map[string]string{rwadmission.DispatcherLabel: "runwarden"},
+			Labels:            map[string]string{contract.LabelDispatcher: "runwarden"},
 			CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(minutes) * time.Minute)),
 		},
 		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}},
@@ -52,8 +53,8 @@ func podOf(j batchv1.Job, suffix string, minutes int) corev1.Pod {
 			Name: j.Name + "-" + suffix, Namespace: j.Namespace, UID: types.UID("pod-" + j.Name + suffix),
 			Labels: j.Spec.Template.Labels, CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(minutes) * time.Minute)),
 			Annotations: map[string]string{
-				rwadmission.AnnotationPolicyDigest: "abc", rwadmission.AnnotationSpecDigest: "sha256:0",
-				rwadmission.AnnotationMutations: "node selector", "kept": "yes",
+				contract.AnnotationPolicyDigest: "abc", contract.AnnotationSpecDigest: "sha256:0",
+				contract.AnnotationMutations: "node selector", "kept": "yes",
 			},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}},
 		},
@@ -86,7 +87,7 @@ func TestSubjects(t *testing.T) {
 	}
 	wantPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: "kept-", Namespace: "team-a", Labels: map[string]string{rwadmission.RunnerLabel: "true"},
+			GenerateName: "kept-", Namespace: "team-a", Labels: map[string]string{contract.LabelRunner: "true"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "kept", UID: "uid-kept", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
 		},
 		Spec: kept.Spec.Template.Spec,
@@ -372,7 +373,7 @@ func TestBuildReport(t *testing.T) {
 		if diff := cmp.Diff([]string{"leaky", "plain-4"}, names); diff != "" {
 			t.Errorf("pods kept (-want +got):\n%s", diff)
 		}
-		if got := r.Metadata.Annotations["runwarden.dev/pods-omitted"]; got != "4" {
+		if got := r.Metadata.Annotations[AnnotationPodsOmitted]; got != "4" {
 			t.Errorf("pods-omitted = %q, want 4", got)
 		}
 	})

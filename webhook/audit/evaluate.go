@@ -11,6 +11,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	rwadmission "github.com/runwarden/runwarden/webhook/admission"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
@@ -207,7 +208,7 @@ func (e *Evaluator) outcome(submitted *corev1.Pod, passes []Pass) Outcome {
 		}
 	} else {
 		admitted := last.Pod.DeepCopy()
-		for _, a := range []string{rwadmission.AnnotationSpecDigest, rwadmission.AnnotationPolicyDigest, rwadmission.AnnotationMutations, rwadmission.AnnotationWarnings} {
+		for _, a := range []string{contract.AnnotationSpecDigest, contract.AnnotationPolicyDigest, contract.AnnotationMutations, contract.AnnotationWarnings} {
 			delete(admitted.Annotations, a)
 		}
 		o.Patch = rwadmission.Patch(submitted, admitted)

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/webhook/policy"
 )
 
@@ -33,6 +34,16 @@ const (
 	ResultFail = "fail"
 	ResultWarn = "warn"
 	ResultSkip = "skip"
+)
+
+// What a report's annotations say besides the policy set's digest
+// (contract.AnnotationPolicyDigest, as on each runner pod).
+const (
+	// AnnotationPods is how many pods the report's results are of.
+	AnnotationPods = contract.Prefix + "pods"
+	// AnnotationPodsOmitted is how many pods were left out past the
+	// results' bound.
+	AnnotationPodsOmitted = contract.Prefix + "pods-omitted"
 )
 
 // DefaultMaxResults bounds a report's results (ReportOptions.MaxResults).
@@ -156,10 +167,10 @@ func BuildReport(ns string, pods []Evaluated, opts ReportOptions) Report {
 		}
 	}
 	if opts.Set != nil {
-		r.Metadata.Annotations["runwarden.dev/policy-digest"] = opts.Set.Digest
+		r.Metadata.Annotations[contract.AnnotationPolicyDigest] = opts.Set.Digest
 	}
-	r.Metadata.Annotations["runwarden.dev/pods"] = fmt.Sprint(kept)
-	r.Metadata.Annotations["runwarden.dev/pods-omitted"] = fmt.Sprint(len(pods) - kept)
+	r.Metadata.Annotations[AnnotationPods] = fmt.Sprint(kept)
+	r.Metadata.Annotations[AnnotationPodsOmitted] = fmt.Sprint(len(pods) - kept)
 	return r
 }
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,8 +24,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kjson "sigs.k8s.io/json"
-
-	rwadmission "github.com/runwarden/runwarden/webhook/admission"
 )
 
 // Recorded are the runner Jobs and pods an audit reads.
@@ -41,7 +40,7 @@ var ErrForbidden = errors.New("forbidden")
 // since (the zero time: all), from the API server, page by page.
 func ListRunners(ctx context.Context, r client.Reader, ns string, since time.Time) (Recorded, error) {
 	var rec Recorded
-	dispatcher, err := labels.NewRequirement(rwadmission.DispatcherLabel, selection.Exists, nil)
+	dispatcher, err := labels.NewRequirement(contract.LabelDispatcher, selection.Exists, nil)
 	if err != nil {
 		return rec, err
 	}
@@ -57,7 +56,7 @@ func ListRunners(ctx context.Context, r client.Reader, ns string, since time.Tim
 		return rec, err
 	}
 	var pods corev1.PodList
-	err = listPages(ctx, r, &pods, ns, labels.SelectorFromSet(labels.Set{rwadmission.RunnerLabel: "true"}), "pods", func() {
+	err = listPages(ctx, r, &pods, ns, labels.SelectorFromSet(labels.Set{contract.LabelRunner: "true"}), "pods", func() {
 		for _, p := range pods.Items {
 			if !p.CreationTimestamp.Time.Before(since) {
 				rec.Pods = append(rec.Pods, p)

@@ -12,13 +12,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-
-	rwadmission "github.com/runwarden/runwarden/webhook/admission"
 )
 
 // Where a subject's pod comes from.
@@ -120,7 +119,7 @@ func FromPod(p *corev1.Pod, source string) Subject {
 		Spec: *p.Spec.DeepCopy(),
 	}
 	pod.Spec.NodeName = ""
-	for _, a := range []string{rwadmission.AnnotationSpecDigest, rwadmission.AnnotationPolicyDigest, rwadmission.AnnotationMutations, rwadmission.AnnotationWarnings} {
+	for _, a := range []string{contract.AnnotationSpecDigest, contract.AnnotationPolicyDigest, contract.AnnotationMutations, contract.AnnotationWarnings} {
 		delete(pod.Annotations, a)
 	}
 	s := Subject{
@@ -148,7 +147,7 @@ func Subjects(jobs []batchv1.Job, pods []corev1.Pod, max int) []Subject {
 	seen := map[types.UID]bool{}
 	for i := range jobs {
 		j := &jobs[i]
-		if j.Spec.Template.Labels[rwadmission.RunnerLabel] != "true" {
+		if j.Spec.Template.Labels[contract.LabelRunner] != "true" {
 			continue
 		}
 		seen[j.UID] = true
@@ -156,7 +155,7 @@ func Subjects(jobs []batchv1.Job, pods []corev1.Pod, max int) []Subject {
 	}
 	for i := range pods {
 		p := &pods[i]
-		if p.Labels[rwadmission.RunnerLabel] != "true" {
+		if p.Labels[contract.LabelRunner] != "true" {
 			continue
 		}
 		if ref := metav1.GetControllerOfNoCopy(p); ref != nil && seen[ref.UID] {

@@ -46,7 +46,7 @@ const (
 // report's resource reference anyway: they are the pod's shape, not its
 // values.
 var identityLabels = []string{
-	contract.LabelRunner, contract.LabelTaskID, contract.LabelDispatcher,
+	contract.LabelRunner, contract.TaskID, contract.LabelDispatcher,
 	"job-name", "controller-uid", "batch.kubernetes.io/job-name", "batch.kubernetes.io/controller-uid",
 	"batch.kubernetes.io/job-completion-index",
 }
