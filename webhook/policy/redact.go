@@ -148,7 +148,7 @@ func (c *collector) identityOf(p *corev1.Pod) {
 		}
 	}
 	// The whole task ID, as the dispatcher wrote it on the Job's template.
-	if v, ok := p.Annotations[contract.LabelTaskID]; ok {
+	if v, ok := p.Annotations[contract.TaskID]; ok {
 		c.identity[v] = true
 	}
 }
@@ -161,7 +161,7 @@ func (c *collector) pod(p *corev1.Pod) {
 	}
 	for k, v := range p.Annotations {
 		switch {
-		case slices.Contains(recordAnnotations, k), k == contract.LabelTaskID:
+		case slices.Contains(recordAnnotations, k), k == contract.TaskID:
 		case k == lastApplied:
 			// The pod as kubectl applied it: its values are the pod's
 			// own, found above; a run of its JSON would match any message
