@@ -514,7 +514,7 @@ func testRunner(ctx context.Context, c config, tmpl corev1.PodTemplateSpec, stdo
 	if err != nil {
 		return err
 	}
-	return rwkube.TestRunner(ctx, rwkube.TestRunnerOptions{
+	return preflight.TestRunner(ctx, preflight.TestRunnerOptions{
 		Client: cl, Logs: runner.PodLogs{Client: logs}, Namespace: c.namespace, Script: c.testRunner, Out: stdout,
 		Jobs: job.Options{DispatcherID: c.id, Template: tmpl, DefaultDeadline: int64(c.deadline.Seconds()), TTLSecondsAfterFinished: int32(c.ttl.Seconds())},
 	})

@@ -4,6 +4,9 @@
 // quota), Kueue must serve the queue tasks go to, and EnvFiles says whether
 // resolved secret references can reach runner variables as env files. It
 // is shared by every task source; it creates nothing that outlives it.
+//
+// TestRunner, what --test-runner (and so `helm test`) runs, makes its one
+// runner Job here too, the same way as the preflight's throwaway Jobs.
 package preflight
 
 import (
