@@ -515,8 +515,9 @@ func testRunner(ctx context.Context, c config, tmpl corev1.PodTemplateSpec, stdo
 		return err
 	}
 	return preflight.TestRunner(ctx, preflight.TestRunnerOptions{
-		Client: cl, Logs: runner.PodLogs{Client: logs}, Namespace: c.namespace, Script: c.testRunner, Out: stdout,
-		Jobs: job.Options{DispatcherID: c.id, Template: tmpl, DefaultDeadline: int64(c.deadline.Seconds()), TTLSecondsAfterFinished: int32(c.ttl.Seconds())},
+		Options: preflight.Options{Client: cl, Namespace: c.namespace,
+			Jobs: job.Options{DispatcherID: c.id, Template: tmpl, DefaultDeadline: int64(c.deadline.Seconds()), TTLSecondsAfterFinished: int32(c.ttl.Seconds())}},
+		Logs: runner.PodLogs{Client: logs}, Script: c.testRunner, Out: stdout,
 	})
 }
 
