@@ -2,7 +2,6 @@ package preflight
 
 import (
 	"context"
-	"errors"
 	"io"
 	"maps"
 	"strings"
@@ -157,21 +156,16 @@ func jobOptions() job.Options {
 	}}}
 }
 
-// start is a check (Run, TestRunner) running in the background: its
-// error arrives on done, and ctx ends when it returns.
+// start is a check (Run, TestRunner) running in the background; its
+// error arrives on done.
 type start struct {
 	done chan error
-	ctx  context.Context
 }
 
 func run(t *testing.T, check func(context.Context) error) *start {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	s := &start{done: make(chan error, 1), ctx: ctx}
-	go func() {
-		defer cancel()
-		s.done <- check(t.Context())
-	}()
+	s := &start{done: make(chan error, 1)}
+	go func() { s.done <- check(t.Context()) }()
 	return s
 }
 
@@ -197,22 +191,16 @@ func (s *start) result(t *testing.T) error {
 	}
 }
 
-// drive steps clk by step each time at least n timers wait on it, until
-// the check returns, and returns its error. The check decides what it waits
-// for; the test never sleeps.
-func (s *start) drive(t *testing.T, clk *clocktest.Clock, n int, step time.Duration) error {
+// step steps clk by d once n timers wait on it: the check has made its
+// next wait. Run waits on three while a Job's pod is looked for (its
+// timeout, the Job's window, the next look) and on two between Jobs (its
+// timeout, the next Job); TestRunner on two (its timeout, the next look).
+func step(t *testing.T, clk *clocktest.Clock, n int, d time.Duration) {
 	t.Helper()
-	deadline, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-	defer cancel()
-	for {
-		if err := clk.AwaitWaiters(deadline, n); err != nil {
-			if errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("the check neither returned nor waited on the clock within 10 s (%d timers wait)", clk.Waiters())
-			}
-			return s.result(t)
-		}
-		clk.Step(step)
+	if err := clk.WaitForWaiters(n, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
+	clk.Step(d)
 }
 
 // logs is a runner.LogReader that serves one log for every container.

@@ -43,7 +43,7 @@ func TestRunLooksForThePodEveryPollOfItsClock(t *testing.T) {
 	})
 	cl.nextJob(t)
 	for look := 1; look < 3; look++ {
-		// The whole check's timeout, the Job's window and the next poll.
+		// The whole check's timeout, the Job's window and the next look.
 		if err := clk.WaitForWaiters(3, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -66,8 +66,8 @@ func TestRunLooksForThePodEveryPollOfItsClock(t *testing.T) {
 }
 
 // A webhook that cannot be called yet is waited for: the Job whose pod is
-// not made is given tryFor on the clock, then a poll later a new Job is
-// tried, whose pod is admitted.
+// not made is looked at for tryFor on the clock, then a poll later a new
+// Job is tried, whose pod is admitted.
 func TestRunTriesANewJobWhileTheWebhookCannotBeCalled(t *testing.T) {
 	t.Parallel()
 	clk := clocktest.New(epoch)
@@ -83,21 +83,37 @@ func TestRunTriesANewJobWhileTheWebhookCannotBeCalled(t *testing.T) {
 	s := run(t, func(ctx context.Context) error {
 		return Run(ctx, Options{Client: cl, Jobs: jobOptions(), Namespace: "runners", Clock: clk})
 	})
-	if err := s.drive(t, clk, 2, runPoll); err != nil {
+	cl.nextJob(t)
+	// The first Job's window: a look at once and at each poll; the last
+	// step ends the window.
+	polls := int(tryFor / runPoll)
+	for range polls {
+		step(t, clk, 3, runPoll)
+	}
+	// Between Jobs: the Run's timeout and the next try.
+	if err := clk.WaitForWaiters(2, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.running(t, "with the first Job's window over")
+	if n, looks := cl.jobsMade(), cl.lookedAtPods(); n != 1 || looks != polls {
+		t.Fatalf("%d Jobs made and %d looks in the first Job's window, want 1 and %d", n, looks, polls)
+	}
+	clk.Step(runPoll)
+	cl.nextJob(t)
+	if err := s.result(t); err != nil {
 		t.Fatalf("Run: %v, want nil once a Job's pod is admitted", err)
 	}
 	if n := cl.jobsMade(); n != 2 {
 		t.Errorf("%d Jobs made, want 2: one the webhook could not admit, one it admitted", n)
 	}
-	if took := clk.Since(epoch); took < tryFor+runPoll {
-		t.Errorf("the second Job came after %s on the clock, want at least %s (tryFor, then a poll)", took, tryFor+runPoll)
+	if took := clk.Since(epoch); took != tryFor+runPoll {
+		t.Errorf("Run took %s on the clock, want %s (tryFor, then a poll)", took, tryFor+runPoll)
 	}
 	cl.noJobsLeft(t)
 }
 
 // With no pod within Timeout on the clock, Run fails naming the timeout
-// and the last warning the Job controller gave; every Job it made is
-// deleted.
+// and the last warning the Job controller gave; the Job is deleted.
 func TestRunTimesOutByItsClock(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -105,8 +121,8 @@ func TestRunTimesOutByItsClock(t *testing.T) {
 		warning string
 		want    string
 	}{
-		{"the webhook down", webhookDown, "preflight failed: no runner pod within 12s in runners (last warning: " + webhookDown + ")"},
-		{"no word", "", "preflight failed: no runner pod within 12s in runners (no pod appeared)"},
+		{"the webhook down", webhookDown, "preflight failed: no runner pod within 3s in runners (last warning: " + webhookDown + ")"},
+		{"no word", "", "preflight failed: no runner pod within 3s in runners (no pod appeared)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,18 +135,26 @@ func TestRunTimesOutByItsClock(t *testing.T) {
 				}
 				return warn(ctx, c, j, tt.warning)
 			}
+			const timeout = 3 * time.Second
 			s := run(t, func(ctx context.Context) error {
-				return Run(ctx, Options{Client: cl, Jobs: jobOptions(), Namespace: "runners", Timeout: 12 * time.Second, Clock: clk})
+				return Run(ctx, Options{Client: cl, Jobs: jobOptions(), Namespace: "runners", Timeout: timeout, Clock: clk})
 			})
-			err := s.drive(t, clk, 2, runPoll)
+			cl.nextJob(t)
+			polls := int(timeout / runPoll)
+			for range polls - 1 {
+				step(t, clk, 3, runPoll)
+			}
+			if err := clk.WaitForWaiters(3, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			s.running(t, "a poll before the timeout")
+			clk.Step(runPoll)
+			err := s.result(t)
 			if !errors.Is(err, ErrFailed) || err.Error() != tt.want {
 				t.Fatalf("Run: %v, want %q", err, tt.want)
 			}
-			if took := clk.Since(epoch); took < 12*time.Second {
-				t.Errorf("Run gave up after %s on the clock, want 12s", took)
-			}
-			if n := cl.jobsMade(); n < 2 {
-				t.Errorf("%d Jobs made in 12s, want a new one after each %s", n, tryFor)
+			if looks := cl.lookedAtPods(); looks != polls {
+				t.Errorf("%d looks for the pod, want %d: at once, then each poll but the one at the timeout", looks, polls)
 			}
 			cl.noJobsLeft(t)
 		})

@@ -31,7 +31,7 @@ type Options struct {
 	Poll time.Duration
 	// Clock tells when to look again and when the time is up. Default: the
 	// real clock.
-	Clock clock.Clock
+	Clock clock.WithDelayedExecution
 }
 
 // setDefaults fills in the fields left zero; timeout and poll are the
@@ -48,7 +48,10 @@ func (o *Options) setDefaults(timeout, poll time.Duration) {
 	}
 }
 
-// deleteTimeout bounds the deletion of a throwaway Job.
+// deleteTimeout bounds the request that deletes a throwaway Job. It is a
+// bound on one API request, as a client's request timeout is, not a wait
+// of the check's: it is not on the check's clock, so that all a test
+// stepping that clock sees waiting on it are the check's own waits.
 const deleteTimeout = 30 * time.Second
 
 // create creates the throwaway Job j, marked as the preflight's (the
@@ -60,7 +63,7 @@ func (o *Options) create(ctx context.Context, j *batchv1.Job) (remove func(), er
 		return nil, err
 	}
 	return func() {
-		del, cancel := withTimeout(context.WithoutCancel(ctx), o.Clock, deleteTimeout)
+		del, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
 		defer cancel()
 		_ = o.Client.Delete(del, j, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	}, nil
