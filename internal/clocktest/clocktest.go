@@ -4,7 +4,6 @@
 package clocktest
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -73,24 +72,13 @@ func (c *Clock) NewTicker(d time.Duration) clock.Ticker {
 // clock, for no longer than timeout (of real time). It is woken by each
 // one made, never by polling.
 func (c *Clock) WaitForWaiters(n int, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := c.AwaitWaiters(ctx, n); err != nil {
-		return fmt.Errorf("%d of %d timers wait on the clock after %s", c.Waiters(), n, timeout)
-	}
-	return nil
-}
-
-// AwaitWaiters waits until at least n timers or tickers wait on the clock,
-// or ctx ends (it returns ctx's error then): a test that steps the clock
-// while the code under test runs stops waiting once that code is done.
-// It is woken by each timer or ticker made, never by polling.
-func (c *Clock) AwaitWaiters(ctx context.Context, n int) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for c.Waiters() < n {
 		select {
 		case <-c.made:
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("%d of %d timers wait on the clock after %s", c.Waiters(), n, timeout)
 		}
 	}
 	return nil

@@ -1,8 +1,6 @@
 package clocktest
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 )
@@ -37,20 +35,5 @@ func TestWaitForWaiters(t *testing.T) {
 				t.Error("WaitForWaiters returned with nothing waiting")
 			}
 		})
-	}
-}
-
-// AwaitWaiters ends with its context when nothing comes to wait.
-func TestAwaitWaitersEndsWithItsContext(t *testing.T) {
-	t.Parallel()
-	c := New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	if err := c.AwaitWaiters(ctx, 1); !errors.Is(err, context.Canceled) {
-		t.Errorf("AwaitWaiters with nothing waiting and its context ended: %v, want context.Canceled", err)
-	}
-	c.NewTimer(time.Second)
-	if err := c.AwaitWaiters(ctx, 1); err != nil {
-		t.Errorf("AwaitWaiters with a timer waiting: %v", err)
 	}
 }
