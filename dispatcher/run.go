@@ -142,9 +142,10 @@ func testRunner(ctx context.Context, c config, tmpl corev1.PodTemplateSpec, stdo
 	if err != nil {
 		return err
 	}
-	return rwkube.TestRunner(ctx, rwkube.TestRunnerOptions{
-		Client: cl, Logs: runner.PodLogs{Client: logs}, Namespace: c.namespace, Script: c.testRunner, Out: stdout,
-		Jobs: job.Options{DispatcherID: c.id, Template: tmpl, DefaultDeadline: int64(c.deadline.Seconds()), TTLSecondsAfterFinished: int32(c.ttl.Seconds())},
+	return preflight.TestRunner(ctx, preflight.TestRunnerOptions{
+		Options: preflight.Options{Client: cl, Namespace: c.namespace,
+			Jobs: job.Options{DispatcherID: c.id, Template: tmpl, DefaultDeadline: int64(c.deadline.Seconds()), TTLSecondsAfterFinished: int32(c.ttl.Seconds())}},
+		Logs: runner.PodLogs{Client: logs}, Script: c.testRunner, Out: stdout,
 	})
 }
 

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +30,8 @@ type appliedReports struct {
 	mu      sync.Mutex
 	reports []audit.Report
 	owners  []string
+	// applied gets a signal after each report is recorded.
+	applied chan struct{}
 }
 
 func (a *appliedReports) apply(_ context.Context, _ client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
@@ -45,9 +46,10 @@ func (a *appliedReports) apply(_ context.Context, _ client.WithWatch, obj runtim
 	o := &client.ApplyOptions{}
 	o.ApplyOptions(opts)
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.reports = append(a.reports, r)
 	a.owners = append(a.owners, o.FieldManager)
+	a.mu.Unlock()
+	a.applied <- struct{}{}
 	return nil
 }
 
@@ -80,7 +82,7 @@ func TestReportWriter(t *testing.T) {
 	}
 	old := job.DeepCopy()
 	old.Name, old.UID, old.CreationTimestamp = "task-0", "uid-0", metav1.NewTime(now.Add(-48*time.Hour))
-	applied := &appliedReports{}
+	applied := &appliedReports{applied: make(chan struct{}, 4)}
 	cl := fake.NewClientBuilder().WithObjects(
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "runners"}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "runners"}},
@@ -99,11 +101,13 @@ func TestReportWriter(t *testing.T) {
 	go func() { done <- w.Start(ctx) }()
 	waitApplied := func(n int) {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			return applied.count() >= n, nil
-		})
-		if err != nil {
-			t.Fatalf("waiting for report %d: %v (applied %d)", n, err, applied.count())
+		select {
+		case <-applied.applied:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("report %d not applied within 30 s", n)
+		}
+		if got := applied.count(); got != n {
+			t.Fatalf("%d reports applied, want %d", got, n)
 		}
 	}
 	waitApplied(1)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/dispatcher/runner"
+	"github.com/runwarden/runwarden/internal/clocktest"
 )
 
 // renewServer is a fake orchestrator that answers every renewal with
@@ -31,15 +32,21 @@ type renewServer struct {
 	code     string
 	renewals atomic.Int32
 	polls    atomic.Int32
+	// polled gets a signal after each poll is counted.
+	polled chan struct{}
 }
 
 func newRenewServer(t *testing.T, status, retryAfter int) *renewServer {
 	t.Helper()
-	rs := &renewServer{retryAfter: retryAfter}
+	rs := &renewServer{retryAfter: retryAfter, polled: make(chan struct{}, 1)}
 	rs.status.Store(int32(status))
 	rs.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == PathPoll {
 			rs.polls.Add(1)
+			select {
+			case rs.polled <- struct{}{}:
+			default:
+			}
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
@@ -193,32 +200,39 @@ func TestRefusedRenewalStopsTheSource(t *testing.T) {
 // A renewal refused 403 not-lease-holder (another dispatcher holds the
 // lease) concerns that lease alone: the source does not stop, as it does on
 // other 403s, nor retry it; it takes the lease as gone, waiting for the
-// orchestrator to hand it back, and lets the task go if it does not.
+// orchestrator to hand it back, and lets the task go if it does not. The
+// lease gone, the full source polls again: that poll is what the test
+// waits for.
 func TestRenewalOfALeaseAnotherHoldsLetsItGo(t *testing.T) {
 	t.Parallel()
 	rs := newRenewServer(t, http.StatusForbidden, 0)
 	rs.code = CodeNotLeaseHolder
+	clk := clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	s := New(Options{
-		Client: rs.client(t), Kube: fake.NewClientBuilder().Build(), Namespace: "runners", Options: runner.Options{MaxConcurrent: 1},
+		Client: rs.client(t), Kube: fake.NewClientBuilder().Build(), Namespace: "runners", Options: runner.Options{MaxConcurrent: 1, Clock: clk},
 	})
 	s.log = logr.Discard()
 	held := holdLeases(s, 1, 60)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- s.Start(ctx) }()
-	deadline := time.NewTimer(30 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	lost := func() bool { v, _ := s.leases.view(held[0]); return v.lost() }
-	for !lost() {
-		select {
-		case err := <-done:
-			t.Fatalf("the source stopped on a renewal answered 403 not-lease-holder: %v", err)
-		case <-deadline.C:
-			t.Fatalf("the lease is not taken as gone 30 s after its renewal was answered 403 not-lease-holder (%d renewals)", rs.renewals.Load())
-		case <-tick.C:
-		}
+	// The renewal loop's ticker, and the poll loop waiting for a slot.
+	if err := clk.WaitForWaiters(2, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := rs.polls.Load(); n != 0 {
+		t.Fatalf("%d polls while the source is full, want none", n)
+	}
+	clk.Step(renewTick)
+	select {
+	case <-rs.polled:
+	case err := <-done:
+		t.Fatalf("the source stopped on a renewal answered 403 not-lease-holder: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no poll 30 s after the renewal was answered 403 not-lease-holder (%d renewals)", rs.renewals.Load())
+	}
+	if v, _ := s.leases.view(held[0]); !v.lost() {
+		t.Error("the source polls again, yet the lease is not taken as gone")
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -226,5 +240,9 @@ func TestRenewalOfALeaseAnotherHoldsLetsItGo(t *testing.T) {
 	}
 	if n := rs.renewals.Load(); n != 1 {
 		t.Errorf("%d renewals, want 1: the refusal is not retried", n)
+	}
+	// With the renewal ended (Start waited for it), an hour on.
+	if due := s.leases.due(clk.Now().Add(time.Hour)); len(due) != 0 {
+		t.Errorf("%d leases due for renewal an hour on, want none: the refusal is not retried", len(due))
 	}
 }

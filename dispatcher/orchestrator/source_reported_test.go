@@ -7,6 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testclock "k8s.io/utils/clock/testing"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -31,15 +32,15 @@ func TestFinishedJobIsMarkedWhenItsFinalIsStoredUnderANewerLease(t *testing.T) {
 	tests := []struct {
 		name string
 		// end stores the task's final event at epoch 2.
-		end  func(t *testing.T, srv *orchestratortest.Server, c *orchestrator.Client)
+		end  func(t *testing.T, srv *orchestratortest.Server, c *orchestrator.Client, clk *testclock.FakeClock)
 		want orchestrator.EventType
 	}{{
 		// The process that took the handed-back lease reported the outcome
 		// and was killed before it wrote the lease to the Job.
 		name: "reported by the process that took the handed-back lease",
-		end: func(t *testing.T, _ *orchestratortest.Server, c *orchestrator.Client) {
+		end: func(t *testing.T, _ *orchestratortest.Server, c *orchestrator.Client, clk *testclock.FakeClock) {
 			t.Helper()
-			if err := c.Report(t.Context(), "t-1", orchestrator.Event{IdempotencyKey: "t-1/final", Epoch: 2, Type: orchestrator.EventSucceeded, Reason: job.ReasonCompleted, Time: time.Now()}); err != nil {
+			if err := c.Report(t.Context(), "t-1", orchestrator.Event{IdempotencyKey: "t-1/final", Epoch: 2, Type: orchestrator.EventSucceeded, Reason: job.ReasonCompleted, Time: clk.Now()}); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -51,13 +52,20 @@ func TestFinishedJobIsMarkedWhenItsFinalIsStoredUnderANewerLease(t *testing.T) {
 		// 2. (TestOrchestratorSurvivesSIGKILLAndFaults met this: a cancelled
 		// task's lease answer dropped in its "lease never seen" window.)
 		name: "ended by the orchestrator after a cancel",
-		end: func(t *testing.T, srv *orchestratortest.Server, c *orchestrator.Client) {
+		end: func(t *testing.T, srv *orchestratortest.Server, c *orchestrator.Client, clk *testclock.FakeClock) {
 			t.Helper()
 			srv.Cancel("t-1", "chaos")
-			for !srv.Task("t-1").Done() {
-				if _, err := c.Poll(t.Context(), 0, 1, nil, time.Second); err != nil {
+			// A poll that does not list the task, a lease's duration
+			// apart, until the lease has expired and the task has stayed
+			// unheld for a lease's duration.
+			for polls := 0; !srv.Task("t-1").Done(); polls++ {
+				if polls == 5 {
+					t.Fatalf("t-1 not ended by the orchestrator after %d polls a lease's duration apart: %+v", polls, srv.Task("t-1"))
+				}
+				if _, err := c.Poll(t.Context(), 0, 1, nil, 0); err != nil {
 					t.Fatal(err)
 				}
+				clk.Step(time.Second)
 			}
 		},
 		want: orchestrator.EventCancelled,
@@ -65,7 +73,8 @@ func TestFinishedJobIsMarkedWhenItsFinalIsStoredUnderANewerLease(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			srv := orchestratortest.New(orchestratortest.Options{LeaseSeconds: 1, MaxWait: 3 * time.Second})
+			clk := testclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+			srv := orchestratortest.New(orchestratortest.Options{LeaseSeconds: 1, Clock: clk})
 			srv.Start()
 			t.Cleanup(srv.Close)
 			c, err := orchestrator.NewClient(orchestrator.ClientOptions{URL: srv.URL(), DispatcherID: "d-1", Transport: srv.Client().Transport})
@@ -77,15 +86,17 @@ func TestFinishedJobIsMarkedWhenItsFinalIsStoredUnderANewerLease(t *testing.T) {
 			if err != nil || len(first) != 1 {
 				t.Fatalf("first lease: %+v, %v", first, err)
 			}
-			if err := c.Report(t.Context(), "t-1", orchestrator.Event{IdempotencyKey: "t-1/job-created", Epoch: 1, Type: orchestrator.EventJobCreated, JobName: job.Name("t-1"), Time: time.Now()}); err != nil {
+			if err := c.Report(t.Context(), "t-1", orchestrator.Event{IdempotencyKey: "t-1/job-created", Epoch: 1, Type: orchestrator.EventJobCreated, JobName: job.Name("t-1"), Time: clk.Now()}); err != nil {
 				t.Fatal(err)
 			}
-			// Held until the first lease expires, then handed back.
-			again, err := c.Poll(t.Context(), 0, 1, []string{"t-1"}, 3*time.Second)
+			// The first lease expires; the next poll that lists the task
+			// as running gets it back.
+			clk.Step(time.Second)
+			again, err := c.Poll(t.Context(), 0, 1, []string{"t-1"}, 0)
 			if err != nil || len(again) != 1 || again[0].Epoch != 2 {
 				t.Fatalf("handed-back lease: %+v, %v; want epoch 2", again, err)
 			}
-			tt.end(t, srv, c)
+			tt.end(t, srv, c, clk)
 
 			done := &batchv1.Job{
 				ObjectMeta: metav1.ObjectMeta{

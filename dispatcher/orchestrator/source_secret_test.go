@@ -84,9 +84,21 @@ func TestSourceReportsSecretResolutionFailure(t *testing.T) {
 		}
 	})
 
+	// The source asks for the Job to be reconciled once it has made it
+	// (Secret, Job, resumed).
 	key := types.NamespacedName{Namespace: "runners", Name: job.Name("t-1")}
+	select {
+	case e := <-s.Enqueued():
+		if got := crclient.ObjectKeyFromObject(e.Object); got != key {
+			t.Fatalf("the source enqueued %s, want the task's Job %s", got, key)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the source did not make the task's Job within 20 s")
+	}
 	var j batchv1.Job
-	waitFor(t, "the source to create the task's Job", func() bool { return kube.Get(t.Context(), key, &j) == nil })
+	if err := kube.Get(t.Context(), key, &j); err != nil {
+		t.Fatal(err)
+	}
 	if got := j.Spec.Template.Spec.Containers[0].Env; len(got) != 1 || got[0].Value != ref {
 		t.Fatalf("the Job's runner env is %+v, want the reference as the task sent it (the webhook rewrites it)", got)
 	}
@@ -123,15 +135,15 @@ func TestSourceReportsSecretResolutionFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Reconcile as the Job's watch would, until the outcome is reported
-	// (the source may still be finishing the Job's creation at first).
-	waitFor(t, "the final event at the orchestrator", func() bool {
-		if _, err := s.Reconcile(t.Context(), reconcile.Request{NamespacedName: key}); err != nil {
-			t.Logf("reconcile: %v", err)
-		}
-		return srv.Task("t-1").Done()
-	})
+	// Reconcile as the Job's watch would: the Job is made, so this one
+	// reconcile reports the outcome.
+	if _, err := s.Reconcile(t.Context(), reconcile.Request{NamespacedName: key}); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
 	rec := srv.Task("t-1")
+	if !rec.Done() {
+		t.Fatalf("no final event at the orchestrator after the Job's reconcile: %+v", rec.Events)
+	}
 	final := rec.Final
 	if final.Type != orchestrator.EventFailed || final.Reason != job.ReasonSecretResolution || final.JobName != j.Name {
 		t.Errorf("final event %s, reason %q, job %q; want %s, %q, %q", final.Type, final.Reason, final.JobName, orchestrator.EventFailed, job.ReasonSecretResolution, j.Name)
@@ -156,21 +168,5 @@ func TestSourceReportsSecretResolutionFailure(t *testing.T) {
 	}
 	if err := kube.Get(t.Context(), key, &j); err != nil || j.Annotations[orchestrator.AnnotationReported] != "true" {
 		t.Errorf("the Job is not marked reported: %v, annotations %v", err, j.Annotations)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("cancelled waiting for %s", what)
-		case <-time.After(20 * time.Millisecond):
-		}
 	}
 }

@@ -4,12 +4,13 @@
 // quota), Kueue must serve the queue tasks go to, and EnvFiles says whether
 // resolved secret references can reach runner variables as env files. It
 // is shared by every task source; it creates nothing that outlives it.
+//
+// TestRunner, what --test-runner (and so `helm test`) runs, makes its one
+// runner Job here too, the same way as the preflight's throwaway Jobs.
 package preflight
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -18,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,19 +29,16 @@ import (
 // ErrFailed is wrapped by every preflight failure.
 var ErrFailed = errors.New("preflight failed")
 
-// Options configure Run and EnvFiles.
-type Options struct {
-	// Client creates and watches the throwaway Job. It must not be a cache.
-	Client client.Client
-	// Jobs is how the dispatcher builds Jobs. Required.
-	Jobs job.Options
-	// Namespace is where runner Jobs run. Required.
-	Namespace string
-	// Timeout bounds the whole check. Default: 2m.
-	Timeout time.Duration
-	// Poll is how often the Job is looked at. Default: 500ms.
-	Poll time.Duration
-}
+// Run waits this long at most, and looks at its Job this often, unless
+// Options say otherwise.
+const (
+	runTimeout = 2 * time.Minute
+	runPoll    = 500 * time.Millisecond
+)
+
+// tryFor is how long Run waits for one throwaway Job's pod before it tries
+// a new Job.
+const tryFor = 5 * time.Second
 
 // Run creates a throwaway Job shaped like a real runner (the
 // platform's template, a command that exits at once) and waits until its pod
@@ -49,13 +46,8 @@ type Options struct {
 // Security, admission webhooks and quota admit a runner pod. It deletes the
 // Job and returns nil, or an error naming the cause.
 func Run(ctx context.Context, o Options) error {
-	if o.Timeout <= 0 {
-		o.Timeout = 2 * time.Minute
-	}
-	if o.Poll <= 0 {
-		o.Poll = 500 * time.Millisecond
-	}
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	o.setDefaults(runTimeout, runPoll)
+	ctx, cancel := withTimeout(ctx, o.Clock, o.Timeout)
 	defer cancel()
 	if q := o.Jobs.Queueing; q.Kueue {
 		if err := checkQueue(ctx, o.Client, o.Namespace, q.DefaultQueue); err != nil {
@@ -66,37 +58,32 @@ func Run(ctx context.Context, o Options) error {
 		o.Jobs.Queueing = job.Queueing{}
 	}
 	var lastWarning string
-	for {
-		// A webhook that cannot be called yet (it may be starting beside the
-		// dispatcher) is not a denial; the Job controller would retry it with
-		// a growing backoff, so a new Job is tried instead.
+	// A webhook that cannot be called yet (it may be starting beside the
+	// dispatcher) is not a denial; the Job controller would retry it with
+	// a growing backoff, so a new Job is tried instead.
+	admitted, err := poll(ctx, o.Clock, o.Poll, func() (bool, error) {
 		admitted, warning, err := tryOnce(ctx, o)
-		if err != nil || admitted {
-			return err
-		}
 		if warning != "" {
 			lastWarning = warning
 		}
-		select {
-		case <-ctx.Done():
-			cause := "no pod appeared"
-			if lastWarning != "" {
-				cause = "last warning: " + lastWarning
-			}
-			return fmt.Errorf("%w: no runner pod within %s in %s (%s)", ErrFailed, o.Timeout, o.Namespace, strings.TrimSpace(cause))
-		case <-time.After(o.Poll):
-		}
+		return admitted, err
+	})
+	if err != nil || admitted {
+		return err
 	}
+	cause := "no pod appeared"
+	if lastWarning != "" {
+		cause = "last warning: " + lastWarning
+	}
+	return fmt.Errorf("%w: no runner pod within %s in %s (%s)", ErrFailed, o.Timeout, o.Namespace, strings.TrimSpace(cause))
 }
 
-// tryOnce creates one throwaway Job and waits a few seconds for its
-// pod. It returns whether the pod was admitted, the last transient warning,
-// or an error when the pod was refused.
+// tryOnce creates one throwaway Job and waits a few seconds (tryFor) for
+// its pod. It returns whether the pod was admitted, the last transient
+// warning, or an error when the pod was refused.
 func tryOnce(ctx context.Context, o Options) (bool, string, error) {
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
 	t := job.Task{
-		ID:        "preflight/" + o.Jobs.DispatcherID + "/" + hex.EncodeToString(suffix),
+		ID:        "preflight/" + o.Jobs.DispatcherID + "/" + suffix(),
 		Namespace: o.Namespace,
 		Command:   []string{"/bin/sh", "-c", "exit 0"},
 	}
@@ -107,20 +94,19 @@ func tryOnce(ctx context.Context, o Options) (bool, string, error) {
 		return false, "", fmt.Errorf("%w: the pod template cannot make a Job: %w", ErrFailed, err)
 	}
 	j.Spec.TTLSecondsAfterFinished = ptr.To[int32](60)
-	j.Annotations[job.AnnotationPreflight] = "true"
-	if err := o.Client.Create(ctx, j); err != nil {
+	remove, err := o.create(ctx, j)
+	if err != nil {
 		return false, "", createRefused(o.Namespace, err)
 	}
-	defer func() {
-		_ = o.Client.Delete(context.WithoutCancel(ctx), j, client.PropagationPolicy(metav1.DeletePropagationBackground))
-	}()
+	defer remove()
 	warning := ""
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	window, cancel := withTimeout(ctx, o.Clock, tryFor)
+	defer cancel()
+	admitted, err := poll(window, o.Clock, o.Poll, func() (bool, error) {
 		// Only the Job's own pod proves admission (job.IsPodOf), not one
 		// planted with its job-name label.
 		if pods, err := job.PodsOf(ctx, o.Client, j, false); err == nil && len(pods) > 0 {
-			return true, "", nil
+			return true, nil
 		}
 		var events corev1.EventList
 		if err := o.Client.List(ctx, &events, client.InNamespace(o.Namespace), client.MatchingFields{"involvedObject.name": j.Name}); err == nil {
@@ -129,15 +115,15 @@ func tryOnce(ctx context.Context, o Options) (bool, string, error) {
 					continue
 				}
 				if job.DeniedByAdmission(e.Message) {
-					return false, "", fmt.Errorf("%w: a runner pod is not admitted in %s (Pod Security, an admission webhook or quota): %s", ErrFailed, o.Namespace, e.Message)
+					return false, fmt.Errorf("%w: a runner pod is not admitted in %s (Pod Security, an admission webhook or quota): %s", ErrFailed, o.Namespace, e.Message)
 				}
 				warning = e.Message
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(o.Poll):
-		}
+		return false, nil
+	})
+	if err != nil || admitted {
+		return admitted, "", err
 	}
 	return false, warning, nil
 }

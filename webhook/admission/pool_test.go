@@ -101,8 +101,11 @@ func TestPooledNoticesGoneHTTP1Clients(t *testing.T) {
 			<-release
 		}
 	}), 1)
-	goneServed := make(chan struct{})
+	goneArrived, goneServed := make(chan struct{}), make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/gone" {
+			close(goneArrived)
+		}
 		h.ServeHTTP(w, r)
 		if r.URL.Path == "/gone" {
 			close(goneServed)
@@ -119,10 +122,28 @@ func TestPooledNoticesGoneHTTP1Clients(t *testing.T) {
 		}
 	}()
 	<-held // the only worker is now busy
-	c := &http.Client{Timeout: 100 * time.Millisecond}
-	if resp, err := c.Post(srv.URL+"/gone", "application/json", strings.NewReader(`{"a":1}`)); err == nil {
-		_ = resp.Body.Close()
-		t.Fatal("the second request was answered while the only worker was held")
+	// The client gives up once its request has reached the server.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	gone := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/gone", strings.NewReader(`{"a":1}`))
+		if err == nil {
+			var resp *http.Response
+			if resp, err = http.DefaultClient.Do(req); err == nil {
+				_ = resp.Body.Close()
+			}
+		}
+		gone <- err
+	}()
+	select {
+	case <-goneArrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second request did not reach the server within 10 s")
+	}
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the second request: %v, want it given up, unanswered while the only worker was held", err)
 	}
 	select {
 	case <-goneServed: // given up on, with the worker still held

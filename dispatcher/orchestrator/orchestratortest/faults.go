@@ -2,6 +2,7 @@ package orchestratortest
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"io"
@@ -191,6 +192,33 @@ func (s *Server) Stats() Stats {
 	return s.stats.clone()
 }
 
+// WaitHeld waits until cond holds of the counters, or ctx ends (it returns
+// ctx's error then). cond is checked at once and again each time a request
+// starts or stops being held: a poll waiting for a task (PollsWaiting) or
+// an event Faults.Hold holds (Held). A test waits on that, not on time.
+func (s *Server) WaitHeld(ctx context.Context, cond func(Stats) bool) error {
+	for {
+		s.mu.Lock()
+		ok, holding := cond(s.stats.clone()), s.holding
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-holding:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// holdingLocked tells WaitHeld that a request started or stopped being
+// held. s.mu must be held.
+func (s *Server) holdingLocked() {
+	close(s.holding)
+	s.holding = make(chan struct{})
+}
+
 // chance draws against rate; it draws nothing for a rate of 0. s.mu must
 // be held.
 func (s *Server) chance(rate float64) bool {
@@ -265,6 +293,7 @@ func (s *Server) hold(r *http.Request) bool {
 		return false
 	}
 	s.stats.Held++
+	s.holdingLocked()
 	release := s.release
 	s.mu.Unlock()
 	s.logf("%s %s: %s event held", r.Method, r.URL.Path, ev.Type)

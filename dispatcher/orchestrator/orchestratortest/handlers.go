@@ -78,6 +78,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, caller string) {
 		timer := s.clock.NewTimer(wait)
 		s.mu.Lock()
 		s.stats.PollsWaiting++
+		s.holdingLocked()
 		s.mu.Unlock()
 		select {
 		case <-wake:
@@ -99,6 +100,7 @@ func (s *Server) pollDone(timer interface{ Stop() bool }) {
 	timer.Stop()
 	s.mu.Lock()
 	s.stats.PollsWaiting--
+	s.holdingLocked()
 	s.mu.Unlock()
 }
 

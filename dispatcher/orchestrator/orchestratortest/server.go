@@ -6,8 +6,8 @@
 //
 // A test adds tasks with Add, starts the server, points a dispatcher at URL
 // (trusting the certificate CAFile writes, or using Client in-process), and
-// asserts on Task, Tasks, Polls and Stats. Every method is safe for
-// concurrent use.
+// asserts on Task, Tasks, Polls and Stats, waiting for held requests with
+// WaitHeld. Every method is safe for concurrent use.
 package orchestratortest
 
 import (
@@ -142,6 +142,9 @@ type Server struct {
 	wake chan struct{}
 	// release is closed, and replaced, by Release.
 	release chan struct{}
+	// holding is closed, and replaced, whenever a request starts or stops
+	// being held (WaitHeld).
+	holding chan struct{}
 }
 
 // New returns a Server, not started yet, configured by opts. It panics on
@@ -216,6 +219,7 @@ func New(opts Options) *Server {
 		jtis:    map[string]time.Time{},
 		wake:    make(chan struct{}),
 		release: make(chan struct{}),
+		holding: make(chan struct{}),
 		stats:   Stats{Requests: map[Endpoint]int{}, Statuses: map[int]int{}},
 	}
 	s.ts = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))

@@ -22,7 +22,6 @@ import (
 	"github.com/lestrrat-go/jwx/v3/jwk"
 	"github.com/lestrrat-go/jwx/v3/jws"
 	"github.com/lestrrat-go/jwx/v3/jwt"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 	"github.com/runwarden/runwarden/internal/clocktest"
@@ -47,6 +46,18 @@ func waitForTimer(t *testing.T, clk *clocktest.Clock) {
 	t.Helper()
 	if err := clk.WaitForWaiters(1, 10*time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitHeld waits, within a deadline, until cond holds of s's counters as
+// requests start and stop being held (Server.WaitHeld).
+func waitHeld(t *testing.T, s *Server, what string, cond func(Stats) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitHeld(ctx, cond); err != nil {
+		st := s.Stats()
+		t.Fatalf("waiting for %s: %v (%d polls waiting, %d events held)", what, err, st.PollsWaiting, st.Held)
 	}
 }
 
@@ -274,13 +285,7 @@ func TestPollIsHeldUntilATaskArrives(t *testing.T) {
 	}()
 	waitPolls := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for s.Stats().PollsWaiting != n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d polls waiting after 10 s, want %d", s.Stats().PollsWaiting, n)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitHeld(t, s, fmt.Sprintf("%d polls waiting", n), func(st Stats) bool { return st.PollsWaiting == n })
 	}
 	waitForTimer(t, clk)
 	waitPolls(1) // held: counted once its timer is made
@@ -926,10 +931,7 @@ func TestFaultHold(t *testing.T) {
 		_, err := send(context.Background(), s, orchestrator.PathEvents("t-1"), created, "")
 		errs <- err
 	}()
-	held := func(context.Context) (bool, error) { return s.Stats().Held > 0, nil }
-	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, held); err != nil {
-		t.Fatalf("the job-created event was not held: %v", err)
-	}
+	waitHeld(t, s, "the job-created event held", func(st Stats) bool { return st.Held == 1 })
 	// Other types pass.
 	expect(t, post(t, s, orchestrator.PathEvents("t-1"), event("t-1", 1, orchestrator.EventRunning)), http.StatusOK, "")
 	select {
@@ -946,9 +948,15 @@ func TestFaultHold(t *testing.T) {
 	}
 
 	// A client that gives up ends its held request.
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	if _, err := send(ctx, s, orchestrator.PathEvents("t-1"), created, ""); err == nil {
+	go func() {
+		_, err := send(ctx, s, orchestrator.PathEvents("t-1"), created, "")
+		errs <- err
+	}()
+	waitHeld(t, s, "the second job-created event held", func(st Stats) bool { return st.Held == 2 })
+	cancel()
+	if err := <-errs; err == nil {
 		t.Error("held request was answered")
 	}
 

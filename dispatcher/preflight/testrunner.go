@@ -1,9 +1,7 @@
-package kube
+package preflight
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +9,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
@@ -23,23 +20,24 @@ var ErrTestRunnerFailed = errors.New("the test runner failed")
 
 // TestRunnerOptions configure TestRunner.
 type TestRunnerOptions struct {
-	// Client creates and reads the Job. It must not be a cache. Required.
-	Client client.Client
+	// Options are the client, the Job options, the namespace (all three
+	// required), the timeout of the whole run (default 5m), how often the
+	// Job is looked at (default 1s) and the clock.
+	Options
 	// Logs reads the runner container's log. Required.
 	Logs runner.LogReader
-	// Jobs is how the dispatcher builds Jobs. Required.
-	Jobs job.Options
-	// Namespace is where runner Jobs run. Required.
-	Namespace string
 	// Script is the runner container's shell script. Required.
 	Script string
 	// Out receives the runner container's log.
 	Out io.Writer
-	// Timeout bounds the whole run. Default: 5m.
-	Timeout time.Duration
-	// Poll is how often the Job is looked at. Default: 1s.
-	Poll time.Duration
 }
+
+// TestRunner waits this long at most, and looks at its Job this often,
+// unless its options say otherwise.
+const (
+	testRunnerTimeout = 5 * time.Minute
+	testRunnerPoll    = time.Second
+)
 
 // TestRunner runs one runner Job, made from the platform's template exactly
 // as a task's (so the webhook shapes its pod as a runner's), with Script as
@@ -47,43 +45,33 @@ type TestRunnerOptions struct {
 // runner's log to Out, deletes the Job, and returns nil if it succeeded.
 // `helm test` runs it: only the dispatcher may make runner Jobs.
 func TestRunner(ctx context.Context, o TestRunnerOptions) error {
-	if o.Timeout <= 0 {
-		o.Timeout = 5 * time.Minute
-	}
-	if o.Poll <= 0 {
-		o.Poll = time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	o.setDefaults(testRunnerTimeout, testRunnerPoll)
+	ctx, cancel := withTimeout(ctx, o.Clock, o.Timeout)
 	defer cancel()
-	var id [4]byte
-	_, _ = rand.Read(id[:])
 	j, _, err := job.Build(job.Task{
-		ID: "test-runner-" + hex.EncodeToString(id[:]), Namespace: o.Namespace,
+		ID: "test-runner-" + suffix(), Namespace: o.Namespace,
 		Command: []string{"/bin/sh", "-c", o.Script},
 	}, o.Jobs)
 	if err != nil {
 		return err
 	}
-	j.Annotations[job.AnnotationPreflight] = "true"
-	if err := o.Client.Create(ctx, j); err != nil {
+	remove, err := o.create(ctx, j)
+	if err != nil {
 		return fmt.Errorf("creating the test runner Job: %w", err)
 	}
-	defer func() {
-		// Not ctx: it may have ended.
-		del, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = o.Client.Delete(del, j, client.PropagationPolicy(metav1.DeletePropagationBackground))
-	}()
+	defer remove()
 	key := client.ObjectKeyFromObject(j)
-	for !job.Finished(j) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: Job %s did not end within %s (%s)", ErrTestRunnerFailed, j.Name, o.Timeout, warnings(ctx, o.Client, j))
-		case <-time.After(o.Poll):
-		}
+	ended, err := poll(ctx, o.Clock, o.Poll, func() (bool, error) {
 		if err := o.Client.Get(ctx, key, j); err != nil {
-			return fmt.Errorf("reading the test runner Job: %w", err)
+			return false, fmt.Errorf("reading the test runner Job: %w", err)
 		}
+		return job.Finished(j), nil
+	})
+	if err != nil {
+		return err
+	}
+	if !ended {
+		return fmt.Errorf("%w: Job %s did not end within %s (%s)", ErrTestRunnerFailed, j.Name, o.Timeout, warnings(ctx, o.Client, j))
 	}
 	// The log of the Job's own pod only (job.IsPodOf).
 	if pods, err := job.PodsOf(ctx, o.Client, j, false); err == nil {
