@@ -36,8 +36,8 @@ const (
 	runPoll    = 500 * time.Millisecond
 )
 
-// tryFor is how long Run waits for one throwaway Job's pod before it tries
-// a new Job.
+// tryFor is how long Run waits for one throwaway Job's pod, once the Job
+// controller said it could not make it yet, before it tries a new Job.
 const tryFor = 5 * time.Second
 
 // Run creates a throwaway Job shaped like a real runner (the
@@ -78,9 +78,10 @@ func Run(ctx context.Context, o Options) error {
 	return fmt.Errorf("%w: no runner pod within %s in %s (%s)", ErrFailed, o.Timeout, o.Namespace, strings.TrimSpace(cause))
 }
 
-// tryOnce creates one throwaway Job and waits a few seconds (tryFor) for
-// its pod. It returns whether the pod was admitted, the last transient
-// warning, or an error when the pod was refused.
+// tryOnce creates one throwaway Job and waits for its pod: until it is
+// made, the Job controller refuses it for good (an error), or, past tryFor,
+// says it could not make it yet (the transient warning it returns, for the
+// caller to try a new Job).
 func tryOnce(ctx context.Context, o Options) (bool, string, error) {
 	t := job.Task{
 		ID:        "preflight/" + o.Jobs.DispatcherID + "/" + suffix(),
@@ -100,9 +101,7 @@ func tryOnce(ctx context.Context, o Options) (bool, string, error) {
 	}
 	defer remove()
 	warning := ""
-	window, cancel := withTimeout(ctx, o.Clock, tryFor)
-	defer cancel()
-	admitted, err := poll(window, o.Clock, o.Poll, func() (bool, error) {
+	look := func() (bool, error) {
 		// Only the Job's own pod proves admission (job.IsPodOf), not one
 		// planted with its job-name label.
 		if pods, err := job.PodsOf(ctx, o.Client, j, false); err == nil && len(pods) > 0 {
@@ -121,11 +120,22 @@ func tryOnce(ctx context.Context, o Options) (bool, string, error) {
 			}
 		}
 		return false, nil
-	})
-	if err != nil || admitted {
-		return admitted, "", err
 	}
-	return false, warning, nil
+	for {
+		window, cancel := withTimeout(ctx, o.Clock, tryFor)
+		admitted, err := poll(window, o.Clock, o.Poll, look)
+		cancel()
+		if err != nil || admitted {
+			return admitted, "", err
+		}
+		// A Job the Job controller has not said a word about yet (a
+		// loaded control plane) is watched on: a new one would only start
+		// over behind it. One it could not make a pod for is left for a
+		// new Job, which the Job controller's backoff does not hold.
+		if warning != "" || ctx.Err() != nil {
+			return false, warning, nil
+		}
+	}
 }
 
 // createRefused names the cause of a failed Job creation: a 403 is RBAC,

@@ -112,6 +112,40 @@ func TestRunTriesANewJobWhileTheWebhookCannotBeCalled(t *testing.T) {
 	cl.noJobsLeft(t)
 }
 
+// A Job the Job controller has said nothing about within tryFor (a loaded
+// control plane) is watched on rather than replaced: a new Job would only
+// start over behind it, and a run of them never saw a refusal in time.
+func TestRunWatchesAJobTheJobControllerHasNotReachedYet(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(epoch)
+	cl := newCluster(t)
+	polls := int(tryFor / runPoll)
+	cl.onLook = func(ctx context.Context, c client.WithWatch, n int) error {
+		if n < 2*polls {
+			return nil
+		}
+		var jobs batchv1.JobList
+		if err := c.List(ctx, &jobs); err != nil || len(jobs.Items) != 1 {
+			return errors.Join(err, errors.New("want one Job"))
+		}
+		return admit(ctx, c, &jobs.Items[0])
+	}
+	s := run(t, func(ctx context.Context) error {
+		return Run(ctx, Options{Client: cl, Jobs: jobOptions(), Namespace: "runners", Clock: clk})
+	})
+	cl.nextJob(t)
+	for range 2*polls - 1 {
+		step(t, clk, 3, runPoll)
+	}
+	if err := s.result(t); err != nil {
+		t.Fatalf("Run: %v, want nil once the pod is there", err)
+	}
+	if n := cl.jobsMade(); n != 1 {
+		t.Errorf("%d Jobs made, want 1: the Job the Job controller had not reached yet, watched on", n)
+	}
+	cl.noJobsLeft(t)
+}
+
 // With no pod within Timeout on the clock, Run fails naming the timeout
 // and the last warning the Job controller gave; the Job is deleted.
 func TestRunTimesOutByItsClock(t *testing.T) {

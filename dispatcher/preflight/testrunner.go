@@ -61,11 +61,22 @@ func TestRunner(ctx context.Context, o TestRunnerOptions) error {
 	}
 	defer remove()
 	key := client.ObjectKeyFromObject(j)
+	// Its outcome read as a task's (job.Observer): success only from the
+	// Job's own runner pod's exit 0, not from the Job's conditions alone.
+	obs := job.Observer{Client: o.Client, Events: o.Client, Now: o.Clock.Now}
+	var out job.Outcome
 	ended, err := poll(ctx, o.Clock, o.Poll, func() (bool, error) {
 		if err := o.Client.Get(ctx, key, j); err != nil {
 			return false, fmt.Errorf("reading the test runner Job: %w", err)
 		}
-		return job.Finished(j), nil
+		if !job.Finished(j) {
+			return false, nil
+		}
+		out, err = obs.Outcome(ctx, j)
+		if err != nil {
+			return false, fmt.Errorf("reading the test runner Job's outcome: %w", err)
+		}
+		return out.Phase != "", nil
 	})
 	if err != nil {
 		return err
@@ -85,12 +96,10 @@ func TestRunner(ctx context.Context, o TestRunnerOptions) error {
 			}
 		}
 	}
-	for _, c := range j.Status.Conditions {
-		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
-			return nil
-		}
+	if out.Phase == job.PhaseSucceeded {
+		return nil
 	}
-	return fmt.Errorf("%w: Job %s: %s", ErrTestRunnerFailed, j.Name, warnings(ctx, o.Client, j))
+	return fmt.Errorf("%w: Job %s: %s: %s; %s", ErrTestRunnerFailed, j.Name, out.Reason, out.Message, warnings(ctx, o.Client, j))
 }
 
 // warnings are the Job's conditions and Warning events, for a failure

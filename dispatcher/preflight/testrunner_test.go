@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/internal/clocktest"
 )
 
@@ -23,17 +24,29 @@ func TestTestRunnerWaitsForTheJobByItsClock(t *testing.T) {
 	tests := []struct {
 		name string
 		end  batchv1.JobCondition
+		// exit is the runner container's exit code in the Job's own pod.
+		exit int32
 		// warning, if set, is a warning event on the Job.
 		warning string
 		// want is the error's message, "" for none.
 		want string
 	}{
 		{name: "succeeded", end: batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}},
+		// The Job controller says SuccessCriteriaMet before Complete, while
+		// its pod's finalizer goes: the runner's exit 0 is the success.
+		{name: "success criteria met", end: batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, Reason: "CompletionsReached"}},
+		{
+			name: "completed, but not by its own runner",
+			end:  batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, Message: "Reached expected number of succeeded pods"},
+			exit: 3,
+			want: "the test runner failed: Job NAME: RunnerNotSucceeded: the Job reports success, but no pod of its own has its runner container terminated with exit code 0 (the runner exited 3): Reached expected number of succeeded pods; Complete:  Reached expected number of succeeded pods; ",
+		},
 		{
 			name:    "failed",
 			end:     batchv1.JobCondition{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"},
+			exit:    1,
 			warning: "pods is forbidden: exceeded quota",
-			want:    "the test runner failed: Job NAME: Failed: BackoffLimitExceeded Job has reached the specified backoff limit; FailedCreate: pods is forbidden: exceeded quota; ",
+			want:    "the test runner failed: Job NAME: NonZeroExit: Job has reached the specified backoff limit; Failed: BackoffLimitExceeded Job has reached the specified backoff limit; FailedCreate: pods is forbidden: exceeded quota; ",
 		},
 	}
 	for _, tt := range tests {
@@ -56,7 +69,7 @@ func TestTestRunnerWaitsForTheJobByItsClock(t *testing.T) {
 			if err := clk.WaitForWaiters(2, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			end(t, cl, j, tt.end, tt.warning)
+			end(t, cl, j, tt.end, tt.exit, tt.warning)
 			s.running(t, "with the Job ended, before the clock moved")
 			clk.Step(testRunnerPoll)
 			err := s.result(t)
@@ -106,11 +119,24 @@ func TestTestRunnerTimesOutByItsClock(t *testing.T) {
 }
 
 // end ends Job j with condition cond and, if warning is set, a warning
-// event, and makes its pod (whose log TestRunner prints).
-func end(t *testing.T, cl *cluster, j *batchv1.Job, cond batchv1.JobCondition, warning string) {
+// event, and makes its pod (whose log TestRunner prints) with its runner
+// container ended with exit code exit.
+func end(t *testing.T, cl *cluster, j *batchv1.Job, cond batchv1.JobCondition, exit int32, warning string) {
 	t.Helper()
 	ctx := t.Context()
 	if err := admit(ctx, cl, j); err != nil {
+		t.Fatal(err)
+	}
+	var pod corev1.Pod
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: j.Name + "-abcde"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Phase = corev1.PodSucceeded
+	if exit != 0 {
+		pod.Status.Phase = corev1.PodFailed
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: job.RunnerContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit}}}}
+	if err := cl.Status().Update(ctx, &pod); err != nil {
 		t.Fatal(err)
 	}
 	if warning != "" {
