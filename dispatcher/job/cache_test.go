@@ -3,10 +3,11 @@ package job
 import (
 	"testing"
 
-	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 func TestCacheTransformKeepsWhatTheDispatcherReads(t *testing.T) {

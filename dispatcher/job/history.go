@@ -7,10 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // History says how many finished Jobs of one dispatcher to keep in a

@@ -4,12 +4,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 func succeededJob(name string, age time.Duration, reported bool) *batchv1.Job {

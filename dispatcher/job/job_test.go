@@ -9,11 +9,12 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/runwarden/runwarden/internal/contract"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden-*.yaml")

@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // IsPodOf tells whether pod p is one the Job controller made for Job j and

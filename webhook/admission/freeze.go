@@ -9,11 +9,12 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // What a pod keeps from its admission. A runner pod runs what was admitted

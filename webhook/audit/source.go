@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +23,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // Recorded are the runner Jobs and pods an audit reads.

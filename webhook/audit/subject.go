@@ -12,12 +12,13 @@ import (
 	"slices"
 	"time"
 
-	"github.com/runwarden/runwarden/internal/contract"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // Where a subject's pod comes from.
