@@ -65,7 +65,7 @@ folder() {
 	vault) echo "$tools_dir/vault-$VAULT_VERSION" ;;
 	vault-minimal) echo "$tools_dir/vault-minimal-$VAULT_VERSION" ;;
 	kueue) echo "$tools_dir/kueue-$KUEUE_VERSION" ;;
-	promtool) echo "$tools_dir/promtool-$PROMETHEUS_VERSION" ;;
+	promtool) echo "$tools_dir/promtool-$PROMETHEUS_VERSION-nosd" ;;
 	registry) echo "$tools_dir/registry-$REGISTRY_VERSION" ;;
 	cosign) echo "$tools_dir/cosign-$COSIGN_VERSION" ;;
 	syft) echo "$tools_dir/syft-$SYFT_VERSION" ;;
@@ -174,7 +174,10 @@ recipe() {
 		chmod u+w "$out"/crds/*.yaml
 		;;
 	promtool)
-		install_mod "$out" "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+		# Without Prometheus's service discovery plugins (its own build tag):
+		# the rule checks and tests need none, and the cloud SDKs they
+		# import are most of what a full build compiles.
+		install_mod "$out" -tags remove_all_sd "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
 		;;
 	registry)
 		# The CNCF distribution registry (hack/registry.sh runs it).
