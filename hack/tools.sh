@@ -41,6 +41,7 @@ PROMETHEUS_VERSION=v0.316.0
 REGISTRY_VERSION=v3.1.2
 COSIGN_VERSION=v2.6.5
 SYFT_VERSION=v1.57.1
+GITEA_VERSION=v1.26.0 # also in hack/tools/gitea/go.mod
 # Only for make bench-release, beside the release's own image builder.
 KO_VERSION=v0.19.1
 
@@ -70,6 +71,7 @@ folder() {
 	cosign) echo "$tools_dir/cosign-$COSIGN_VERSION" ;;
 	syft) echo "$tools_dir/syft-$SYFT_VERSION" ;;
 	ko) echo "$tools_dir/ko-$KO_VERSION" ;;
+	gitea) echo "$tools_dir/gitea-$GITEA_VERSION" ;;
 	# Another architecture's programs, for the release's multi-platform images.
 	opentofu-linux-*) echo "$tools_dir/opentofu-$OPENTOFU_VERSION-${1#opentofu-}" ;;
 	busybox-linux-*)
@@ -191,6 +193,26 @@ recipe() {
 		;;
 	ko)
 		install_mod "$out" "github.com/google/ko@$KO_VERSION"
+		;;
+	gitea)
+		# With SQLite, which is cgo (mattn/go-sqlite3; without cgo it builds
+		# a stub that fails at start), so gcc from the distribution. Without
+		# Gitea's bindata tag it reads its templates, locales and public
+		# files from STATIC_ROOT_PATH: the module's, copied beside the binary
+		# (hack/gitea.sh points there), so the tool folder stands alone.
+		(cd "$root/hack/tools/gitea" &&
+			CGO_ENABLED=1 go build -trimpath -tags "sqlite sqlite_unlock_notify" \
+				-ldflags "-s -w -X main.Version=${GITEA_VERSION#v} -X 'main.Tags=sqlite sqlite_unlock_notify'" \
+				-o "$out/gitea" code.gitea.io/gitea)
+		local mod
+		mod=$(cd "$root/hack/tools/gitea" && go list -m -f '{{.Dir}}' code.gitea.io/gitea)
+		if [[ -z $mod || ! -d $mod/options/locale ]]; then
+			echo "gitea: no locales found in the module folder \"$mod\"" >&2
+			return 1
+		fi
+		mkdir -p "$out/static"
+		cp -r "$mod/templates" "$mod/options" "$mod/public" "$out/static/"
+		chmod -R u+w "$out/static"
 		;;
 	opentofu-linux-*)
 		GOOS=linux GOARCH=${1#opentofu-linux-} build_wrapper opentofu "$out" "-X github.com/opentofu/opentofu/version.dev=no" github.com/opentofu/opentofu/cmd/tofu
