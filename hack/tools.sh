@@ -41,7 +41,8 @@ PROMETHEUS_VERSION=v0.316.0
 REGISTRY_VERSION=v3.1.2
 COSIGN_VERSION=v2.6.5
 SYFT_VERSION=v1.57.1
-GITEA_VERSION=v1.26.0 # also in hack/tools/gitea/go.mod
+# Also in hack/tools/gitea/go.mod (hack/verify.sh checks the two agree).
+GITEA_VERSION=v1.26.0
 # Only for make bench-release, beside the release's own image builder.
 KO_VERSION=v0.19.1
 
