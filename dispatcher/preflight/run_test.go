@@ -27,17 +27,8 @@ func TestRunLooksForThePodEveryPollOfItsClock(t *testing.T) {
 	t.Parallel()
 	clk := clocktest.New(epoch)
 	cl := newCluster(t)
-	cl.onLook = func(ctx context.Context, c client.WithWatch, n int) error {
-		if n < 3 {
-			return nil
-		}
-		// The pod is made between the second look and the third.
-		var jobs batchv1.JobList
-		if err := c.List(ctx, &jobs); err != nil || len(jobs.Items) != 1 {
-			return errors.Join(err, errors.New("want one Job"))
-		}
-		return admit(ctx, c, &jobs.Items[0])
-	}
+	// The pod is made between the second look and the third.
+	cl.onLook = admitAtLook(3)
 	s := run(t, func(ctx context.Context) error {
 		return Run(ctx, Options{Client: cl, Jobs: jobOptions(), Namespace: "runners", Clock: clk})
 	})
@@ -120,16 +111,7 @@ func TestRunWatchesAJobTheJobControllerHasNotReachedYet(t *testing.T) {
 	clk := clocktest.New(epoch)
 	cl := newCluster(t)
 	polls := int(tryFor / runPoll)
-	cl.onLook = func(ctx context.Context, c client.WithWatch, n int) error {
-		if n < 2*polls {
-			return nil
-		}
-		var jobs batchv1.JobList
-		if err := c.List(ctx, &jobs); err != nil || len(jobs.Items) != 1 {
-			return errors.Join(err, errors.New("want one Job"))
-		}
-		return admit(ctx, c, &jobs.Items[0])
-	}
+	cl.onLook = admitAtLook(2 * polls)
 	s := run(t, func(ctx context.Context) error {
 		return Run(ctx, Options{Client: cl, Jobs: jobOptions(), Namespace: "runners", Clock: clk})
 	})
@@ -212,4 +194,19 @@ func TestRunFailsAtOnceOnADenial(t *testing.T) {
 		t.Errorf("the clock moved")
 	}
 	cl.noJobsLeft(t)
+}
+
+// admitAtLook makes the pod of the one Job there is (admit) at the look
+// numbered look, and fails the look when there is not exactly one Job.
+func admitAtLook(look int) func(ctx context.Context, c client.WithWatch, n int) error {
+	return func(ctx context.Context, c client.WithWatch, n int) error {
+		if n < look {
+			return nil
+		}
+		var jobs batchv1.JobList
+		if err := c.List(ctx, &jobs); err != nil || len(jobs.Items) != 1 {
+			return errors.Join(err, errors.New("want one Job"))
+		}
+		return admit(ctx, c, &jobs.Items[0])
+	}
 }
