@@ -52,10 +52,11 @@ func startVault(ctx context.Context, t testing.TB) *vaultServer {
 	if err != nil {
 		t.Fatalf("hack/tools.sh path vault: %v", err)
 	}
-	bin := filepath.Join(strings.TrimSpace(string(out)), "vault")
+	dir := strings.TrimSpace(string(out))
 	port := freePortOn(t, realNodeGateway)
 	v := &vaultServer{addr: fmt.Sprintf("http://%s:%d", realNodeGateway, port), root: rand.Text(), log: &strings.Builder{}}
-	cmd := exec.Command(bin, "server", "-dev", "-dev-root-token-id="+v.root, "-dev-listen-address="+fmt.Sprintf("%s:%d", realNodeGateway, port), "-dev-no-store-token")
+	cmd := exec.Command(filepath.Join(dir, "vault"), "server", "-dev", "-dev-root-token-id="+v.root, "-dev-listen-address="+fmt.Sprintf("%s:%d", realNodeGateway, port), "-dev-no-store-token",
+		"-dev-plugin-dir="+filepath.Join(dir, "plugins"))
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "SKIP_SETCAP=1", "VAULT_DISABLE_MLOCK=true")
 	cmd.Stdout, cmd.Stderr = v.log, v.log
 	if err := cmd.Start(); err != nil {
@@ -78,8 +79,24 @@ func startVault(ctx context.Context, t testing.TB) *vaultServer {
 	if err := harness.WaitFor(ctx, "Vault to serve", 30*time.Second, up); err != nil {
 		t.Fatalf("%v\n%s", err, v.log.String())
 	}
+	// The pinned Vault is its minimal build: its Kubernetes auth method is
+	// the external plugin built beside it, registered under the built-in
+	// method's name (hack/tools.sh vault).
+	plugin, err := os.ReadFile(filepath.Join(dir, "plugins", kubeAuthPlugin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.client.Sys().RegisterPluginWithContext(ctx, &vault.RegisterPluginInput{
+		Name: "kubernetes", Type: vault.PluginTypeCredential, Command: kubeAuthPlugin, SHA256: sha(string(plugin)),
+	}); err != nil {
+		t.Fatalf("registering Vault's Kubernetes auth plugin: %v\n%s", err, v.log.String())
+	}
 	return v
 }
+
+// kubeAuthPlugin is the file name of Vault's Kubernetes auth method in the
+// pinned Vault's plugin folder.
+const kubeAuthPlugin = "vault-plugin-auth-kubernetes"
 
 // teamAPatterns lets the runner namespaces of these suites read what Vault
 // namespace team-a holds (a namespace names no patterns by default, and may

@@ -9,7 +9,7 @@
 #
 # It builds only what it shows: the host's platform, no SBOMs (make release
 # and its e2e test make the other platforms, the SBOMs and their
-# attestations), and Vault's minimal build unless the full one is there.
+# attestations), and Vault's minimal build (the one make test runs too).
 # The runwarden images build beside the tools.
 #
 # Usage: hack/demo.sh [build]
@@ -67,10 +67,8 @@ wait_images() {
 	fi
 	sed 's/^/  /' "$images_log"
 }
-vault_tool=vault-minimal
-[[ -x $(hack/tools.sh path vault)/vault ]] && vault_tool=vault
 # The slowest first: two builds at a time (hack/tools.sh), beside the images.
-if ! hack/tools.sh kubernetes "$vault_tool" etcd kwok coredns opentofu registry cosign helm4 "$helm_tool"; then
+if ! hack/tools.sh kubernetes vault etcd kwok coredns opentofu registry cosign helm4 "$helm_tool"; then
 	wait "$images_pid" || true
 	exit 1
 fi

@@ -33,7 +33,7 @@ GOLANGCI_LINT_VERSION=v2.15.0
 BENCHSTAT_VERSION=v0.0.0-20260908200009-22c9c6c9d4da
 CONTROLLER_GEN_VERSION=v0.23.0
 OPENTOFU_VERSION=v1.12.6
-COREDNS_VERSION=v1.15.0
+COREDNS_VERSION=v1.15.0 # also in hack/tools/coredns/go.mod
 VAULT_VERSION=v1.19.0 # also in hack/tools/vault/go.mod
 KUEUE_VERSION=v0.15.0
 # Prometheus v3.x: its Go module numbers v3.N.M as v0.3NN.M.
@@ -63,9 +63,8 @@ folder() {
 	benchstat) echo "$tools_dir/benchstat-$BENCHSTAT_VERSION" ;;
 	controller-gen) echo "$tools_dir/controller-gen-$CONTROLLER_GEN_VERSION" ;;
 	opentofu) echo "$tools_dir/opentofu-$OPENTOFU_VERSION" ;;
-	coredns) echo "$tools_dir/coredns-$COREDNS_VERSION" ;;
-	vault) echo "$tools_dir/vault-$VAULT_VERSION" ;;
-	vault-minimal) echo "$tools_dir/vault-minimal-$VAULT_VERSION" ;;
+	coredns) echo "$tools_dir/coredns-$COREDNS_VERSION-node" ;;
+	vault) echo "$tools_dir/vault-$VAULT_VERSION-minimal-kubeauth" ;;
 	kueue) echo "$tools_dir/kueue-$KUEUE_VERSION" ;;
 	promtool) echo "$tools_dir/promtool-$PROMETHEUS_VERSION-nosd" ;;
 	registry) echo "$tools_dir/registry-$REGISTRY_VERSION" ;;
@@ -147,19 +146,21 @@ recipe() {
 		build_wrapper opentofu "$out" "-X github.com/opentofu/opentofu/version.dev=no" github.com/opentofu/opentofu/cmd/tofu
 		;;
 	vault)
-		build_wrapper vault "$out" "" github.com/hashicorp/vault
-		;;
-	vault-minimal)
-		# The same Vault built with its own "minimal" tag (its Makefile's
-		# BUILD_MINIMAL): the core secret engines (kv among them) and auth
-		# methods (token, userpass, approle, cert, jwt), without the cloud
-		# plugins and storage backends; a quarter fewer packages to compile.
-		# Enough for the demo's dev server; the e2e suite's kubernetes auth
-		# needs the full build.
+		# Vault built with its own "minimal" tag (its Makefile's
+		# BUILD_MINIMAL): the core secret engines (kv and transit among
+		# them) and auth methods (token, userpass, approle, cert, jwt),
+		# without the cloud plugins and storage backends, a quarter fewer
+		# packages to compile. The Kubernetes auth method the e2e suite
+		# uses is not among them: it is built beside it as the external
+		# plugin Vault publishes it as, at the version Vault's own go.mod
+		# builds in, into plugins/ (a dev server's -dev-plugin-dir). The
+		# plugin's packages are the server's, compiled once.
 		build_wrapper vault "$out" "" -tags minimal github.com/hashicorp/vault
+		build_wrapper vault "$out/plugins" "" github.com/hashicorp/vault-plugin-auth-kubernetes/cmd/vault-plugin-auth-kubernetes
 		;;
 	coredns)
-		install_mod "$out" "github.com/coredns/coredns@$COREDNS_VERSION"
+		# With the plugins the real node's Corefile uses (hack/tools/coredns).
+		build_wrapper coredns "$out" "" .
 		;;
 	kueue)
 		# The controller, and its CRDs beside it (hack/kueue.sh applies them):

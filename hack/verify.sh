@@ -23,9 +23,9 @@ done
 # cache folder after its own version variables, so the two must agree or a
 # bump would never rebuild (or would stamp old code with the new version).
 for pin in kubernetes:k8s.io/kubernetes:KUBERNETES_VERSION etcd:go.etcd.io/etcd/server/v3:ETCD_VERSION \
-	opentofu:github.com/opentofu/opentofu:OPENTOFU_VERSION gitea:code.gitea.io/gitea:GITEA_VERSION; do
+	opentofu:github.com/opentofu/opentofu:OPENTOFU_VERSION vault:github.com/hashicorp/vault:VAULT_VERSION coredns:github.com/coredns/coredns:COREDNS_VERSION gitea:code.gitea.io/gitea:GITEA_VERSION; do
 	IFS=: read -r dir mod var <<<"$pin"
-	want=$(sed -n "s/^$var=//p" hack/tools.sh)
+	want=$(sed -n "s/^$var=\([^ ]*\).*/\1/p" hack/tools.sh)
 	got=$(awk -v m="$mod" '$1 == "require" && $2 == m {print $3} $1 == m {print $2}' "hack/tools/$dir/go.mod" | head -n 1)
 	if [[ -z $want || $got != "$want" ]]; then
 		echo "verify: hack/tools/$dir/go.mod requires $mod ${got:-(none)}, hack/tools.sh says $var=${want:-(none)}; make them agree" >&2

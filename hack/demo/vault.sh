@@ -6,9 +6,7 @@
 # the resolver init container.
 #
 # Usage: hack/demo/vault.sh up RUNNER_NAMESPACE | down | bin
-#   bin  print the vault binary the demo runs: the full build when it is
-#        there (make e2e builds it), else the minimal one (hack/tools.sh
-#        vault-minimal, which the demo builds)
+#   bin  print the vault binary the demo runs (hack/tools.sh vault)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -18,13 +16,7 @@ addr=10.88.0.1:8200
 export VAULT_ADDR=http://$addr
 
 vault_bin() {
-	local full
-	full=$("$root/hack/tools.sh" path vault)/vault
-	if [[ -x $full ]]; then
-		echo "$full"
-	else
-		echo "$("$root/hack/tools.sh" path vault-minimal)/vault"
-	fi
+	echo "$("$root/hack/tools.sh" path vault)/vault"
 }
 
 down() {

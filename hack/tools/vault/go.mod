@@ -8,7 +8,10 @@ module github.com/runwarden/runwarden/hack/tools/vault
 
 go 1.26.6
 
-require github.com/hashicorp/vault v1.19.0
+require (
+	github.com/hashicorp/vault v1.19.0
+	github.com/hashicorp/vault-plugin-auth-kubernetes v0.21.0
+)
 
 require (
 	cel.dev/expr v0.19.0 // indirect
@@ -275,7 +278,6 @@ require (
 	github.com/hashicorp/vault-plugin-auth-gcp v0.20.1 // indirect
 	github.com/hashicorp/vault-plugin-auth-jwt v0.23.0 // indirect
 	github.com/hashicorp/vault-plugin-auth-kerberos v0.14.0 // indirect
-	github.com/hashicorp/vault-plugin-auth-kubernetes v0.21.0 // indirect
 	github.com/hashicorp/vault-plugin-auth-oci v0.18.0 // indirect
 	github.com/hashicorp/vault-plugin-database-couchbase v0.13.0 // indirect
 	github.com/hashicorp/vault-plugin-database-elasticsearch v0.17.0 // indirect
