@@ -4,6 +4,13 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 GO ?= go
+# runwarden's code is built, tested and linted as its released binaries are
+# built (static, -trimpath): the images, the unit tests and the e2e suites'
+# binaries then share one set of compiled packages, and a first make test
+# compiles each dependency once, not once per build mode. (Pinned tools
+# choose their own: hack/tools.sh.)
+export CGO_ENABLED := 0
+export GOFLAGS := $(strip -trimpath $(GOFLAGS))
 # Pinned tools live outside the checkout (see hack/tools.sh).
 tool = $(shell hack/tools.sh path $(1))
 KUBE_BIN := $(call tool,kubernetes)
