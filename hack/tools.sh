@@ -46,8 +46,11 @@ GITEA_VERSION=v1.26.0
 # Only for make bench-release, beside the release's own image builder.
 KO_VERSION=v0.19.1
 
-# The slowest first: with two builds at a time the rest finish beside them.
-all_tools=(kubernetes vault etcd kwok helm3 helm4 kustomize opa golangci-lint benchstat controller-gen opentofu coredns kueue promtool registry cosign syft)
+# The slowest first (by their cold builds on a 2-core machine): with two
+# builds at a time the short ones fill in beside the long ones, and none of
+# the long ones starts last. The arm64 OpenTofu is the release test's runner
+# image for linux/arm64.
+all_tools=(kubernetes vault opentofu kueue syft promtool opentofu-linux-arm64 golangci-lint kwok cosign helm4 opa coredns registry kustomize controller-gen etcd helm3 benchstat)
 
 # folder prints the cache folder of one tool.
 folder() {
