@@ -1,0 +1,125 @@
+package gitea
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/runwarden/runwarden/internal/steps"
+)
+
+// maxRow is the longest row Gitea stores (its MaxLineSize); a longer line
+// is cut there.
+const maxRow = 64 * 1024
+
+// stepLog turns a runner pod's log, line by line, into what Gitea shows:
+// the log's rows, each step's state with the rows that are its own, and
+// the job's outputs. Marker lines (internal/steps) are not rows: they say
+// where a step starts and ends and how. What the pod's steps say of
+// themselves is the job's own account, as any runner's is; the job's
+// result is the pod's exit code, which the dispatcher reads from the pod's
+// status, not from its log.
+type stepLog struct {
+	marker  string
+	rows    []*runnerv1.LogRow
+	steps   []*runnerv1.StepState
+	outputs map[string]string
+	// result is the job's result as its last marker says ("" before it).
+	result string
+}
+
+func newStepLog(marker string, n int) *stepLog {
+	l := &stepLog{marker: marker, steps: make([]*runnerv1.StepState, n), outputs: map[string]string{}}
+	for i := range l.steps {
+		l.steps[i] = &runnerv1.StepState{Id: int64(i)}
+	}
+	return l
+}
+
+// add reads one line of the pod's log, written at t.
+func (l *stepLog) add(line string, t time.Time) {
+	if rest, ok := strings.CutPrefix(line, l.marker+" "); ok {
+		var e steps.Event
+		if err := json.Unmarshal([]byte(rest), &e); err == nil && l.event(e, t) {
+			return
+		}
+	}
+	if len(line) > maxRow {
+		line = line[:maxRow]
+	}
+	l.rows = append(l.rows, &runnerv1.LogRow{Time: timestamppb.New(t), Content: line})
+}
+
+// event applies a marker; false when it names no step of the job (then
+// the line is a row like any other).
+func (l *stepLog) event(e steps.Event, t time.Time) bool {
+	switch e.Kind {
+	case "start", "end":
+		if e.Step < 0 || e.Step >= len(l.steps) {
+			return false
+		}
+		s := l.steps[e.Step]
+		if e.Kind == "start" {
+			s.StartedAt = timestamppb.New(t)
+			s.LogIndex = int64(len(l.rows))
+			return true
+		}
+		s.Result = result(e.Result)
+		if s.StartedAt != nil {
+			s.StoppedAt = timestamppb.New(t)
+			s.LogLength = int64(len(l.rows)) - s.LogIndex
+		}
+		return true
+	case "outputs":
+		for k, v := range e.Outputs {
+			l.outputs[k] = v
+		}
+		return true
+	case "job":
+		l.result = e.Result
+		return true
+	}
+	return false
+}
+
+// finish ends the steps the log left open when the job ended with
+// result: a step that started and did not end ends with the job (a
+// cancelled or timed-out job's last step), one that never started is
+// skipped (the job ended before it), so Gitea shows no step running.
+func (l *stepLog) finish(r runnerv1.Result, t time.Time) {
+	for _, s := range l.steps {
+		if s.Result != runnerv1.Result_RESULT_UNSPECIFIED {
+			continue
+		}
+		if s.StartedAt == nil {
+			s.Result = runnerv1.Result_RESULT_SKIPPED
+			continue
+		}
+		s.Result = r
+		if r == runnerv1.Result_RESULT_SUCCESS {
+			// A step the log never ended did not succeed, whatever the pod
+			// said.
+			s.Result = runnerv1.Result_RESULT_FAILURE
+		}
+		s.StoppedAt = timestamppb.New(t)
+		s.LogLength = int64(len(l.rows)) - s.LogIndex
+	}
+}
+
+// result is a result as Gitea's protocol names it.
+func result(r string) runnerv1.Result {
+	switch r {
+	case steps.Success:
+		return runnerv1.Result_RESULT_SUCCESS
+	case steps.Failure:
+		return runnerv1.Result_RESULT_FAILURE
+	case steps.Cancelled:
+		return runnerv1.Result_RESULT_CANCELLED
+	case steps.Skipped:
+		return runnerv1.Result_RESULT_SKIPPED
+	}
+	return runnerv1.Result_RESULT_UNSPECIFIED
+}
