@@ -72,7 +72,7 @@ monitoring-test: ## Check the chart's alert rules (charts/runwarden/monitoring) 
 
 .PHONY: e2e
 e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default local).
-	hack/tools.sh kubernetes etcd kwok coredns opentofu helm3 helm4 vault kueue registry cosign syft opentofu-linux-arm64
+	hack/tools.sh kubernetes etcd kwok coredns opentofu helm3 helm4 vault kueue registry cosign syft opentofu-linux-arm64 gitea
 	@# The chart test releases for linux/arm64 too: compile for it here, outside the suites' timeout.
 	GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath ./dispatcher ./webhook ./postrender
 	@# One e2e run at a time on a machine; the cluster is stopped however the run ends (hack/e2e.sh).

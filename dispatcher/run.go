@@ -85,6 +85,9 @@ func (c *config) chooseSource(fs *flag.FlagSet, srcs *runner.Sources) error {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "steps" {
+		return stepsCmd(ctx, args[1:], stdout, stderr)
+	}
 	c, err := parse(args, os.Getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -50,7 +50,7 @@ KO_VERSION=v0.19.1
 # builds at a time the short ones fill in beside the long ones, and none of
 # the long ones starts last. The arm64 OpenTofu is the release test's runner
 # image for linux/arm64.
-all_tools=(kubernetes vault opentofu kueue syft promtool opentofu-linux-arm64 golangci-lint kwok cosign helm4 opa coredns registry kustomize controller-gen etcd helm3 benchstat)
+all_tools=(kubernetes vault opentofu kueue syft gitea promtool opentofu-linux-arm64 golangci-lint kwok cosign helm4 opa coredns registry kustomize controller-gen etcd helm3 benchstat)
 
 # folder prints the cache folder of one tool.
 folder() {
@@ -204,7 +204,11 @@ recipe() {
 		# a stub that fails at start), so gcc from the distribution. Without
 		# Gitea's bindata tag it reads its templates, locales and public
 		# files from STATIC_ROOT_PATH: the module's, copied beside the binary
-		# (hack/gitea.sh points there), so the tool folder stands alone.
+		# (e2e/harness/gitea.go points there), so the tool folder stands alone.
+		if ! command -v gcc >/dev/null; then
+			echo "gitea: its SQLite driver is cgo and needs a C compiler: install Debian's gcc" >&2
+			return 1
+		fi
 		(cd "$root/hack/tools/gitea" &&
 			CGO_ENABLED=1 go build -trimpath -tags "sqlite sqlite_unlock_notify" \
 				-ldflags "-s -w -X main.Version=${GITEA_VERSION#v} -X 'main.Tags=sqlite sqlite_unlock_notify'" \

@@ -1,0 +1,273 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Gitea is a real Gitea server (the pinned one of hack/tools.sh) for the
+// Gitea source's suites: a local process with SQLite, an admin user with an
+// API token, and a runner registration token for the whole instance.
+type Gitea struct {
+	// URL is its ROOT_URL, with a trailing slash.
+	URL string
+	// Admin is the admin user's name; Token its API token.
+	Admin, Token string
+	// RegistrationToken registers runners for the whole instance.
+	RegistrationToken string
+
+	bin, config string
+	log         *lockedBuffer
+	http        *http.Client
+}
+
+// StartGitea starts the pinned Gitea of the checkout at root (make e2e
+// builds it), listening on addr (a free port of it), and stops it when the
+// test ends. Runner pods reach it at addr when that is the real node's
+// gateway.
+func StartGitea(ctx context.Context, t testing.TB, root, addr string) *Gitea {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools.sh"), "path", "gitea").Output()
+	if err != nil {
+		t.Fatalf("hack/tools.sh path gitea: %v", err)
+	}
+	bin := filepath.Join(strings.TrimSpace(string(out)), "gitea")
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	s := &Gitea{
+		URL: fmt.Sprintf("http://%s/", net.JoinHostPort(addr, fmt.Sprint(port))), Admin: "runwarden",
+		RegistrationToken: rand.Text() + rand.Text(),
+		bin:               bin, config: filepath.Join(dir, "app.ini"), log: &lockedBuffer{},
+		http: &http.Client{Timeout: 30 * time.Second},
+	}
+	// Gitea writes the secrets it generates into its configuration: it
+	// must be a file of its own, writable.
+	ini := fmt.Sprintf(`WORK_PATH = %[1]s
+RUN_MODE = prod
+I_AM_BEING_UNSAFE_RUNNING_AS_ROOT = true
+
+[server]
+PROTOCOL = http
+HTTP_ADDR = %[6]s
+HTTP_PORT = %[2]d
+ROOT_URL = %[3]s
+DISABLE_SSH = true
+START_SSH_SERVER = false
+OFFLINE_MODE = true
+LFS_START_SERVER = false
+APP_DATA_PATH = %[1]s/data
+STATIC_ROOT_PATH = %[4]s
+
+[database]
+DB_TYPE = sqlite3
+PATH = %[1]s/data/gitea.db
+
+[repository]
+ROOT = %[1]s/repos
+
+[security]
+INSTALL_LOCK = true
+SECRET_KEY = %[5]s
+
+[service]
+DISABLE_REGISTRATION = true
+
+[log]
+MODE = console
+LEVEL = warn
+
+[actions]
+ENABLED = true
+
+[cron.update_checker]
+ENABLED = false
+`, dir, port, s.URL, filepath.Join(filepath.Dir(bin), "static"), rand.Text(), addr)
+	if err := os.WriteFile(s.config, []byte(ini), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "web", "--config", s.config, "--work-path", dir)
+	cmd.Env = append(os.Environ(), "GITEA_RUNNER_REGISTRATION_TOKEN="+s.RegistrationToken, "HOME="+dir)
+	cmd.Stdout, cmd.Stderr = s.log, s.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("gitea's log:\n%s", s.log.String())
+		}
+	})
+	up := func(ctx context.Context) (bool, error) {
+		select {
+		case <-done:
+			return false, fmt.Errorf("gitea exited at start:\n%s", s.log.String())
+		default:
+		}
+		return s.API(ctx, http.MethodGet, "version", nil, nil) == nil, nil
+	}
+	if err := WaitFor(ctx, "Gitea to answer", 2*time.Minute, up); err != nil {
+		t.Fatalf("%v\n%s", err, s.log.String())
+	}
+	out, err = exec.CommandContext(ctx, bin, "admin", "user", "create", "--config", s.config, "--work-path", dir,
+		"--username", s.Admin, "--password", rand.Text(), "--email", "runwarden@example.com", "--admin",
+		"--must-change-password=false", "--access-token", "--access-token-scopes", "all").CombinedOutput()
+	if err != nil {
+		t.Fatalf("gitea admin user create: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`(?m)\b([0-9a-f]{40})\b`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("gitea admin user create printed no access token:\n%s", out)
+	}
+	s.Token = string(m[1])
+	return s
+}
+
+// API calls Gitea's REST API (/api/v1/path) as the admin, sending in as
+// JSON and decoding the answer into out.
+func (s *Gitea) API(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.URL+"api/v1/"+strings.TrimPrefix(path, "/"), body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if s.Token != "" {
+		req.Header.Set("Authorization", "token "+s.Token)
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, b)
+	}
+	if out != nil {
+		if raw, ok := out.(*[]byte); ok {
+			*raw = b
+			return nil
+		}
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+// CreateRepo creates the admin's repository name, with a first commit.
+func (s *Gitea) CreateRepo(ctx context.Context, name string) error {
+	return s.API(ctx, http.MethodPost, "user/repos", map[string]any{"name": name, "auto_init": true, "default_branch": "main"}, nil)
+}
+
+// PutFile commits a file to the admin's repository's main branch; a
+// workflow file starts a run.
+func (s *Gitea) PutFile(ctx context.Context, repo, path, content string) error {
+	return s.API(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/contents/%s", s.Admin, repo, path), map[string]any{
+		"content": base64.StdEncoding.EncodeToString([]byte(content)), "message": "add " + path, "branch": "main",
+	}, nil)
+}
+
+// SetSecret sets an Actions secret of the admin's repository.
+func (s *Gitea) SetSecret(ctx context.Context, repo, name, value string) error {
+	return s.API(ctx, http.MethodPut, fmt.Sprintf("repos/%s/%s/actions/secrets/%s", s.Admin, repo, name), map[string]any{"data": value}, nil)
+}
+
+// GiteaJob is an Actions job as the REST API shows it.
+type GiteaJob struct {
+	ID         int64  `json:"id"`
+	RunID      int64  `json:"run_id"`
+	Name       string `json:"name"`
+	Status     string `json:"status"`
+	Conclusion string `json:"conclusion"`
+	Steps      []struct {
+		Name       string `json:"name"`
+		Number     int    `json:"number"`
+		Status     string `json:"status"`
+		Conclusion string `json:"conclusion"`
+	} `json:"steps"`
+}
+
+// Jobs lists the jobs of the repository's runs, newest run first.
+func (s *Gitea) Jobs(ctx context.Context, repo string) ([]GiteaJob, error) {
+	var runs struct {
+		Runs []struct {
+			ID int64 `json:"id"`
+		} `json:"workflow_runs"`
+	}
+	if err := s.API(ctx, http.MethodGet, fmt.Sprintf("repos/%s/%s/actions/runs", s.Admin, repo), nil, &runs); err != nil {
+		return nil, err
+	}
+	var all []GiteaJob
+	for _, r := range runs.Runs {
+		var jobs struct {
+			Jobs []GiteaJob `json:"jobs"`
+		}
+		if err := s.API(ctx, http.MethodGet, fmt.Sprintf("repos/%s/%s/actions/runs/%d/jobs", s.Admin, repo, r.ID), nil, &jobs); err != nil {
+			return nil, err
+		}
+		all = append(all, jobs.Jobs...)
+	}
+	return all, nil
+}
+
+// Log is a job's log as Gitea keeps it: lines of a timestamp and the row.
+func (s *Gitea) Log(ctx context.Context, repo string, job int64) (string, error) {
+	var b []byte
+	err := s.API(ctx, http.MethodGet, fmt.Sprintf("repos/%s/%s/actions/jobs/%d/logs", s.Admin, repo, job), nil, &b)
+	return string(b), err
+}
+
+// lockedBuffer is a process's output, read while the process writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
