@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/runwarden/runwarden/internal/steps"
 )
@@ -24,9 +26,10 @@ func stepsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("runwarden-dispatcher steps", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	plan := fs.String("plan", "", "run the steps of the job plan in this file (JSON, from the task's Secret); exit 0 only when the job succeeded")
+	planEnv := fs.String("plan-env", "", "run the steps of the job plan in this environment variable (set from the task's Secret); the steps do not see it")
 	install := fs.String("install", "", "copy this program into this folder as "+stepsBinary+", and stop")
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(stderr, "Usage: runwarden-dispatcher steps --plan FILE | --install DIR\n\nRuns a Gitea Actions job's steps in its runner pod (see docs/dispatcher.md).\n\n")
+		_, _ = fmt.Fprintf(stderr, "Usage: runwarden-dispatcher steps --plan FILE | --plan-env NAME | --install DIR\n\nRuns a Gitea Actions job's steps in its runner pod (see docs/dispatcher.md).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -35,12 +38,18 @@ func stepsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		return 2
 	}
+	given := 0
+	for _, v := range []string{*plan, *planEnv, *install} {
+		if v != "" {
+			given++
+		}
+	}
 	switch {
 	case fs.NArg() > 0:
 		_, _ = fmt.Fprintf(stderr, "runwarden-dispatcher steps: unexpected arguments %q\n", fs.Args())
 		return 2
-	case (*plan == "") == (*install == ""):
-		_, _ = fmt.Fprintln(stderr, "runwarden-dispatcher steps: give one of --plan and --install")
+	case given != 1:
+		_, _ = fmt.Fprintln(stderr, "runwarden-dispatcher steps: give one of --plan, --plan-env and --install")
 		return 2
 	case *install != "":
 		if err := installSelf(*install); err != nil {
@@ -48,6 +57,16 @@ func stepsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return 1
 		}
 		return 0
+	case *planEnv != "":
+		data, ok := os.LookupEnv(*planEnv)
+		if !ok {
+			_, _ = fmt.Fprintf(stdout, "runwarden: the job's plan: $%s is not set\n", *planEnv)
+			return 2
+		}
+		// The steps start from this environment without the plan: its
+		// secrets reach a step only through ${{ secrets.NAME }}.
+		environ := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, *planEnv+"=") })
+		return steps.RunPlan(ctx, []byte(data), environ, stdout)
 	}
 	return steps.RunFile(ctx, *plan, stdout)
 }

@@ -52,6 +52,20 @@ func TestStepsCommand(t *testing.T) {
 			t.Errorf("%q: exit %d, want 2 (%s)", args, code, errOut.String())
 		}
 	}
+	// --plan-env reads the plan from a variable the steps do not see.
+	plan.Steps[0].Run = `echo "hello ${{ secrets.WHO }}, plan=[${RW_TEST_PLAN:-}]"`
+	b, _ = json.Marshal(plan)
+	t.Setenv("RW_TEST_PLAN", string(b))
+	out.Reset()
+	if code := run(context.Background(), []string{"steps", "--plan-env", "RW_TEST_PLAN"}, &out, &errOut); code != 0 {
+		t.Fatalf("steps --plan-env: exit %d\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "hello world, plan=[]\n") {
+		t.Errorf("steps --plan-env printed (the plan must not reach the steps):\n%s", out.String())
+	}
+	if code := run(context.Background(), []string{"steps", "--plan-env", "RW_TEST_NO_SUCH"}, &out, &errOut); code != 2 {
+		t.Errorf("an unset plan variable: exit %d, want 2", code)
+	}
 	// --install copies this program.
 	into := t.TempDir()
 	if code := run(context.Background(), []string{"steps", "--install", into}, &out, &errOut); code != 0 {

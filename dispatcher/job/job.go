@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
 	"sort"
@@ -94,6 +95,12 @@ type Task struct {
 	// SecretEnv are variables whose values must not appear in the Job: they
 	// go into the task's Secret and are referenced by secretKeyRef.
 	SecretEnv map[string]string
+	// SourceSecretEnv are secret variables the task's source sets itself,
+	// under names of runwarden's code (the Gitea source's job plan), not the
+	// task's origin: they go into the task's Secret as SecretEnv does, but
+	// are not held to Options.EnvAllowList, which is for the names a task
+	// chooses.
+	SourceSecretEnv map[string]string
 	// RepoURL is the task's git repository, if any.
 	RepoURL string
 	// Resources of the runner container. Default: the template's.
@@ -263,15 +270,23 @@ func Build(t Task, o Options) (*batchv1.Job, *corev1.Secret, error) {
 	}
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 
+	secretEnv := t.SecretEnv
+	if len(t.SourceSecretEnv) > 0 {
+		secretEnv = maps.Clone(t.SecretEnv)
+		if secretEnv == nil {
+			secretEnv = map[string]string{}
+		}
+		maps.Copy(secretEnv, t.SourceSecretEnv)
+	}
 	var secret *corev1.Secret
-	if len(t.SecretEnv) > 0 {
+	if len(secretEnv) > 0 {
 		secret = &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: SecretName(name), Namespace: t.Namespace, Labels: map[string]string{contract.TaskID: labels[contract.TaskID], contract.LabelDispatcher: o.DispatcherID}},
 			Type:       corev1.SecretTypeOpaque,
 			StringData: map[string]string{},
 		}
-		for _, k := range sortedKeys(t.SecretEnv) {
-			secret.StringData[k] = t.SecretEnv[k]
+		for _, k := range sortedKeys(secretEnv) {
+			secret.StringData[k] = secretEnv[k]
 			setEnv(main, corev1.EnvVar{Name: k, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}, Key: k,
 			}}})
@@ -387,8 +402,15 @@ func checkEnv(t Task, allow []string) error {
 	}
 	for _, e := range t.Env {
 		check(e.Name)
-		if _, dup := t.SecretEnv[e.Name]; dup {
+		_, dup := t.SecretEnv[e.Name]
+		_, own := t.SourceSecretEnv[e.Name]
+		if dup || own {
 			return fmt.Errorf("%w: %w: %s", ErrInvalidTask, errSecretCollisions, e.Name)
+		}
+	}
+	for k := range t.SecretEnv {
+		if _, own := t.SourceSecretEnv[k]; own {
+			return fmt.Errorf("%w: %w: %s", ErrInvalidTask, errSecretCollisions, k)
 		}
 	}
 	for _, k := range sortedKeys(t.SecretEnv) {

@@ -161,6 +161,8 @@ func TestBuildRefuses(t *testing.T) {
 		}, is: ErrEnvNotAllowed, want: "AWS_SECRET_ACCESS_KEY"},
 		{name: "secret env not allowed", mut: func(t *Task, _ *Options) { t.SecretEnv["HOME"] = "x" }, is: ErrEnvNotAllowed, want: "HOME"},
 		{name: "plain and secret", mut: func(t *Task, _ *Options) { t.SecretEnv["LOG_LEVEL"] = "x" }, is: ErrInvalidTask},
+		{name: "plain and the source's", mut: func(t *Task, _ *Options) { t.SourceSecretEnv = map[string]string{"LOG_LEVEL": "x"} }, is: ErrInvalidTask},
+		{name: "secret and the source's", mut: func(t *Task, _ *Options) { t.SourceSecretEnv = map[string]string{"TF_VAR_token": "x"} }, is: ErrInvalidTask},
 		{name: "repo not allowed", mut: func(t *Task, _ *Options) { t.RepoURL = "https://evil.example.com/x.git" }, is: ErrRepoNotAllowed},
 		{name: "no image anywhere", mut: func(t *Task, o *Options) { t.Image = ""; o.Template = corev1.PodTemplateSpec{} }, is: ErrInvalidTask, want: "no image"},
 		{name: "deadline from the task", mut: func(t *Task, _ *Options) { t.ActiveDeadlineSeconds = ptr.To[int64](60) }},
@@ -199,6 +201,30 @@ func TestBuildRefuses(t *testing.T) {
 				t.Errorf("error %v, want %v mentioning %q", err, tt.is, tt.want)
 			}
 		})
+	}
+}
+
+// TestBuildSourceSecretEnv: a variable the source sets itself goes into the
+// task's Secret beside the task's own, without an allow-list entry.
+func TestBuildSourceSecretEnv(t *testing.T) {
+	t.Parallel()
+	tk, o := task(), options(t)
+	tk.SourceSecretEnv = map[string]string{"RUNWARDEN_STEPS_PLAN": `{"job":"j"}`}
+	j, secret, err := Build(tk, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secret.StringData["RUNWARDEN_STEPS_PLAN"] != `{"job":"j"}` || secret.StringData["TF_VAR_token"] != "s3cr3t" {
+		t.Errorf("the Secret holds %v", secret.StringData)
+	}
+	var ref bool
+	for _, e := range j.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "RUNWARDEN_STEPS_PLAN" {
+			ref = e.Value == "" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret.Name
+		}
+	}
+	if !ref {
+		t.Errorf("the runner container does not read the source's variable from the task's Secret: %+v", j.Spec.Template.Spec.Containers[0].Env)
 	}
 }
 

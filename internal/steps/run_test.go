@@ -164,7 +164,7 @@ func TestStepTimeoutAndWorkingDirectory(t *testing.T) {
 		Job: "j", Workspace: ws,
 		Defaults: Defaults{WorkingDirectory: "sub"},
 		Steps: []Step{
-			{Name: "slow", TimeoutMinutes: "0.005", Run: "sleep 600 & echo $! > " + pidFile + "; wait"},
+			{Name: "slow", TimeoutMinutes: "0.05", Run: "sleep 600 & echo $! > " + pidFile + "; wait"},
 			{Name: "where", If: "always()", Shell: "sh", Run: "pwd"},
 		},
 	}
@@ -173,7 +173,7 @@ func TestStepTimeoutAndWorkingDirectory(t *testing.T) {
 		t.Errorf("result %q, steps %v: want the slow step's failure", result, ends(events, 2))
 	}
 	log := strings.Join(lines, "\n")
-	if !strings.Contains(log, "runwarden: the step ran past its timeout-minutes (0.005)") {
+	if !strings.Contains(log, "runwarden: the step ran past its timeout-minutes (0.05)") {
 		t.Errorf("the log does not say why:\n%s", log)
 	}
 	if !strings.Contains(log, filepath.Join(ws, "sub")) {
@@ -182,7 +182,7 @@ func TestStepTimeoutAndWorkingDirectory(t *testing.T) {
 	// What the step started ended with it.
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the slow step did not start its child within its 3 s: %v", err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
