@@ -84,7 +84,7 @@ func (c *config) bind(fs *flag.FlagSet, l *lists, srcs *runner.Sources) {
 	fs.DurationVar(&c.secretGCWait, "secret-gc-wait", job.DefaultSecretWait, "how long a task whose Secret name is held by a Secret of a deleted Job waits for the garbage collector to remove it, before it is refused (the Secret is then someone else's); raise it where the garbage collector lags")
 	fs.StringVar(&l.envAllow, "env-allow", "", "comma-separated glob patterns of the env variable names a task may set (default: none)")
 	fs.StringVar(&l.repoAllow, "repo-allow", "", "comma-separated regular expressions a task's repository URL must match one of (default: any)")
-	fs.StringVar(&c.namespace, "namespace", "", "the namespace whose RunnerTasks are run (default: all), and where orchestrator tasks' Jobs run (required with --source=orchestrator)")
+	fs.StringVar(&c.namespace, "namespace", "", "the namespace whose RunnerTasks are run (default: all), and where orchestrator and Gitea tasks' Jobs run (required with --source=orchestrator and --source=gitea)")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":8080", `address of /metrics ("0" disables)`)
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.StringVar(&c.pprofAddr, "pprof-bind-address", "", `address of Go's /debug/pprof profiles (default "": off)`)

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/runwarden/runwarden/dispatcher/gitea"
 	"github.com/runwarden/runwarden/dispatcher/job"
 	rwkube "github.com/runwarden/runwarden/dispatcher/kube"
 	"github.com/runwarden/runwarden/dispatcher/metrics"
@@ -67,7 +68,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 // the default. Each owns its flags, their checks and its setup (see
 // runner.Source): a new source is one more here.
 func sources() *runner.Sources {
-	return runner.NewSources(&rwkube.Config{}, &orchestrator.Config{})
+	return runner.NewSources(&rwkube.Config{}, &orchestrator.Config{}, &gitea.Config{})
 }
 
 // chooseSource chooses the source --source names, its flags checked;

@@ -64,7 +64,7 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 		{name: "zero qps", args: []string{"--dispatcher-id", "d", "--kube-api-qps", "0"}, code: 2, want: []string{"--kube-api-qps 0"}},
 		{name: "orchestrator flags with kube source", args: []string{"--dispatcher-id", "d", "--poll-wait", "5s", "--stream-logs=false"}, code: 2, want: []string{"--poll-wait, --stream-logs: need --source=orchestrator"}},
 		{name: "kube source flags with the orchestrator source", args: []string{"--dispatcher-id", "d", "--source=orchestrator", "--orchestrator-url", "https://o.example", "--namespace", "runners", "--orchestrator-key", "k.pem", "--keep-log-bytes", "1000"}, code: 2, want: []string{"--keep-log-bytes: need --source=kube"}},
-		{name: "unknown source", args: []string{"--dispatcher-id", "d", "--source", "gitlab"}, code: 2, want: []string{`--source "gitlab": must be kube or orchestrator`}},
+		{name: "unknown source", args: []string{"--dispatcher-id", "d", "--source", "gitlab"}, code: 2, want: []string{`--source "gitlab": must be kube, orchestrator or gitea`}},
 		{name: "stray argument", args: []string{"--dispatcher-id", "d", "extra"}, code: 2, want: []string{"unexpected arguments"}},
 		{name: "unknown secret delivery", args: []string{"--dispatcher-id", "d", "--secret-delivery", "file"}, code: 2, want: []string{`--secret-delivery "file": use envFile or files`}},
 	}

@@ -26,9 +26,9 @@ const (
 // ever created, never replaced: of two replicas registering at once, the
 // one whose create loses takes the winner's identity (its own runner stays
 // registered at Gitea, unused, and shows offline there).
-func LoadIdentity(ctx context.Context, c client.Client, key types.NamespacedName, register func(context.Context) (Identity, error)) (Identity, error) {
+func LoadIdentity(ctx context.Context, r client.Reader, c client.Writer, key types.NamespacedName, register func(context.Context) (Identity, error)) (Identity, error) {
 	var s corev1.Secret
-	err := c.Get(ctx, key, &s)
+	err := r.Get(ctx, key, &s)
 	switch {
 	case err == nil:
 		return identityOf(&s)
@@ -50,7 +50,7 @@ func LoadIdentity(ctx context.Context, c client.Client, key types.NamespacedName
 	err = c.Create(ctx, &s)
 	if apierrors.IsAlreadyExists(err) {
 		var won corev1.Secret
-		if err := c.Get(ctx, key, &won); err != nil {
+		if err := r.Get(ctx, key, &won); err != nil {
 			return Identity{}, fmt.Errorf("reading the runner identity %s: %w", key, err)
 		}
 		return identityOf(&won)

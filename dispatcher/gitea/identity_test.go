@@ -23,11 +23,11 @@ func TestLoadIdentity(t *testing.T) {
 		return Identity{ID: int64(registered), UUID: "uuid-" + string(rune('0'+registered)), Token: "tok", Name: "runwarden"}, nil
 	}
 	c := fake.NewClientBuilder().Build()
-	first, err := LoadIdentity(ctx, c, key, register)
+	first, err := LoadIdentity(ctx, c, c, key, register)
 	if err != nil || first.UUID != "uuid-1" || first.ID != 1 {
 		t.Fatalf("first = %+v, %v", first, err)
 	}
-	again, err := LoadIdentity(ctx, c, key, register)
+	again, err := LoadIdentity(ctx, c, c, key, register)
 	if err != nil || again != first || registered != 1 {
 		t.Errorf("a restart = %+v, %v after %d registrations; want the kept identity, one registration", again, err, registered)
 	}
@@ -53,19 +53,19 @@ func TestLoadIdentity(t *testing.T) {
 			return c.Get(ctx, k, o, opts...)
 		},
 	}).Build()
-	got, err := LoadIdentity(ctx, raced, key, register)
+	got, err := LoadIdentity(ctx, raced, raced, key, register)
 	if err != nil || got.UUID != "winner" || got.ID != 9 {
 		t.Errorf("after a lost race = %+v, %v; want the winner's identity", got, err)
 	}
 
 	// A damaged Secret is refused, saying how to recover.
 	bad := fake.NewClientBuilder().WithObjects(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Data: map[string][]byte{"uuid": []byte("u")}}).Build()
-	if _, err := LoadIdentity(ctx, bad, key, register); err == nil || !strings.Contains(err.Error(), "delete it to register again") {
+	if _, err := LoadIdentity(ctx, bad, bad, key, register); err == nil || !strings.Contains(err.Error(), "delete it to register again") {
 		t.Errorf("a Secret without a token: %v", err)
 	}
 	// A failed registration keeps nothing.
 	empty := fake.NewClientBuilder().Build()
-	if _, err := LoadIdentity(ctx, empty, key, func(context.Context) (Identity, error) { return Identity{}, errors.New("refused") }); err == nil {
+	if _, err := LoadIdentity(ctx, empty, empty, key, func(context.Context) (Identity, error) { return Identity{}, errors.New("refused") }); err == nil {
 		t.Error("a failed registration returned an identity")
 	}
 	var s corev1.Secret

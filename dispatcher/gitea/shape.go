@@ -6,7 +6,6 @@ import (
 	"maps"
 	"path"
 	"slices"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -60,8 +59,9 @@ func PodTemplate(tmpl corev1.PodTemplateSpec, stepsImage string) (corev1.PodTemp
 	main := &spec.Containers[i]
 	init := corev1.Container{
 		Name: StepsContainer, Image: stepsImage,
-		Args:         []string{"steps", "--install", stepsDir},
-		VolumeMounts: []corev1.VolumeMount{{Name: stepsVolume, MountPath: stepsDir}},
+		Args:            []string{"steps", "--install", stepsDir},
+		ImagePullPolicy: main.ImagePullPolicy,
+		VolumeMounts:    []corev1.VolumeMount{{Name: stepsVolume, MountPath: stepsDir}},
 		// The runner's own limits and security context: nothing more.
 		Resources:       main.Resources,
 		SecurityContext: main.SecurityContext,
@@ -86,7 +86,7 @@ func Task(id int64, namespace string, j *Job, plan steps.Plan) (job.Task, error)
 		return job.Task{}, err
 	}
 	t := job.Task{
-		ID: "gitea-" + strconv.FormatInt(id, 10), Namespace: namespace, Image: j.Image,
+		ID: taskID(id), Namespace: namespace, Image: j.Image,
 		SourceSecretEnv: map[string]string{PlanEnv: string(b)},
 	}
 	for _, k := range slices.Sorted(maps.Keys(j.ContainerEnv)) {

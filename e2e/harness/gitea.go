@@ -8,12 +8,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -201,6 +203,19 @@ func (s *Gitea) CreateRepo(ctx context.Context, name string) error {
 func (s *Gitea) PutFile(ctx context.Context, repo, path, content string) error {
 	return s.API(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/contents/%s", s.Admin, repo, path), map[string]any{
 		"content": base64.StdEncoding.EncodeToString([]byte(content)), "message": "add " + path, "branch": "main",
+	}, nil)
+}
+
+// PutFiles commits files (path to content) to the admin's repository's
+// main branch in one commit: each workflow among them with a matching push
+// trigger starts one run.
+func (s *Gitea) PutFiles(ctx context.Context, repo string, files map[string]string) error {
+	var ops []map[string]any
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		ops = append(ops, map[string]any{"operation": "create", "path": p, "content": base64.StdEncoding.EncodeToString([]byte(files[p]))})
+	}
+	return s.API(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/contents", s.Admin, repo), map[string]any{
+		"files": ops, "message": "add files", "branch": "main",
 	}, nil)
 }
 

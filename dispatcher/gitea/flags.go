@@ -1,0 +1,173 @@
+package gitea
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/runwarden/runwarden/dispatcher/runner"
+)
+
+// Config is the Gitea source's part of the dispatcher's command line: its
+// flags with their defaults and checks, and setting it up on the manager.
+// It is the runner.Source the dispatcher offers as --source=gitea.
+type Config struct {
+	url          string
+	tokenFile    string
+	labels       string
+	runnerName   string
+	identity     string
+	stepsImage   string
+	caFile       string
+	fetchEvery   time.Duration
+	reportEvery  time.Duration
+	parsedLabels []string
+	identityKey  types.NamespacedName
+}
+
+var _ runner.Source = (*Config)(nil)
+
+// Name implements runner.Source.
+func (*Config) Name() string { return "gitea" }
+
+// Summary implements runner.Source.
+func (*Config) Summary() string { return "Gitea Actions jobs, as a Gitea runner" }
+
+// Bind implements runner.Source.
+func (c *Config) Bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.url, "gitea-url", "", "Gitea's base URL (its ROOT_URL), for --source=gitea")
+	fs.StringVar(&c.tokenFile, "gitea-registration-token-file", "", "file holding a Gitea runner registration token: read only to register, when the identity Secret holds no runner yet")
+	fs.StringVar(&c.labels, "gitea-labels", "", "comma-separated runner labels declared to Gitea: it hands this dispatcher the jobs whose runs-on labels are all among them, and each runs with the dispatcher's pod template")
+	fs.StringVar(&c.runnerName, "gitea-runner-name", "", "the runner's name at Gitea (default: the dispatcher ID)")
+	fs.StringVar(&c.identity, "gitea-identity-secret", "", "NAMESPACE/NAME of the Secret that keeps the runner's registration, in a namespace other than --namespace (the dispatcher's own): whoever may write it chooses the runner the dispatcher is")
+	fs.StringVar(&c.stepsImage, "gitea-steps-image", "", "image of the init container that installs the steps program into each runner pod: the dispatcher's own image")
+	fs.StringVar(&c.caFile, "gitea-ca", "", "PEM bundle of CAs trusted for Gitea, besides the system's")
+	fs.DurationVar(&c.fetchEvery, "gitea-fetch-interval", 2*time.Second, "how often Gitea is asked for a job while a slot is free")
+	fs.DurationVar(&c.reportEvery, "gitea-report-interval", 3*time.Second, "how often a job's log and steps are sent to Gitea, which is when a cancel there is seen")
+}
+
+// Check implements runner.Source: Gitea's URL, the labels, the steps image
+// and --namespace, where the Jobs run, are required.
+func (c *Config) Check(s runner.Shared) error {
+	c.parsedLabels = nil
+	for _, l := range strings.Split(c.labels, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			if strings.Contains(l, ":") {
+				return fmt.Errorf("--gitea-labels %q: a label is a name; runwarden runs every job in the dispatcher's pod template, so a label takes no :docker:// or :host part", l)
+			}
+			c.parsedLabels = append(c.parsedLabels, l)
+		}
+	}
+	switch {
+	case c.url == "":
+		return errors.New("--source=gitea needs --gitea-url")
+	case s.Namespace == "":
+		return errors.New("--source=gitea needs --namespace, where its Jobs run")
+	case len(c.parsedLabels) == 0:
+		return errors.New("--source=gitea needs --gitea-labels, the runs-on labels it serves")
+	case c.identity == "":
+		return errors.New("--source=gitea needs --gitea-identity-secret, NAMESPACE/NAME of the Secret that keeps its runner registration")
+	case c.stepsImage == "":
+		return errors.New("--source=gitea needs --gitea-steps-image, the dispatcher's own image")
+	case c.fetchEvery < 100*time.Millisecond:
+		return fmt.Errorf("--gitea-fetch-interval %s: must be at least 100ms", c.fetchEvery)
+	case c.reportEvery < 100*time.Millisecond || c.reportEvery > time.Minute:
+		return fmt.Errorf("--gitea-report-interval %s: must be between 100ms and 1m (Gitea fails a job without word for ten minutes)", c.reportEvery)
+	}
+	ns, name, ok := strings.Cut(c.identity, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return fmt.Errorf("--gitea-identity-secret %q: want NAMESPACE/NAME", c.identity)
+	}
+	if ns == s.Namespace {
+		return fmt.Errorf("--gitea-identity-secret %q: not in --namespace %s, where runner Jobs run: whoever may create Secrets there could hand the dispatcher a runner registration of their own, and it would run their jobs", c.identity, ns)
+	}
+	c.identityKey = types.NamespacedName{Namespace: ns, Name: name}
+	u, err := url.Parse(c.url)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("--gitea-url %q: want an http or https URL", c.url)
+	}
+	return nil
+}
+
+// Setup implements runner.Source: a Source with its Client, running Jobs
+// from the dispatcher's pod template shaped for the steps program.
+func (c *Config) Setup(s runner.Setup) error {
+	if s.Jobs.Queueing.Kueue {
+		return errors.New("--source=gitea does not run with Kueue yet")
+	}
+	hc, err := httpClient(c.caFile)
+	if err != nil {
+		return err
+	}
+	jobs := s.Jobs
+	if _, err := PodTemplate(jobs.Template, c.stepsImage); err != nil {
+		return err
+	}
+	tmpl, templates := jobs.Template, jobs.Templates
+	jobs.Templates = func() corev1.PodTemplateSpec {
+		t := tmpl
+		if templates != nil {
+			t = templates()
+		}
+		shaped, err := PodTemplate(t, c.stepsImage)
+		if err != nil {
+			// A template without a runner container: Build refuses it.
+			return t
+		}
+		return shaped
+	}
+	name := c.runnerName
+	if name == "" {
+		name = s.DispatcherID
+	}
+	var token func() (string, error)
+	if c.tokenFile != "" {
+		token = func() (string, error) {
+			b, err := os.ReadFile(c.tokenFile)
+			if err != nil {
+				return "", fmt.Errorf("reading the registration token: %w", err)
+			}
+			return strings.TrimSpace(string(b)), nil
+		}
+	}
+	src := New(Options{
+		Options: s.Limits,
+		Client:  NewClient(hc, c.url), Kube: s.Client, Reader: s.Manager.GetAPIReader(),
+		Jobs: jobs, Namespace: s.Namespace, Labels: c.parsedLabels,
+		Identity: c.identityKey, RunnerName: name,
+		RegistrationToken: token, FetchInterval: c.fetchEvery, ReportInterval: c.reportEvery,
+		Logs: s.Logs, Recorder: s.Recorder,
+	})
+	return src.SetupWithManager(s.Manager)
+}
+
+// httpClient is the client for Gitea, trusting caFile's CAs besides the
+// system's.
+func httpClient(caFile string) (*http.Client, error) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--gitea-ca: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--gitea-ca %s: no certificate in it", caFile)
+		}
+		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: t, Timeout: 2 * time.Minute}, nil
+}

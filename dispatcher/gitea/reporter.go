@@ -1,0 +1,352 @@
+package gitea
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
+	"github.com/go-logr/logr"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
+)
+
+// logWait bounds how long a task's report waits, once its Job is over,
+// for the rest of the pod's log.
+const logWait = 30 * time.Second
+
+// reporter runs one task's report: every ReportInterval it reads the
+// task's Job and sends Gitea the log rows and step states the pod's log
+// has added (which keeps the task alive at Gitea, and tells the dispatcher
+// when Gitea ended it: a cancel), and once the Job is over the job's
+// outputs and result. The log is followed from its start, so a reporter
+// that takes a task up after a restart rebuilds what the one before held;
+// Gitea keeps the rows it has and takes the rest.
+type reporter struct {
+	s   *Source
+	rec record
+	key types.NamespacedName
+	log logr.Logger
+
+	mu    sync.Mutex
+	steps *stepLog
+	// lines is how many lines of the pod's log were read: a follow that
+	// broke starts again past them.
+	lines int
+	// following is set while the log is followed; ended once the log
+	// reached its end (the container ended).
+	following, ended bool
+	followed         chan struct{}
+
+	// ack is how many rows Gitea holds.
+	ack int64
+}
+
+func (r *reporter) run(ctx context.Context) {
+	r.steps = newStepLog(r.rec.Marker, r.rec.Steps)
+	// The log's reader ends with the report.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tick := r.s.clock.NewTicker(r.s.opts.ReportInterval)
+	defer tick.Stop()
+	for {
+		done, err := r.round(ctx)
+		if done || ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			r.log.Error(err, "reporting the task to gitea")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C():
+		}
+	}
+}
+
+// round reads the Job once and reports; done once the task is over at
+// Gitea.
+func (r *reporter) round(ctx context.Context) (done bool, err error) {
+	j, out, err := r.outcome(ctx)
+	if err != nil {
+		return false, err
+	}
+	if j != nil && (out.Running || out.Phase != "") {
+		r.follow(ctx, j)
+	}
+	if out.Phase == "" {
+		res, err := r.update(ctx, nil, false)
+		if err != nil {
+			return false, err
+		}
+		if res != runnerv1.Result_RESULT_UNSPECIFIED {
+			// Gitea ended the task (cancelled there, or over before a
+			// restart): the Job goes, its Secret with it.
+			r.log.Info("gitea ended the task; deleting its Job", "result", res.String())
+			return r.remove(ctx, j)
+		}
+		return false, nil
+	}
+	return r.finish(ctx, j, out)
+}
+
+// outcome is the task's Job and how it went; a nil Job is one deleted
+// before it was over.
+func (r *reporter) outcome(ctx context.Context) (*batchv1.Job, job.Outcome, error) {
+	j := &batchv1.Job{}
+	err := r.s.opts.Kube.Get(ctx, r.key, j)
+	if apierrors.IsNotFound(err) {
+		// Not in the cache: not seen yet, or gone.
+		err = r.s.opts.Reader.Get(ctx, r.key, j)
+		if apierrors.IsNotFound(err) {
+			return nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonFailed, Message: "the Job was deleted before it finished"}, nil
+		}
+		if err == nil {
+			return j, job.Outcome{}, nil
+		}
+	}
+	if err != nil {
+		return nil, job.Outcome{}, err
+	}
+	out, err := r.s.observer.Outcome(ctx, j)
+	return j, out, err
+}
+
+// finish reports the task's end: the rest of the log, the steps the log
+// left open ended with the job, the dispatcher's reason when the Job
+// failed of its own (a pod that could not start, the deadline), the
+// outputs and the result. Then the Job is settled, or deleted when its pod
+// is stopped rather than ended.
+func (r *reporter) finish(ctx context.Context, j *batchv1.Job, out job.Outcome) (bool, error) {
+	r.awaitLog(ctx)
+	res := resultOf(out)
+	now := r.s.clock.Now()
+	r.mu.Lock()
+	if res != runnerv1.Result_RESULT_SUCCESS && out.Message != "" {
+		r.steps.rows = append(r.steps.rows, row("runwarden: "+out.Message, now))
+	}
+	r.steps.finish(res, now)
+	r.mu.Unlock()
+	if _, err := r.update(ctx, &res, true); err != nil {
+		return false, err
+	}
+	r.s.opts.Recorder.Finished(out.Phase, out.Reason)
+	r.log.Info("reported the task's result to gitea", "result", res.String())
+	if j == nil {
+		return true, nil
+	}
+	if out.Stop {
+		return r.remove(ctx, j)
+	}
+	if _, err := r.s.settler.Settle(ctx, j, time.Time{}); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// remove deletes the Job (its pods and Secret go with it).
+func (r *reporter) remove(ctx context.Context, j *batchv1.Job) (bool, error) {
+	if j == nil {
+		return true, nil
+	}
+	err := r.s.opts.Kube.Delete(ctx, j, client.Preconditions{UID: &j.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return false, err
+	}
+	return true, nil
+}
+
+// update sends Gitea the rows it does not hold and every step's state,
+// with the result and the outputs when result is set; it returns the
+// task's result as Gitea holds it.
+func (r *reporter) update(ctx context.Context, result *runnerv1.Result, final bool) (runnerv1.Result, error) {
+	r.mu.Lock()
+	rows := r.steps.rows
+	if r.ack < int64(len(rows)) {
+		rows = rows[r.ack:]
+	} else {
+		rows = nil
+	}
+	index := r.ack
+	state := &runnerv1.TaskState{Id: r.rec.Task, Steps: r.steps.snapshot()}
+	var outputs map[string]string
+	if result != nil {
+		state.Result = *result
+		state.StoppedAt = stamp(r.s.clock.Now())
+		outputs = r.steps.outputs
+	}
+	r.mu.Unlock()
+	if len(rows) > 0 || final {
+		if final && len(rows) == 0 && index == 0 {
+			// Gitea commits a log only with rows.
+			rows = []*runnerv1.LogRow{row("runwarden: the job wrote no log", r.s.clock.Now())}
+		}
+		ack, err := r.s.opts.Client.UpdateLog(ctx, r.rec.Task, index, rows, final)
+		archived := final && isArchived(err)
+		if err != nil && !archived {
+			return 0, err
+		}
+		if err == nil {
+			r.mu.Lock()
+			r.ack = ack
+			r.mu.Unlock()
+		}
+	}
+	res, err := r.s.opts.Client.UpdateTask(ctx, state, outputs)
+	if err != nil {
+		return 0, err
+	}
+	return res.GetState().GetResult(), nil
+}
+
+// follow starts reading the pod's log, unless it is read or was read to
+// its end.
+func (r *reporter) follow(ctx context.Context, j *batchv1.Job) {
+	r.mu.Lock()
+	if r.following || r.ended {
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	pods, err := job.PodsOf(ctx, r.s.opts.Kube, j, true)
+	if err != nil || len(pods) == 0 {
+		return
+	}
+	pod := pods[0].Name
+	r.mu.Lock()
+	r.following = true
+	r.followed = make(chan struct{})
+	done := r.followed
+	r.mu.Unlock()
+	r.s.goroutines.Go(func() {
+		defer close(done)
+		err := r.read(ctx, pod)
+		r.mu.Lock()
+		r.following = false
+		r.ended = r.ended || err == nil
+		r.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
+			r.log.V(1).Info("reading the runner's log; trying again", "pod", pod, "error", err.Error())
+		}
+	})
+}
+
+// read follows the pod's runner log until it ends, past the lines read
+// before.
+func (r *reporter) read(ctx context.Context, pod string) error {
+	rc, err := r.s.opts.Logs.Follow(ctx, r.key.Namespace, pod, job.RunnerContainer)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rc.Close() }()
+	r.mu.Lock()
+	skip := r.lines
+	r.mu.Unlock()
+	return readLines(rc, func(line string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if skip > 0 {
+			skip--
+			return
+		}
+		r.lines++
+		r.steps.add(line, r.s.clock.Now())
+	})
+}
+
+// awaitLog waits, at most logWait, for the log to be read to its end.
+func (r *reporter) awaitLog(ctx context.Context) {
+	r.mu.Lock()
+	done := r.followed
+	r.mu.Unlock()
+	if done == nil {
+		return
+	}
+	t := r.s.clock.NewTimer(logWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C():
+		r.log.Info("the runner's log did not end in time; reporting what was read")
+	case <-ctx.Done():
+	}
+}
+
+// readLines calls line for each line of rd, each cut at maxRow.
+func readLines(rd io.Reader, line func(string)) error {
+	br := bufio.NewReaderSize(rd, 64*1024)
+	var buf []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(buf) < maxRow {
+			buf = append(buf, chunk[:min(len(chunk), maxRow-len(buf))]...)
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case err == nil || (errors.Is(err, io.EOF) && len(buf) > 0):
+			s := string(buf)
+			if n := len(s); n > 0 && s[n-1] == '\n' {
+				s = s[:n-1]
+			}
+			line(s)
+			buf = buf[:0]
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// snapshot is every step's state as Gitea wants it in each update: a step
+// still running has the rows so far as its own.
+func (l *stepLog) snapshot() []*runnerv1.StepState {
+	out := make([]*runnerv1.StepState, len(l.steps))
+	for i, s := range l.steps {
+		c := proto.Clone(s).(*runnerv1.StepState)
+		if c.StartedAt != nil && c.Result == runnerv1.Result_RESULT_UNSPECIFIED {
+			c.LogLength = int64(len(l.rows)) - c.LogIndex
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// resultOf is the Gitea result of a Job's outcome.
+func resultOf(out job.Outcome) runnerv1.Result {
+	switch out.Phase {
+	case job.PhaseSucceeded:
+		return runnerv1.Result_RESULT_SUCCESS
+	case job.PhaseCancelled:
+		return runnerv1.Result_RESULT_CANCELLED
+	default:
+		return runnerv1.Result_RESULT_FAILURE
+	}
+}
+
+// isArchived tells an UpdateLog refused because the log was committed: a
+// final report sent again after a restart.
+func isArchived(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "log file has been archived")
+}
+
+func row(content string, t time.Time) *runnerv1.LogRow {
+	return &runnerv1.LogRow{Time: timestamppb.New(t), Content: content}
+}
+
+func stamp(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }

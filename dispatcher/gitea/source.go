@@ -1,0 +1,438 @@
+package gitea
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
+	"github.com/go-logr/logr"
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/runner"
+	"github.com/runwarden/runwarden/internal/contract"
+	"github.com/runwarden/runwarden/internal/steps"
+)
+
+// Options configure a Source.
+type Options struct {
+	// Options are the limits every source shares (package runner):
+	// MaxConcurrent bounds the tasks taken at once.
+	runner.Options
+	// Client speaks Gitea's runner protocol. Required.
+	Client *Client
+	// Kube reads (from the manager's label-filtered cache) and writes the
+	// cluster. Required.
+	Kube client.Client
+	// Reader reads the API server directly: the runner identity's Secret,
+	// Warning events, a Job the cache has not seen. Default: Kube.
+	Reader client.Reader
+	// Jobs says how Jobs are built; its template is shaped to run Gitea
+	// jobs (PodTemplate). Required.
+	Jobs job.Options
+	// Namespace is where the Jobs run. Required.
+	Namespace string
+	// Labels are the runner labels declared to Gitea: it hands this runner
+	// the jobs whose runs-on labels are all among them. Required.
+	Labels []string
+	// Identity is the Secret that keeps the runner's registration.
+	// Required.
+	Identity types.NamespacedName
+	// RunnerName is the name the runner registers under. Required.
+	RunnerName string
+	// RegistrationToken reads Gitea's runner registration token, needed
+	// only while no identity is kept.
+	RegistrationToken func() (string, error)
+	// FetchInterval is how often Gitea is asked for a task while a slot
+	// is free. Default: 2s.
+	FetchInterval time.Duration
+	// ReportInterval is how often a task's log and steps are sent to
+	// Gitea, which is also when the dispatcher learns that the task was
+	// cancelled. Default: 3s.
+	ReportInterval time.Duration
+	// Logs reads the runner pods' logs. Required.
+	Logs runner.LogReader
+	// Recorder counts. Default: none.
+	Recorder runner.Recorder
+}
+
+func (o *Options) setDefaults() {
+	o.SetDefaults()
+	if o.Reader == nil {
+		o.Reader = o.Kube
+	}
+	if o.FetchInterval <= 0 {
+		o.FetchInterval = 2 * time.Second
+	}
+	if o.ReportInterval <= 0 {
+		o.ReportInterval = 3 * time.Second
+	}
+	if o.Recorder == nil {
+		o.Recorder = runner.NoRecorder{}
+	}
+}
+
+// Source runs the Gitea Actions jobs handed to it, as a Gitea runner, one
+// Job each. Its record of a task is the task's Job (the Gitea task ID, the
+// number of steps and the log marker in its annotations) and the task's
+// Secret (the plan, with the job's secrets and token); Gitea holds the
+// rest (the log rows it acknowledged, the steps' states, the result).
+type Source struct {
+	opts     Options
+	clock    clock.WithTicker
+	observer job.Observer
+	settler  runner.Settler
+	log      logr.Logger
+
+	mu sync.Mutex
+	// tasks are the tasks being run and reported, by Gitea task ID.
+	tasks map[int64]bool
+	// goroutines are the tasks' reporters; Start waits for them.
+	goroutines sync.WaitGroup
+}
+
+// New returns a Source.
+func New(opts Options) *Source {
+	opts.setDefaults()
+	return &Source{
+		opts:     opts,
+		clock:    opts.Clock,
+		observer: runner.NewObserver(opts.Options, opts.Kube, opts.Reader, false),
+		settler:  runner.Settler{Client: opts.Kube, Jobs: opts.Jobs, Options: opts.Options},
+		tasks:    map[int64]bool{},
+		log:      logr.Discard(),
+	}
+}
+
+// SetupWithManager runs the source on the manager, once this replica
+// leads.
+func (s *Source) SetupWithManager(mgr ctrl.Manager) error {
+	s.log = mgr.GetLogger().WithName("gitea")
+	return mgr.Add(s)
+}
+
+// Start implements manager.Runnable: the runner's identity (registered the
+// first time), its labels declared, the tasks of this dispatcher's Jobs
+// taken up again, then tasks fetched while a slot is free, until ctx ends.
+// Jobs are left running when it returns; its goroutines have ended.
+func (s *Source) Start(ctx context.Context) error {
+	defer s.goroutines.Wait()
+	id, err := LoadIdentity(ctx, s.opts.Reader, s.opts.Kube, s.opts.Identity, s.register)
+	if err != nil {
+		return err
+	}
+	s.opts.Client.SetIdentity(id)
+	if err := s.opts.Client.Declare(ctx, s.opts.Labels); err != nil && !IsUnimplemented(err) {
+		if IsUnregistered(err) {
+			return fmt.Errorf("gitea does not know the runner %q kept in %s (removed there?): delete that Secret to register again: %w", id.Name, s.opts.Identity, err)
+		}
+		return fmt.Errorf("declaring the runner's labels to gitea: %w", err)
+	}
+	s.log.Info("runner declared to gitea", "runner", id.Name, "labels", s.opts.Labels)
+	if err := s.restore(ctx); err != nil {
+		return err
+	}
+	return s.fetchLoop(ctx)
+}
+
+// register registers this dispatcher as a Gitea runner.
+func (s *Source) register(ctx context.Context) (Identity, error) {
+	if s.opts.RegistrationToken == nil {
+		return Identity{}, fmt.Errorf("no runner identity in %s and no registration token to register one", s.opts.Identity)
+	}
+	token, err := s.opts.RegistrationToken()
+	if err != nil {
+		return Identity{}, err
+	}
+	id, err := s.opts.Client.Register(ctx, s.opts.RunnerName, token, s.opts.Labels)
+	if err != nil {
+		return Identity{}, fmt.Errorf("registering the runner %q at gitea: %w", s.opts.RunnerName, err)
+	}
+	s.log.Info("registered at gitea", "runner", id.Name, "uuid", id.UUID)
+	return id, nil
+}
+
+// restore takes up again the task of every Job of this dispatcher that is
+// not reported: its reporter follows the pod's log from its start, so the
+// steps' states are rebuilt, and sends Gitea what it has not acknowledged.
+func (s *Source) restore(ctx context.Context) error {
+	var jobs batchv1.JobList
+	if err := s.opts.Reader.List(ctx, &jobs, client.InNamespace(s.opts.Namespace), client.MatchingLabels{contract.LabelDispatcher: s.opts.Jobs.DispatcherID}); err != nil {
+		return fmt.Errorf("listing this dispatcher's jobs: %w", err)
+	}
+	n := 0
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if j.Annotations[job.AnnotationReported] != "" && job.Finished(j) {
+			continue
+		}
+		rec, err := readRecord(j)
+		if err != nil {
+			s.log.Info("a Job of this dispatcher is no Gitea task's; left alone", "job", j.Name, "why", err.Error())
+			continue
+		}
+		if j.DeletionTimestamp != nil {
+			continue
+		}
+		s.track(ctx, rec, client.ObjectKeyFromObject(j))
+		n++
+	}
+	s.log.Info("took up the tasks of this dispatcher's Jobs", "tasks", n)
+	return nil
+}
+
+// fetchLoop asks Gitea for a task every FetchInterval while a slot is
+// free. Gitea answers only when its tasks changed since the version sent
+// (tasks_version); after a task the version sent is 0 so that it looks
+// again at once.
+func (s *Source) fetchLoop(ctx context.Context) error {
+	var version int64
+	tick := s.clock.NewTicker(s.opts.FetchInterval)
+	defer tick.Stop()
+	for {
+		if s.running() < s.opts.MaxConcurrent {
+			task, v, err := s.opts.Client.FetchTask(ctx, version)
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case err != nil && IsUnregistered(err):
+				return fmt.Errorf("gitea no longer knows this runner (removed there?): delete %s to register again: %w", s.opts.Identity, err)
+			case err != nil:
+				s.log.Error(err, "fetching a task from gitea")
+			case task != nil:
+				version = 0
+				s.take(ctx, task)
+				continue
+			case v > version:
+				version = v
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C():
+		}
+	}
+}
+
+func (s *Source) running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.tasks)
+	s.opts.Recorder.Running(n)
+	return n
+}
+
+// take runs a task Gitea handed out: it makes the task's Job and Secret at
+// once (Gitea counts the task as this runner's from its answer on, and
+// fails it after ten minutes without word), or reports why it does not run.
+func (s *Source) take(ctx context.Context, task *runnerv1.Task) {
+	log := s.log.WithValues("task", task.GetId())
+	gj, err := ReadJob(task.GetWorkflowPayload())
+	if err != nil {
+		s.refuse(ctx, task.GetId(), err)
+		return
+	}
+	if _, err := Template(gj.RunsOn, labelSet(s.opts.Labels)); err != nil {
+		s.refuse(ctx, task.GetId(), err)
+		return
+	}
+	plan := PlanFor(task, gj)
+	runs, err := steps.JobRuns(&plan)
+	if err != nil {
+		s.refuse(ctx, task.GetId(), &Refusal{Step: -1, Reason: "the job's if: " + err.Error()})
+		return
+	}
+	if !runs {
+		log.Info("the job's if: is false; reported skipped")
+		s.skip(ctx, task.GetId(), len(plan.Steps))
+		return
+	}
+	jt, err := Task(task.GetId(), s.opts.Namespace, gj, plan)
+	if err != nil {
+		s.refuse(ctx, task.GetId(), err)
+		return
+	}
+	rec := record{Task: task.GetId(), Steps: len(plan.Steps), Marker: plan.Marker}
+	j, secret, err := job.Build(jt, s.opts.Jobs)
+	if err != nil {
+		s.refuse(ctx, task.GetId(), &Refusal{Step: -1, Reason: err.Error()})
+		return
+	}
+	rec.annotate(j)
+	for attempt := 0; ; attempt++ {
+		_, err = job.Create(ctx, s.opts.Kube, j, secret, job.CreateOptions{SecretWait: s.opts.SecretGCWait})
+		if err == nil || job.IsPermanent(err) || attempt == 4 || ctx.Err() != nil {
+			break
+		}
+		log.Error(err, "creating the task's Job; trying again")
+		s.wait(ctx, time.Duration(attempt+1)*time.Second)
+	}
+	if err != nil {
+		s.refuse(ctx, task.GetId(), &Refusal{Step: -1, Reason: "its Job could not be made: " + err.Error()})
+		return
+	}
+	s.opts.Recorder.JobCreated()
+	log.Info("made the task's Job", "job", j.Name, "steps", rec.Steps)
+	s.track(ctx, rec, client.ObjectKeyFromObject(j))
+}
+
+// track starts the reporter of a task whose Job is at key.
+func (s *Source) track(ctx context.Context, rec record, key types.NamespacedName) {
+	s.mu.Lock()
+	if s.tasks[rec.Task] {
+		s.mu.Unlock()
+		return
+	}
+	s.tasks[rec.Task] = true
+	s.mu.Unlock()
+	s.goroutines.Go(func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.tasks, rec.Task)
+			s.mu.Unlock()
+		}()
+		r := &reporter{s: s, rec: rec, key: key, log: s.log.WithValues("task", rec.Task, "job", key.Name)}
+		r.run(ctx)
+	})
+}
+
+// refuse reports a task that does not run as failed, with why in its log.
+func (s *Source) refuse(ctx context.Context, id int64, err error) {
+	msg := err.Error()
+	var r *Refusal
+	if errors.As(err, &r) && r.Step >= 0 {
+		msg = fmt.Sprintf("step %d: %s", r.Step+1, r.Reason)
+	}
+	s.log.Info("task refused", "task", id, "why", msg)
+	s.opts.Recorder.Finished(job.PhaseFailed, "Refused")
+	s.final(ctx, id, runnerv1.Result_RESULT_FAILURE, nil, []string{"runwarden: this job does not run: " + msg})
+}
+
+// skip reports a task whose job-level if: is false as skipped, with its
+// steps, and no pod made.
+func (s *Source) skip(ctx context.Context, id int64, n int) {
+	st := make([]*runnerv1.StepState, n)
+	for i := range st {
+		st[i] = &runnerv1.StepState{Id: int64(i), Result: runnerv1.Result_RESULT_SKIPPED}
+	}
+	s.opts.Recorder.Finished("Skipped", "If")
+	s.final(ctx, id, runnerv1.Result_RESULT_SKIPPED, st, nil)
+}
+
+// final reports a task that never had a Job: its log lines, then its
+// result, each tried until Gitea takes it or ctx ends (a task left without
+// word fails at Gitea after ten minutes).
+func (s *Source) final(ctx context.Context, id int64, result runnerv1.Result, st []*runnerv1.StepState, lines []string) {
+	now := s.clock.Now()
+	rows := make([]*runnerv1.LogRow, len(lines))
+	for i, l := range lines {
+		rows[i] = row(l, now)
+	}
+	if len(rows) > 0 {
+		s.retry(ctx, "sending the task's log", func() error {
+			_, err := s.opts.Client.UpdateLog(ctx, id, 0, rows, true)
+			return err
+		})
+	}
+	state := &runnerv1.TaskState{Id: id, Result: result, StartedAt: stamp(now), StoppedAt: stamp(now), Steps: st}
+	s.retry(ctx, "reporting the task's result", func() error {
+		_, err := s.opts.Client.UpdateTask(ctx, state, nil)
+		return err
+	})
+}
+
+// retry calls f until it succeeds, ctx ends, or five tries failed.
+func (s *Source) retry(ctx context.Context, what string, f func() error) bool {
+	for attempt := 0; attempt < 5; attempt++ {
+		err := f()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		s.log.Error(err, what, "attempt", attempt+1)
+		s.wait(ctx, time.Duration(1<<attempt)*time.Second)
+	}
+	return false
+}
+
+// wait waits d on the source's clock, or until ctx ends.
+func (s *Source) wait(ctx context.Context, d time.Duration) {
+	t := s.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C():
+	}
+}
+
+func labelSet(labels []string) map[string]string {
+	m := make(map[string]string, len(labels))
+	for _, l := range labels {
+		m[l] = "runner"
+	}
+	return m
+}
+
+// AnnotationTask is the annotation of a Gitea task's Job that keeps what
+// its reporter needs after a restart: the Gitea task ID, the number of
+// steps, and the marker of the steps program's lines in the pod's log.
+const AnnotationTask = "runwarden.dev/gitea-task"
+
+// maxSteps bounds the steps of a recorded task, so a damaged record
+// cannot make the reporter hold and send an unbounded list.
+const maxSteps = 1000
+
+type record struct {
+	Task   int64
+	Steps  int
+	Marker string
+}
+
+func (r record) annotate(j *batchv1.Job) {
+	j.Annotations[AnnotationTask] = fmt.Sprintf("%d/%d/%s", r.Task, r.Steps, r.Marker)
+}
+
+// readRecord reads a Gitea task's Job's record. Who writes it: the
+// dispatcher, when it makes the Job; the chart's writers policy lets no
+// one else change a runner Job's runwarden.dev/ annotations. It is
+// believed only if the Job's name is its task's (job.IsNamedFor), so a
+// record moved to another task's Job is not taken for that task's; what
+// else a rewritten record changes is how the job's steps show at Gitea,
+// never its result, which is the pod's exit code.
+func readRecord(j *batchv1.Job) (record, error) {
+	raw := j.Annotations[AnnotationTask]
+	parts := strings.SplitN(raw, "/", 3)
+	if raw == "" || len(parts) != 3 {
+		return record{}, fmt.Errorf("no %s annotation", AnnotationTask)
+	}
+	id, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil || id <= 0 {
+		return record{}, fmt.Errorf("%s %q: bad task ID", AnnotationTask, raw)
+	}
+	n, err := strconv.Atoi(parts[1])
+	if err != nil || n < 0 || n > maxSteps {
+		return record{}, fmt.Errorf("%s %q: bad number of steps", AnnotationTask, raw)
+	}
+	if !strings.HasPrefix(parts[2], "::runwarden-") || !strings.HasSuffix(parts[2], "::") {
+		return record{}, fmt.Errorf("%s %q: bad marker", AnnotationTask, raw)
+	}
+	if !job.IsNamedFor(j, taskID(id)) || j.Annotations[contract.TaskID] != taskID(id) {
+		return record{}, fmt.Errorf("%s %q: the Job is not named for that task", AnnotationTask, raw)
+	}
+	return record{Task: id, Steps: n, Marker: parts[2]}, nil
+}
+
+// taskID is the dispatcher's task ID of Gitea task id.
+func taskID(id int64) string { return "gitea-" + strconv.FormatInt(id, 10) }

@@ -1,0 +1,115 @@
+package gitea
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/runner"
+	"github.com/runwarden/runwarden/internal/contract"
+)
+
+func recordJob(id int64, value string) *batchv1.Job {
+	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
+		Name:        job.Name(taskID(id)),
+		Annotations: map[string]string{contract.TaskID: taskID(id), AnnotationTask: value},
+	}}
+}
+
+func TestReadRecord(t *testing.T) {
+	want := record{Task: 42, Steps: 3, Marker: "::runwarden-abc::"}
+	j := recordJob(42, "")
+	want.annotate(j)
+	got, err := readRecord(j)
+	if err != nil || got != want {
+		t.Fatalf("readRecord = %+v, %v; want %+v", got, err, want)
+	}
+	moved := recordJob(42, "")
+	moved.Annotations[AnnotationTask] = "43/3/::runwarden-abc::"
+	for name, j := range map[string]*batchv1.Job{
+		"another task's record":  moved,
+		"no record":              recordJob(42, ""),
+		"a bad marker":           recordJob(42, "42/3/abc"),
+		"too many steps":         recordJob(42, "42/1001/::runwarden-abc::"),
+		"negative steps":         recordJob(42, "42/-1/::runwarden-abc::"),
+		"a task ID that is none": recordJob(42, "x/3/::runwarden-abc::"),
+	} {
+		if _, err := readRecord(j); err == nil {
+			t.Errorf("%s: believed", name)
+		}
+	}
+}
+
+func TestReadLines(t *testing.T) {
+	long := strings.Repeat("x", maxRow+100)
+	in := "one\n" + long + "\n\nlast without newline"
+	var got []string
+	if err := readLines(io.MultiReader(strings.NewReader(in[:10]), strings.NewReader(in[10:])), func(l string) { got = append(got, l) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 || got[0] != "one" || got[1] != long[:maxRow] || got[2] != "" || got[3] != "last without newline" {
+		t.Fatalf("lines: %d, first %q, second %d bytes, last %q", len(got), got[0], len(got[1]), got[len(got)-1])
+	}
+}
+
+func TestSnapshotCountsARunningStepsRows(t *testing.T) {
+	l := newStepLog("::m::", 2)
+	now := time.Now()
+	l.add("before", now)
+	l.add(`::m:: {"kind":"start","step":0}`, now)
+	l.add("one", now)
+	l.add("two", now)
+	s := l.snapshot()
+	if s[0].LogIndex != 1 || s[0].LogLength != 2 || s[0].Result != runnerv1.Result_RESULT_UNSPECIFIED || s[1].StartedAt != nil {
+		t.Fatalf("snapshot = %v", s)
+	}
+	if l.steps[0].LogLength != 0 {
+		t.Fatal("snapshot changed the log's own state")
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	base := []string{"--gitea-url=https://gitea.example.com/", "--gitea-labels=tofu, linux", "--gitea-identity-secret=runwarden/gitea-runner", "--gitea-steps-image=dispatcher:1"}
+	parse := func(args ...string) (*Config, error) {
+		c := &Config{}
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c.Bind(fs)
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		return c, c.Check(runner.Shared{DispatcherID: "d", Namespace: "runners"})
+	}
+	c, err := parse(base...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.parsedLabels, ",") != "tofu,linux" || c.identityKey.String() != "runwarden/gitea-runner" {
+		t.Errorf("labels %v, identity %s", c.parsedLabels, c.identityKey)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{base[1:], "needs --gitea-url"},
+		{[]string{base[0], base[2], base[3]}, "needs --gitea-labels"},
+		{[]string{base[0], base[1], base[3]}, "needs --gitea-identity-secret"},
+		{base[:3], "needs --gitea-steps-image"},
+		{append(base, "--gitea-identity-secret=runners/gitea-runner"), "not in --namespace runners"},
+		{append(base, "--gitea-identity-secret=gitea-runner"), "want NAMESPACE/NAME"},
+		{append(base, "--gitea-labels=tofu:docker://alpine"), "a label is a name"},
+		{append(base, "--gitea-url=ftp://gitea"), "want an http or https URL"},
+		{append(base, "--gitea-report-interval=2m"), "between 100ms and 1m"},
+	} {
+		if _, err := parse(tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}

@@ -1,0 +1,352 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/e2e-framework/pkg/features"
+
+	"github.com/runwarden/runwarden/dispatcher/gitea"
+	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/e2e/harness"
+)
+
+// The workflows TestGiteaSource pushes, in one commit: each starts one run.
+var giteaWorkflows = map[string]string{
+	// Checks out the commit, runs OpenTofu from the runner image, passes an
+	// output between steps, fails a step: the step after it is skipped,
+	// the always() one runs and sees the earlier output.
+	".gitea/workflows/deploy.yml": `on:
+  push:
+    paths: ['main.tf']
+jobs:
+  deploy:
+    runs-on: tofu
+    env:
+      KEY_SHA: ${{ secrets.DEPLOY_KEY }}
+    steps:
+      - uses: actions/checkout@v4
+      - id: plan
+        name: plan
+        run: |
+          head -1 main.tf
+          echo "first=$(head -1 main.tf)" >> "$GITHUB_OUTPUT"
+          printf %s "$KEY_SHA" | sha256sum | cut -c1-16 | sed 's/^/key sha /'
+      - name: tofu
+        run: tofu version
+      - name: fails
+        run: exit 3
+      - name: never
+        run: echo this step never runs
+      - name: cleanup
+        if: always()
+        run: echo "cleanup after ${{ steps.plan.outputs.first }}"
+`,
+	// Its job-level if: is false: skipped, no pod.
+	".gitea/workflows/skip.yml": `on:
+  push:
+    paths: ['main.tf']
+jobs:
+  nightly:
+    runs-on: tofu
+    if: github.event_name == 'schedule'
+    steps:
+      - run: echo never
+`,
+	// An action runwarden does not run: refused, no pod.
+	".gitea/workflows/action.yml": `on:
+  push:
+    paths: ['main.tf']
+jobs:
+  build:
+    runs-on: tofu
+    steps:
+      - uses: actions/setup-go@v5
+`,
+	// Runs until the next push to long/ cancels it (concurrency).
+	".gitea/workflows/long.yml": `on:
+  push:
+    paths: ['long/**']
+concurrency:
+  group: long
+  cancel-in-progress: true
+jobs:
+  long:
+    runs-on: tofu
+    steps:
+      - uses: actions/checkout@v4
+      - name: wait
+        run: if [ -f long/second ]; then echo second; else echo waiting; sleep 600; fi
+`,
+	// Counts while the dispatcher is killed and started again.
+	".gitea/workflows/restart.yml": `on:
+  push:
+    paths: ['restart/**']
+jobs:
+  restart:
+    runs-on: tofu
+    steps:
+      - name: count
+        run: for i in $(seq 1 20); do echo "line $i"; sleep 0.5; done
+      - name: after
+        run: echo after the count
+`,
+	"main.tf":    "# runwarden e2e\nterraform {}\n",
+	"long/first": "1\n",
+}
+
+// TestGiteaSource runs Gitea Actions jobs through the dispatcher as a Gitea
+// runner, on the real node, against a real Gitea: each job's result, steps
+// and log as Gitea's REST API shows them, and the Jobs in the cluster.
+func TestGiteaSource(t *testing.T) {
+	t.Parallel()
+	f := features.New("gitea source").
+		Setup(func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			harness.RequireRealNode(ctx, t, cfg)
+			if err := suite.LoadImages(ctx, "runner", "dispatcher"); err != nil {
+				t.Fatal(err)
+			}
+			return ctx
+		}).
+		Assess("jobs run, fail, skip, are refused and cancelled as Gitea shows them", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
+			ns := harness.Namespace(ctx)
+			ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
+			defer cancel()
+			g := harness.StartGitea(ctx, t, suite.RepoRoot, realNodeGateway)
+			if err := g.CreateRepo(ctx, "infra"); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.SetSecret(ctx, "infra", "DEPLOY_KEY", "s3cret-"+ns); err != nil {
+				t.Fatal(err)
+			}
+			d := startGiteaDispatcher(ctx, t, cfg, ns, g)
+			if err := g.PutFiles(ctx, "infra", giteaWorkflows); err != nil {
+				t.Fatal(err)
+			}
+
+			jobs := waitGiteaJobs(ctx, t, g, "infra", d, map[string]string{
+				"deploy": "completed", "nightly": "completed", "build": "completed", "long": "in_progress",
+			})
+			deploy, skip, action := jobs["deploy"], jobs["nightly"], jobs["build"]
+			if deploy.Conclusion != "failure" {
+				t.Errorf("deploy: %s, want failure (a step exits 3)", deploy.Conclusion)
+			}
+			want := []string{"success", "success", "success", "failure", "skipped", "success"}
+			if got := conclusions(deploy); strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Errorf("deploy's steps: %v, want %v", got, want)
+			}
+			log, err := g.Log(ctx, "infra", deploy.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range []string{"# runwarden e2e", "OpenTofu v", "cleanup after # runwarden e2e", "key sha " + sha16("s3cret-"+ns)} {
+				if !strings.Contains(log, w) {
+					t.Errorf("deploy's log lacks %q:\n%s", w, log)
+				}
+			}
+			for _, w := range []string{"s3cret-" + ns, "this step never runs", "::runwarden-"} {
+				if strings.Contains(log, w) {
+					t.Errorf("deploy's log holds %q:\n%s", w, log)
+				}
+			}
+			if skip.Conclusion != "skipped" {
+				t.Errorf("nightly: %s, want skipped (its if: is false)", skip.Conclusion)
+			}
+			if action.Conclusion != "failure" {
+				t.Errorf("build: %s, want failure (refused)", action.Conclusion)
+			}
+			if log, err := g.Log(ctx, "infra", action.ID); err != nil || !strings.Contains(log, "uses: actions/setup-go@v5: actions are not supported") {
+				t.Errorf("build's log does not say why it was refused (%v):\n%s", err, log)
+			}
+
+			// One Job each for deploy and long, none for the skipped and the
+			// refused job; deploy's is reported, long's not.
+			var list batchv1.JobList
+			if err := cfg.Client().Resources(ns).List(ctx, &list); err != nil {
+				t.Fatal(err)
+			}
+			var running []string
+			reported := 0
+			for _, j := range list.Items {
+				if j.Annotations[job.AnnotationReported] != "" {
+					reported++
+				} else {
+					running = append(running, j.Name)
+				}
+				if c := j.Spec.Template.Spec.InitContainers; len(c) == 0 || c[0].Name != gitea.StepsContainer {
+					t.Errorf("Job %s's pod has no %s init container", j.Name, gitea.StepsContainer)
+				}
+			}
+			if len(list.Items) != 2 || reported != 1 || len(running) != 1 {
+				t.Fatalf("%d Jobs, %d reported; want 2 (deploy's reported, long's running)", len(list.Items), reported)
+			}
+
+			// The second push to long/ cancels the first run's job: Gitea
+			// shows it cancelled, and its Job goes.
+			long := jobs["long"]
+			if err := g.PutFiles(ctx, "infra", map[string]string{"long/second": "2\n"}); err != nil {
+				t.Fatal(err)
+			}
+			var cancelled harness.GiteaJob
+			err = harness.WaitFor(ctx, "the first long job cancelled and the second done", 3*time.Minute, func(ctx context.Context) (bool, error) {
+				all, err := g.Jobs(ctx, "infra")
+				if err != nil {
+					return false, err
+				}
+				done := 0
+				for _, j := range all {
+					if j.Name != "long" {
+						continue
+					}
+					if j.ID == long.ID && j.Status == "completed" {
+						cancelled = j
+						done++
+					} else if j.ID != long.ID && j.Status == "completed" && j.Conclusion == "success" {
+						done++
+					}
+				}
+				return done == 2, nil
+			})
+			if err != nil {
+				t.Fatalf("%v\n%s", err, d.log.String())
+			}
+			if cancelled.Conclusion != "cancelled" {
+				t.Errorf("the first long job: %s, want cancelled", cancelled.Conclusion)
+			}
+			err = harness.WaitFor(ctx, "the cancelled job's Job to go", time.Minute, func(ctx context.Context) (bool, error) {
+				var j batchv1.Job
+				err := cfg.Client().Resources(ns).Get(ctx, running[0], ns, &j)
+				return apierrors.IsNotFound(err), nil
+			})
+			if err != nil {
+				t.Errorf("%v\n%s", err, d.log.String())
+			}
+
+			// Killed while a job runs, the dispatcher takes it up again from
+			// its Job and pod log: Gitea gets every line once, and the result.
+			if err := g.PutFiles(ctx, "infra", map[string]string{"restart/go": "1\n"}); err != nil {
+				t.Fatal(err)
+			}
+			err = harness.WaitFor(ctx, "the restart job's runner to run", 2*time.Minute, func(ctx context.Context) (bool, error) {
+				var pods corev1.PodList
+				if err := cfg.Client().Resources(ns).List(ctx, &pods); err != nil {
+					return false, err
+				}
+				for _, p := range pods.Items {
+					for _, c := range p.Status.ContainerStatuses {
+						if c.Name == "main" && c.State.Running != nil && !slices.Contains(running, p.Labels["batch.kubernetes.io/job-name"]) {
+							return true, nil
+						}
+					}
+				}
+				return false, nil
+			})
+			if err != nil {
+				t.Fatalf("%v\n%s", err, d.log.String())
+			}
+			time.Sleep(3 * time.Second)
+			d.stop(syscall.SIGKILL)
+			time.Sleep(2 * time.Second)
+			d.start(ctx, t)
+			jobs = waitGiteaJobs(ctx, t, g, "infra", d, map[string]string{
+				"deploy": "completed", "nightly": "completed", "build": "completed", "long": "completed", "restart": "completed",
+			})
+			restart := jobs["restart"]
+			if restart.Conclusion != "success" || strings.Join(conclusions(restart), ",") != "success,success" {
+				t.Errorf("restart: %s, steps %v; want success", restart.Conclusion, conclusions(restart))
+			}
+			log, err = g.Log(ctx, "infra", restart.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= 20; i++ {
+				if n := strings.Count(log, fmt.Sprintf("line %d\n", i)); n != 1 {
+					t.Errorf("the restart job's log holds line %d %d times, want once:\n%s", i, n, log)
+				}
+			}
+			if strings.Count(log, "after the count") != 1 {
+				t.Errorf("the restart job's log lacks its last step's line:\n%s", log)
+			}
+			return ctx
+		}).Feature()
+	testenv.Test(t, f)
+}
+
+// startGiteaDispatcher starts the dispatcher as Gitea g's runner for jobs
+// labelled tofu, its registration kept in a namespace of its own.
+func startGiteaDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, g *harness.Gitea) *dispatcherProcess {
+	t.Helper()
+	ctl := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-ctl"}}
+	if err := cfg.Client().Resources().Create(ctx, ctl); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cfg.Client().Resources().Delete(context.Background(), ctl) })
+	image, err := suite.ImageRef(ctx, "dispatcher")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := filepath.Join(t.TempDir(), "registration-token")
+	if err := os.WriteFile(token, []byte(g.RegistrationToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startDispatcher(ctx, t, cfg, ns, "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels=tofu",
+		"--gitea-identity-secret="+ctl.Name+"/gitea-runner", "--gitea-steps-image="+image,
+		"--gitea-registration-token-file="+token, "--gitea-fetch-interval=500ms", "--gitea-report-interval=1s")
+}
+
+// waitGiteaJobs waits until the repository's jobs are those of want, each
+// in the status it names; it returns them by name.
+func waitGiteaJobs(ctx context.Context, t *testing.T, g *harness.Gitea, repo string, d *dispatcherProcess, want map[string]string) map[string]harness.GiteaJob {
+	t.Helper()
+	jobs := map[string]harness.GiteaJob{}
+	err := harness.WaitFor(ctx, "Gitea's jobs", 4*time.Minute, func(ctx context.Context) (bool, error) {
+		all, err := g.Jobs(ctx, repo)
+		if err != nil {
+			return false, err
+		}
+		clear(jobs)
+		for _, j := range all {
+			jobs[j.Name] = j
+		}
+		for name, status := range want {
+			if jobs[name].Status != status {
+				return false, nil
+			}
+		}
+		return len(jobs) == len(want), nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %+v\n%s", err, jobs, d.log.String())
+	}
+	return jobs
+}
+
+// sha16 is the first 16 hex digits of s's SHA-256, as sha256sum prints it.
+func sha16(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+func conclusions(j harness.GiteaJob) []string {
+	out := make([]string, len(j.Steps))
+	for i, s := range j.Steps {
+		out[i] = s.Conclusion
+	}
+	return out
+}
