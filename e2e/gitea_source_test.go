@@ -155,6 +155,7 @@ func TestGiteaSource(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("deploy's log at Gitea:\n%s", log)
 			for _, w := range []string{"# runwarden e2e", "OpenTofu v", "cleanup after # runwarden e2e", "key sha " + sha16("s3cret-"+ns)} {
 				if !strings.Contains(log, w) {
 					t.Errorf("deploy's log lacks %q:\n%s", w, log)
@@ -305,9 +306,15 @@ func startGiteaDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config
 	if err := os.WriteFile(token, []byte(g.RegistrationToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return startDispatcher(ctx, t, cfg, ns, "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels=tofu",
+	d := startDispatcher(ctx, t, cfg, ns, "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels=tofu",
 		"--gitea-identity-secret="+ctl.Name+"/gitea-runner", "--gitea-steps-image="+image,
 		"--gitea-registration-token-file="+token, "--gitea-fetch-interval=500ms", "--gitea-report-interval=1s")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the dispatcher's log:\n%s", d.log.String())
+		}
+	})
+	return d
 }
 
 // waitGiteaJobs waits until the repository's jobs are those of want, each

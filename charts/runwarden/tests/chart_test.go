@@ -88,6 +88,10 @@ func TestGolden(t *testing.T) {
 			"--set", "runner.proxy.noProxy=.svc\\,10.0.0.0/8", "--set", "runner.caBundle.configMap=corporate-ca",
 			// The platform's own volumes stay beside the chart's.
 			"--set", "runner.podTemplate.spec.volumes[0].name=scratch", "--set", "runner.podTemplate.spec.volumes[0].emptyDir.medium=Memory"},
+		// The Gitea source, with its registration token and a CA.
+		"gitea": {"--set", "dispatcher.taskSource=gitea", "--set", "dispatcher.gitea.url=https://gitea.example.com/",
+			"--set", "dispatcher.gitea.labels={tofu,linux}", "--set", "dispatcher.gitea.registrationSecret=gitea-registration",
+			"--set", "dispatcher.gitea.caConfigMap=corporate-ca"},
 		"orchestrator-exchange": {"--set", "dispatcher.taskSource=orchestrator", "--set", "dispatcher.orchestrator.url=https://orchestrator.example.com",
 			"--set", "dispatcher.orchestrator.auth=exchange", "--set", "dispatcher.orchestrator.exchangeAudience=orchestrator"},
 		// Queueing through Kueue, with the example queue and priority classes.
@@ -159,6 +163,9 @@ func TestRefusesBadValues(t *testing.T) {
 		{name: "secret pattern without a store", args: []string{"--set", "webhook.platform.secretRefs.allowedPatterns={team-a/*}"}, want: "/webhook/platform/secretRefs/allowedPatterns/0"},
 		{name: "vault's own paths as a mount", args: []string{"--set", "webhook.platform.secretStores.vault.kvMounts={secret,auth/token}"}, want: "/webhook/platform/secretStores/vault/kvMounts/1"},
 		{name: "vault's sys as an engine mount", args: []string{"--set", "webhook.platform.secretStores.vault.engineMounts={/sys}"}, want: "/webhook/platform/secretStores/vault/engineMounts/0"},
+		{name: "gitea without url", args: []string{"--set", "dispatcher.taskSource=gitea"}, want: "needs dispatcher.gitea.url"},
+		{name: "gitea label with a scheme", args: []string{"--set", "dispatcher.gitea.labels={ubuntu:docker://node}"}, want: "/dispatcher/gitea/labels/0"},
+		{name: "gitea with kueue", args: []string{"--set", "dispatcher.taskSource=gitea", "--set", "dispatcher.gitea.url=https://g.example/", "--set", "queueing.kueue.enabled=true"}, want: "does not run with queueing.kueue.enabled yet"},
 		{name: "orchestrator auth", args: []string{"--set", "dispatcher.orchestrator.auth=password"}, want: "/dispatcher/orchestrator/auth"},
 		{name: "runner namespace is the release's", args: []string{"--set", "runnerNamespace=runwarden"}, want: "runnerNamespace must differ from the release namespace"},
 		{name: "dev mode without url", args: []string{"--set", "webhook.devMode.enabled=true"}, want: "webhook.devMode.url"},
