@@ -148,8 +148,8 @@ func TestGiteaSource(t *testing.T) {
 				t.Errorf("deploy: %s, want failure (a step exits 3)", deploy.Conclusion)
 			}
 			want := []string{"success", "success", "success", "failure", "skipped", "success"}
-			if got := conclusions(deploy); strings.Join(got, ",") != strings.Join(want, ",") {
-				t.Errorf("deploy's steps: %v, want %v", got, want)
+			if got, err := g.StepStatuses(ctx, "infra", deploy.RunID, deploy.ID); err != nil || strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Errorf("deploy's steps: %v (%v), want %v", got, err, want)
 			}
 			log, err := g.Log(ctx, "infra", deploy.ID)
 			if err != nil {
@@ -178,9 +178,22 @@ func TestGiteaSource(t *testing.T) {
 
 			// One Job each for deploy and long, none for the skipped and the
 			// refused job; deploy's is reported, long's not.
+			// The mark follows Gitea's answer to the result.
 			var list batchv1.JobList
-			if err := cfg.Client().Resources(ns).List(ctx, &list); err != nil {
-				t.Fatal(err)
+			err = harness.WaitFor(ctx, "deploy's Job marked reported", 30*time.Second, func(ctx context.Context) (bool, error) {
+				if err := cfg.Client().Resources(ns).List(ctx, &list); err != nil {
+					return false, err
+				}
+				n := 0
+				for _, j := range list.Items {
+					if j.Annotations[job.AnnotationReported] != "" {
+						n++
+					}
+				}
+				return n == 1, nil
+			})
+			if err != nil {
+				t.Error(err)
 			}
 			var running []string
 			reported := 0
@@ -269,8 +282,8 @@ func TestGiteaSource(t *testing.T) {
 				"deploy": "completed", "nightly": "completed", "build": "completed", "long": "completed", "restart": "completed",
 			})
 			restart := jobs["restart"]
-			if restart.Conclusion != "success" || strings.Join(conclusions(restart), ",") != "success,success" {
-				t.Errorf("restart: %s, steps %v; want success", restart.Conclusion, conclusions(restart))
+			if got, err := g.StepStatuses(ctx, "infra", restart.RunID, restart.ID); restart.Conclusion != "success" || err != nil || strings.Join(got, ",") != "success,success" {
+				t.Errorf("restart: %s, steps %v (%v); want success", restart.Conclusion, got, err)
 			}
 			log, err = g.Log(ctx, "infra", restart.ID)
 			if err != nil {
@@ -348,12 +361,4 @@ func waitGiteaJobs(ctx context.Context, t *testing.T, g *harness.Gitea, repo str
 func sha16(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])[:16]
-}
-
-func conclusions(j harness.GiteaJob) []string {
-	out := make([]string, len(j.Steps))
-	for i, s := range j.Steps {
-		out[i] = s.Conclusion
-	}
-	return out
 }

@@ -262,6 +262,48 @@ func (s *Gitea) Jobs(ctx context.Context, repo string) ([]GiteaJob, error) {
 	return all, nil
 }
 
+// StepStatuses are the statuses of a job's steps as Gitea's web page shows
+// them ("success", "failure", "skipped", ...): the REST API of this Gitea
+// gives each step its job's status instead. The page's JSON is read
+// anonymously (the repository is public); a request without Origin and
+// Sec-Fetch-Site headers is not cross-origin.
+func (s *Gitea) StepStatuses(ctx context.Context, repo string, run, job int64) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s%s/%s/actions/runs/%d/jobs/%d", s.URL, s.Admin, repo, run, job), strings.NewReader(`{"logCursors":[]}`))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("the job's page: %s: %.300s", resp.Status, b)
+	}
+	var view struct {
+		State struct {
+			CurrentJob struct {
+				Steps []struct {
+					Status string `json:"status"`
+				} `json:"steps"`
+			} `json:"currentJob"`
+		} `json:"state"`
+	}
+	if err := json.Unmarshal(b, &view); err != nil {
+		return nil, fmt.Errorf("the job's page: %w", err)
+	}
+	out := make([]string, len(view.State.CurrentJob.Steps))
+	for i, st := range view.State.CurrentJob.Steps {
+		out[i] = st.Status
+	}
+	return out, nil
+}
+
 // Log is a job's log as Gitea keeps it: lines of a timestamp and the row.
 func (s *Gitea) Log(ctx context.Context, repo string, job int64) (string, error) {
 	var b []byte
