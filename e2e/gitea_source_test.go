@@ -79,6 +79,29 @@ jobs:
     steps:
       - uses: actions/setup-go@v5
 `,
+	// Runs past its timeout-minutes: the Job's deadline ends it.
+	".gitea/workflows/slow.yml": `on:
+  push:
+    paths: ['main.tf']
+jobs:
+  slow:
+    runs-on: tofu
+    timeout-minutes: 1
+    steps:
+      - run: sleep 600
+`,
+	// Its image is not on the node (and the template never pulls).
+	".gitea/workflows/noimage.yml": `on:
+  push:
+    paths: ['main.tf']
+jobs:
+  noimage:
+    runs-on: tofu
+    container:
+      image: localhost/runwarden/absent:v1
+    steps:
+      - run: echo never
+`,
 	// Runs until the next push to long/ cancels it (concurrency).
 	".gitea/workflows/long.yml": `on:
   push:
@@ -142,6 +165,7 @@ func TestGiteaSource(t *testing.T) {
 
 			jobs := waitGiteaJobs(ctx, t, g, "infra", d, map[string]string{
 				"deploy": "completed", "nightly": "completed", "build": "completed", "long": "in_progress",
+				"slow": "completed", "noimage": "completed",
 			})
 			deploy, skip, action := jobs["deploy"], jobs["nightly"], jobs["build"]
 			if deploy.Conclusion != "failure" {
@@ -176,11 +200,20 @@ func TestGiteaSource(t *testing.T) {
 				t.Errorf("build's log does not say why it was refused (%v):\n%s", err, log)
 			}
 
-			// One Job each for deploy and long, none for the skipped and the
-			// refused job; deploy's is reported, long's not.
+			for name, reason := range map[string]string{"slow": "runwarden: DeadlineExceeded", "noimage": "runwarden: ImagePullError"} {
+				j := jobs[name]
+				log, err := g.Log(ctx, "infra", j.ID)
+				if j.Conclusion != "failure" || err != nil || !strings.Contains(log, reason) {
+					t.Errorf("%s: %s, want failure with %q in its log (%v):\n%s", name, j.Conclusion, reason, err, log)
+				}
+			}
+
+			// One Job each for deploy, slow and long, none for the skipped and
+			// the refused job, noimage's deleted (its pod never starts);
+			// deploy's and slow's reported, long's not.
 			// The mark follows Gitea's answer to the result.
 			var list batchv1.JobList
-			err = harness.WaitFor(ctx, "deploy's Job marked reported", 30*time.Second, func(ctx context.Context) (bool, error) {
+			err = harness.WaitFor(ctx, "deploy's and slow's Jobs marked reported, noimage's gone", 30*time.Second, func(ctx context.Context) (bool, error) {
 				if err := cfg.Client().Resources(ns).List(ctx, &list); err != nil {
 					return false, err
 				}
@@ -190,7 +223,7 @@ func TestGiteaSource(t *testing.T) {
 						n++
 					}
 				}
-				return n == 1, nil
+				return n == 2 && len(list.Items) == 3, nil
 			})
 			if err != nil {
 				t.Error(err)
@@ -207,8 +240,8 @@ func TestGiteaSource(t *testing.T) {
 					t.Errorf("Job %s's pod has no %s init container", j.Name, gitea.StepsContainer)
 				}
 			}
-			if len(list.Items) != 2 || reported != 1 || len(running) != 1 {
-				t.Fatalf("%d Jobs, %d reported; want 2 (deploy's reported, long's running)", len(list.Items), reported)
+			if len(list.Items) != 3 || reported != 2 || len(running) != 1 {
+				t.Fatalf("%d Jobs, %d reported; want 3 (deploy's and slow's reported, long's running, noimage's deleted)", len(list.Items), reported)
 			}
 
 			// The second push to long/ cancels the first run's job: Gitea
@@ -280,6 +313,7 @@ func TestGiteaSource(t *testing.T) {
 			d.start(ctx, t)
 			jobs = waitGiteaJobs(ctx, t, g, "infra", d, map[string]string{
 				"deploy": "completed", "nightly": "completed", "build": "completed", "long": "completed", "restart": "completed",
+				"slow": "completed", "noimage": "completed",
 			})
 			restart := jobs["restart"]
 			if got, err := g.StepStatuses(ctx, "infra", restart.RunID, restart.ID); restart.Conclusion != "success" || err != nil || strings.Join(got, ",") != "success,success" {

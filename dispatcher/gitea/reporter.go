@@ -134,8 +134,10 @@ func (r *reporter) finish(ctx context.Context, j *batchv1.Job, out job.Outcome) 
 	res := resultOf(out)
 	now := r.s.clock.Now()
 	r.mu.Lock()
-	if res != runnerv1.Result_RESULT_SUCCESS && out.Message != "" {
-		r.steps.rows = append(r.steps.rows, row("runwarden: "+out.Message, now))
+	if res != runnerv1.Result_RESULT_SUCCESS && out.Reason != job.ReasonNonZeroExit {
+		// Not the steps' own failure (they said theirs): why the Job
+		// ended, in runwarden's bounded reasons.
+		r.steps.rows = append(r.steps.rows, row(reasonLine(out), now))
 	}
 	r.steps.finish(res, now)
 	r.mu.Unlock()
@@ -337,6 +339,19 @@ func resultOf(out job.Outcome) runnerv1.Result {
 	default:
 		return runnerv1.Result_RESULT_FAILURE
 	}
+}
+
+// reasonLine is the log row saying why a Job ended other than by its
+// steps: its reason and what the Job, its pod and their events said.
+func reasonLine(out job.Outcome) string {
+	line := "runwarden: " + out.Reason
+	if out.Message != "" {
+		line += ": " + out.Message
+	}
+	if len(line) > maxRow {
+		line = line[:maxRow]
+	}
+	return line
 }
 
 // isArchived tells an UpdateLog refused because the log was committed: a

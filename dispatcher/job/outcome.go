@@ -418,7 +418,9 @@ func podState(pods []corev1.Pod) runnerState {
 // for something that will not come, else "".
 func waitingReason(reason string) string {
 	switch reason {
-	case "ErrImagePull", "ImagePullBackOff":
+	case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull":
+		// ErrImageNeverPull: imagePullPolicy Never and the image is not on
+		// the node; it never will be.
 		return ReasonImagePullError
 	case "InvalidImageName":
 		return ReasonInvalidImage

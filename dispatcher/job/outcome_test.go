@@ -109,6 +109,9 @@ func TestOutcomeOfInitContainers(t *testing.T) {
 		{"resolver image cannot be pulled", nil, corev1.ContainerStatus{Name: "runwarden-secrets", State: corev1.ContainerState{
 			Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"},
 		}}, Outcome{Phase: PhaseFailed, Reason: ReasonImagePullError, Message: "init container runwarden-secrets: Back-off pulling image", Stop: true}},
+		{"runner image never pulled and absent", nil, corev1.ContainerStatus{Name: "runwarden-secrets", State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: `Container image "localhost/absent:v1" is not present with pull policy of Never`},
+		}}, Outcome{Phase: PhaseFailed, Reason: ReasonImagePullError, Message: `init container runwarden-secrets: Container image "localhost/absent:v1" is not present with pull policy of Never`, Stop: true}},
 		{"resolver still running", nil, corev1.ContainerStatus{Name: "runwarden-secrets", State: corev1.ContainerState{
 			Running: &corev1.ContainerStateRunning{},
 		}}, Outcome{}},

@@ -263,7 +263,8 @@ func (s *Gitea) Jobs(ctx context.Context, repo string) ([]GiteaJob, error) {
 }
 
 // StepStatuses are the statuses of a job's steps as Gitea's web page shows
-// them ("success", "failure", "skipped", ...): the REST API of this Gitea
+// them ("success", "failure", "skipped", ...), without the "Set up job" and
+// "Complete job" the page adds around them: the REST API of this Gitea
 // gives each step its job's status instead. The page's JSON is read
 // anonymously (the repository is public); a request without Origin and
 // Sec-Fetch-Site headers is not cross-origin.
@@ -297,9 +298,13 @@ func (s *Gitea) StepStatuses(ctx context.Context, repo string, run, job int64) (
 	if err := json.Unmarshal(b, &view); err != nil {
 		return nil, fmt.Errorf("the job's page: %w", err)
 	}
-	out := make([]string, len(view.State.CurrentJob.Steps))
-	for i, st := range view.State.CurrentJob.Steps {
-		out[i] = st.Status
+	steps := view.State.CurrentJob.Steps
+	if len(steps) < 2 {
+		return nil, fmt.Errorf("the job's page shows %d steps, not even Set up job and Complete job", len(steps))
+	}
+	out := make([]string, 0, len(steps)-2)
+	for _, st := range steps[1 : len(steps)-1] {
+		out = append(out, st.Status)
 	}
 	return out, nil
 }
