@@ -79,6 +79,16 @@ jobs:
     steps:
       - uses: actions/setup-go@v5
 `,
+	// Runs with the PodTemplate of its label.
+	".gitea/workflows/small.yml": `on:
+  push:
+    paths: ['main.tf']
+jobs:
+  small:
+    runs-on: small
+    steps:
+      - run: echo "template $RW_TEMPLATE"
+`,
 	// Runs past its timeout-minutes: the Job's deadline ends it.
 	".gitea/workflows/slow.yml": `on:
   push:
@@ -165,7 +175,7 @@ func TestGiteaSource(t *testing.T) {
 
 			jobs := waitGiteaJobs(ctx, t, g, "infra", d, map[string]string{
 				"deploy": "completed", "nightly": "completed", "build": "completed", "long": "in_progress",
-				"slow": "completed", "noimage": "completed",
+				"slow": "completed", "noimage": "completed", "small": "completed",
 			})
 			deploy, skip, action := jobs["deploy"], jobs["nightly"], jobs["build"]
 			if deploy.Conclusion != "failure" {
@@ -200,6 +210,9 @@ func TestGiteaSource(t *testing.T) {
 				t.Errorf("build's log does not say why it was refused (%v):\n%s", err, log)
 			}
 
+			if log, err := g.Log(ctx, "infra", jobs["small"].ID); jobs["small"].Conclusion != "success" || err != nil || !strings.Contains(log, "template small") {
+				t.Errorf("small: %s, want success with its label's template (%v):\n%s", jobs["small"].Conclusion, err, log)
+			}
 			for name, reason := range map[string]string{"slow": "runwarden: DeadlineExceeded", "noimage": "runwarden: ImagePullError"} {
 				j := jobs[name]
 				log, err := g.Log(ctx, "infra", j.ID)
@@ -213,7 +226,7 @@ func TestGiteaSource(t *testing.T) {
 			// deploy's and slow's reported, long's not.
 			// The mark follows Gitea's answer to the result.
 			var list batchv1.JobList
-			err = harness.WaitFor(ctx, "deploy's and slow's Jobs marked reported, noimage's gone", 30*time.Second, func(ctx context.Context) (bool, error) {
+			err = harness.WaitFor(ctx, "deploy's, slow's and small's Jobs marked reported, noimage's gone", 30*time.Second, func(ctx context.Context) (bool, error) {
 				if err := cfg.Client().Resources(ns).List(ctx, &list); err != nil {
 					return false, err
 				}
@@ -223,7 +236,7 @@ func TestGiteaSource(t *testing.T) {
 						n++
 					}
 				}
-				return n == 2 && len(list.Items) == 3, nil
+				return n == 3 && len(list.Items) == 4, nil
 			})
 			if err != nil {
 				t.Error(err)
@@ -240,8 +253,8 @@ func TestGiteaSource(t *testing.T) {
 					t.Errorf("Job %s's pod has no %s init container", j.Name, gitea.StepsContainer)
 				}
 			}
-			if len(list.Items) != 3 || reported != 2 || len(running) != 1 {
-				t.Fatalf("%d Jobs, %d reported; want 3 (deploy's and slow's reported, long's running, noimage's deleted)", len(list.Items), reported)
+			if len(list.Items) != 4 || reported != 3 || len(running) != 1 {
+				t.Fatalf("%d Jobs, %d reported; want 4 (deploy's, slow's and small's reported, long's running, noimage's deleted)", len(list.Items), reported)
 			}
 
 			// The second push to long/ cancels the first run's job: Gitea
@@ -313,7 +326,7 @@ func TestGiteaSource(t *testing.T) {
 			d.start(ctx, t)
 			jobs = waitGiteaJobs(ctx, t, g, "infra", d, map[string]string{
 				"deploy": "completed", "nightly": "completed", "build": "completed", "long": "completed", "restart": "completed",
-				"slow": "completed", "noimage": "completed",
+				"slow": "completed", "noimage": "completed", "small": "completed",
 			})
 			restart := jobs["restart"]
 			if got, err := g.StepStatuses(ctx, "infra", restart.RunID, restart.ID); restart.Conclusion != "success" || err != nil || strings.Join(got, ",") != "success,success" {
@@ -349,13 +362,27 @@ func startGiteaDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The template of runs-on: small.
+	runnerImage, err := suite.ImageRef(ctx, "runner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: ns}, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "main", Image: runnerImage, Env: []corev1.EnvVar{{Name: "RW_TEMPLATE", Value: "small"}}}},
+	}}}
+	harness.OnRealNode(&small.Template.Spec)
+	if err := cfg.Client().Resources(ns).Create(ctx, small); err != nil {
+		t.Fatal(err)
+	}
 	token := filepath.Join(t.TempDir(), "registration-token")
 	if err := os.WriteFile(token, []byte(g.RegistrationToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := startDispatcher(ctx, t, cfg, ns, "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels=tofu",
+	d := startDispatcher(ctx, t, cfg, ns, "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels=tofu", "--gitea-template=small="+ns+"/small",
 		"--gitea-identity-secret="+ctl.Name+"/gitea-runner", "--gitea-steps-image="+image,
-		"--gitea-registration-token-file="+token, "--gitea-fetch-interval=500ms", "--gitea-report-interval=1s")
+		"--gitea-registration-token-file="+token, "--gitea-fetch-interval=500ms", "--gitea-report-interval=1s",
+		// Every finished Job kept, to count them.
+		"--succeeded-history=20", "--failed-history=20")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the dispatcher's log:\n%s", d.log.String())

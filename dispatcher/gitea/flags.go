@@ -6,13 +6,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/runwarden/runwarden/dispatcher/runner"
@@ -33,6 +34,8 @@ type Config struct {
 	reportEvery  time.Duration
 	parsedLabels []string
 	identityKey  types.NamespacedName
+	// templates are --gitea-template's, label to NAMESPACE/NAME.
+	templates map[string]types.NamespacedName
 }
 
 var _ runner.Source = (*Config)(nil)
@@ -48,6 +51,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "gitea-url", "", "Gitea's base URL (its ROOT_URL), for --source=gitea")
 	fs.StringVar(&c.tokenFile, "gitea-registration-token-file", "", "file holding a Gitea runner registration token: read only to register, when the identity Secret holds no runner yet")
 	fs.StringVar(&c.labels, "gitea-labels", "", "comma-separated runner labels declared to Gitea: it hands this dispatcher the jobs whose runs-on labels are all among them, and each runs with the dispatcher's pod template")
+	fs.Func("gitea-template", "LABEL=NAMESPACE/NAME (repeat the flag): jobs whose runs-on label is LABEL run with that PodTemplate object (read when each job is taken) instead of the dispatcher's pod template; LABEL is declared to Gitea too", c.addTemplate)
 	fs.StringVar(&c.runnerName, "gitea-runner-name", "", "the runner's name at Gitea (default: the dispatcher ID)")
 	fs.StringVar(&c.identity, "gitea-identity-secret", "", "NAMESPACE/NAME of the Secret that keeps the runner's registration, in a namespace other than --namespace (the dispatcher's own): whoever may write it chooses the runner the dispatcher is")
 	fs.StringVar(&c.stepsImage, "gitea-steps-image", "", "image of the init container that installs the steps program into each runner pod: the dispatcher's own image")
@@ -56,15 +60,51 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.reportEvery, "gitea-report-interval", 3*time.Second, "how often a job's log and steps are sent to Gitea, which is when a cancel there is seen")
 }
 
-// Check implements runner.Source: Gitea's URL, the labels, the steps image
-// and --namespace, where the Jobs run, are required.
+// addTemplate reads one --gitea-template.
+func (c *Config) addTemplate(v string) error {
+	label, ref, ok := strings.Cut(v, "=")
+	ns, name, okRef := strings.Cut(ref, "/")
+	if !ok || !okRef || ns == "" || name == "" || strings.Contains(name, "/") {
+		return fmt.Errorf("%q: want LABEL=NAMESPACE/NAME", v)
+	}
+	if err := checkLabel(label); err != nil {
+		return err
+	}
+	if c.templates == nil {
+		c.templates = map[string]types.NamespacedName{}
+	}
+	if _, dup := c.templates[label]; dup {
+		return fmt.Errorf("label %q has two templates", label)
+	}
+	c.templates[label] = types.NamespacedName{Namespace: ns, Name: name}
+	return nil
+}
+
+// checkLabel checks a runner label.
+func checkLabel(l string) error {
+	if l == "" || strings.ContainsAny(l, ":, \t") {
+		return fmt.Errorf("label %q: a label is a name; runwarden runs each job in a pod template, so a label takes no :docker:// or :host part", l)
+	}
+	return nil
+}
+
+// Check implements runner.Source: Gitea's URL, the labels (--gitea-labels
+// or --gitea-template), the steps image and --namespace, where the Jobs
+// run, are required.
 func (c *Config) Check(s runner.Shared) error {
 	c.parsedLabels = nil
+	seen := map[string]bool{}
 	for _, l := range strings.Split(c.labels, ",") {
-		if l = strings.TrimSpace(l); l != "" {
-			if strings.Contains(l, ":") {
-				return fmt.Errorf("--gitea-labels %q: a label is a name; runwarden runs every job in the dispatcher's pod template, so a label takes no :docker:// or :host part", l)
+		if l = strings.TrimSpace(l); l != "" && !seen[l] {
+			if err := checkLabel(l); err != nil {
+				return fmt.Errorf("--gitea-labels: %w", err)
 			}
+			seen[l] = true
+			c.parsedLabels = append(c.parsedLabels, l)
+		}
+	}
+	for _, l := range slices.Sorted(maps.Keys(c.templates)) {
+		if !seen[l] {
 			c.parsedLabels = append(c.parsedLabels, l)
 		}
 	}
@@ -74,7 +114,7 @@ func (c *Config) Check(s runner.Shared) error {
 	case s.Namespace == "":
 		return errors.New("--source=gitea needs --namespace, where its Jobs run")
 	case len(c.parsedLabels) == 0:
-		return errors.New("--source=gitea needs --gitea-labels, the runs-on labels it serves")
+		return errors.New("--source=gitea needs --gitea-labels or --gitea-template, the runs-on labels it serves")
 	case c.identity == "":
 		return errors.New("--source=gitea needs --gitea-identity-secret, NAMESPACE/NAME of the Secret that keeps its runner registration")
 	case c.stepsImage == "":
@@ -109,22 +149,8 @@ func (c *Config) Setup(s runner.Setup) error {
 	if err != nil {
 		return err
 	}
-	jobs := s.Jobs
-	if _, err := PodTemplate(jobs.Template, c.stepsImage); err != nil {
+	if _, err := PodTemplate(s.Jobs.Template, c.stepsImage); err != nil {
 		return err
-	}
-	tmpl, templates := jobs.Template, jobs.Templates
-	jobs.Templates = func() corev1.PodTemplateSpec {
-		t := tmpl
-		if templates != nil {
-			t = templates()
-		}
-		shaped, err := PodTemplate(t, c.stepsImage)
-		if err != nil {
-			// A template without a runner container: Build refuses it.
-			return t
-		}
-		return shaped
 	}
 	name := c.runnerName
 	if name == "" {
@@ -143,7 +169,7 @@ func (c *Config) Setup(s runner.Setup) error {
 	src := New(Options{
 		Options: s.Limits,
 		Client:  NewClient(hc, c.url), Kube: s.Client, Reader: s.Manager.GetAPIReader(),
-		Jobs: jobs, Namespace: s.Namespace, Labels: c.parsedLabels,
+		Jobs: s.Jobs, StepsImage: c.stepsImage, Templates: c.templates, Namespace: s.Namespace, Labels: c.parsedLabels,
 		Identity: c.identityKey, RunnerName: name,
 		RegistrationToken: token, FetchInterval: c.fetchEvery, ReportInterval: c.reportEvery,
 		Logs: s.Logs, Recorder: s.Recorder,

@@ -12,6 +12,7 @@ import (
 	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
 	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -36,13 +37,22 @@ type Options struct {
 	// Reader reads the API server directly: the runner identity's Secret,
 	// Warning events, a Job the cache has not seen. Default: Kube.
 	Reader client.Reader
-	// Jobs says how Jobs are built; its template is shaped to run Gitea
-	// jobs (PodTemplate). Required.
+	// Jobs says how Jobs are built, with the dispatcher's pod template.
+	// Required.
 	Jobs job.Options
+	// StepsImage is the image of the steps program's init container (the
+	// dispatcher's): each job's template is shaped with it (PodTemplate).
+	// Required.
+	StepsImage string
+	// Templates are the PodTemplate objects of runs-on labels that do not
+	// run with the dispatcher's template; each is read when a job is
+	// taken.
+	Templates map[string]types.NamespacedName
 	// Namespace is where the Jobs run. Required.
 	Namespace string
 	// Labels are the runner labels declared to Gitea: it hands this runner
-	// the jobs whose runs-on labels are all among them. Required.
+	// the jobs whose runs-on labels are all among them. Those without a
+	// template in Templates run with the dispatcher's. Required.
 	Labels []string
 	// Identity is the Secret that keeps the runner's registration.
 	// Required.
@@ -242,8 +252,14 @@ func (s *Source) take(ctx context.Context, task *runnerv1.Task) {
 		s.refuse(ctx, task.GetId(), err)
 		return
 	}
-	if _, err := Template(gj.RunsOn, labelSet(s.opts.Labels)); err != nil {
+	tmpl, err := Template(gj.RunsOn, s.labelTemplates())
+	if err != nil {
 		s.refuse(ctx, task.GetId(), err)
+		return
+	}
+	opts, err := s.jobOptions(ctx, tmpl)
+	if err != nil {
+		s.refuse(ctx, task.GetId(), &Refusal{Step: -1, Reason: err.Error()})
 		return
 	}
 	plan := PlanFor(task, gj)
@@ -263,7 +279,7 @@ func (s *Source) take(ctx context.Context, task *runnerv1.Task) {
 		return
 	}
 	rec := record{Task: task.GetId(), Steps: len(plan.Steps), Marker: plan.Marker}
-	j, secret, err := job.Build(jt, s.opts.Jobs)
+	j, secret, err := job.Build(jt, opts)
 	if err != nil {
 		s.refuse(ctx, task.GetId(), &Refusal{Step: -1, Reason: err.Error()})
 		return
@@ -377,12 +393,48 @@ func (s *Source) wait(ctx context.Context, d time.Duration) {
 	}
 }
 
-func labelSet(labels []string) map[string]string {
-	m := make(map[string]string, len(labels))
-	for _, l := range labels {
-		m[l] = "runner"
+// dispatcherTemplate names the dispatcher's own pod template among the
+// templates of labels (the others are NAMESPACE/NAME).
+const dispatcherTemplate = "the dispatcher's pod template"
+
+// labelTemplates maps each declared label to its template's name.
+func (s *Source) labelTemplates() map[string]string {
+	m := make(map[string]string, len(s.opts.Labels))
+	for _, l := range s.opts.Labels {
+		m[l] = dispatcherTemplate
+		if key, ok := s.opts.Templates[l]; ok {
+			m[l] = key.String()
+		}
 	}
 	return m
+}
+
+// jobOptions are the Job options of a job run with the template named
+// tmpl: the dispatcher's, or a label's PodTemplate object read now;
+// shaped for the steps program either way.
+func (s *Source) jobOptions(ctx context.Context, tmpl string) (job.Options, error) {
+	opts := s.opts.Jobs
+	base := opts.Template
+	if opts.Templates != nil {
+		base = opts.Templates()
+	}
+	if tmpl != dispatcherTemplate {
+		ns, name, _ := strings.Cut(tmpl, "/")
+		var pt corev1.PodTemplate
+		if err := s.opts.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pt); err != nil {
+			return opts, fmt.Errorf("the runner template %s: %w", tmpl, err)
+		}
+		if err := job.ValidateTemplate(pt.Template); err != nil {
+			return opts, fmt.Errorf("the runner template %s: %w", tmpl, err)
+		}
+		base = pt.Template
+	}
+	shaped, err := PodTemplate(base, s.opts.StepsImage)
+	if err != nil {
+		return opts, err
+	}
+	opts.Template, opts.Templates = shaped, nil
+	return opts, nil
 }
 
 // AnnotationTask is the annotation of a Gitea task's Job that keeps what

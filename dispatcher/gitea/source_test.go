@@ -94,12 +94,22 @@ func TestConfigCheck(t *testing.T) {
 	if strings.Join(c.parsedLabels, ",") != "tofu,linux" || c.identityKey.String() != "runwarden/gitea-runner" {
 		t.Errorf("labels %v, identity %s", c.parsedLabels, c.identityKey)
 	}
+	c, err = parse(append(base, "--gitea-template=small=runwarden/small", "--gitea-template=tofu=runwarden/tofu")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.parsedLabels, ",") != "tofu,linux,small" || c.templates["small"].String() != "runwarden/small" {
+		t.Errorf("with templates: labels %v, templates %v", c.parsedLabels, c.templates)
+	}
 	for _, tt := range []struct {
 		args []string
 		want string
 	}{
+		{append(base, "--gitea-template=small"), "want LABEL=NAMESPACE/NAME"},
+		{append(base, "--gitea-template=small=runwarden/a", "--gitea-template=small=runwarden/b"), "two templates"},
+		{append(base, "--gitea-template=a:host=runwarden/a"), "a label is a name"},
 		{base[1:], "needs --gitea-url"},
-		{[]string{base[0], base[2], base[3]}, "needs --gitea-labels"},
+		{[]string{base[0], base[2], base[3]}, "needs --gitea-labels or --gitea-template"},
 		{[]string{base[0], base[1], base[3]}, "needs --gitea-identity-secret"},
 		{base[:3], "needs --gitea-steps-image"},
 		{append(base, "--gitea-identity-secret=runners/gitea-runner"), "not in --namespace runners"},

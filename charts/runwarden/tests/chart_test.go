@@ -91,7 +91,7 @@ func TestGolden(t *testing.T) {
 		// The Gitea source, with its registration token and a CA.
 		"gitea": {"--set", "dispatcher.taskSource=gitea", "--set", "dispatcher.gitea.url=https://gitea.example.com/",
 			"--set", "dispatcher.gitea.labels={tofu,linux}", "--set", "dispatcher.gitea.registrationSecret=gitea-registration",
-			"--set", "dispatcher.gitea.caConfigMap=corporate-ca"},
+			"--set", "dispatcher.gitea.caConfigMap=corporate-ca", "--set", "dispatcher.gitea.templates.large=runner-large"},
 		"orchestrator-exchange": {"--set", "dispatcher.taskSource=orchestrator", "--set", "dispatcher.orchestrator.url=https://orchestrator.example.com",
 			"--set", "dispatcher.orchestrator.auth=exchange", "--set", "dispatcher.orchestrator.exchangeAudience=orchestrator"},
 		// Queueing through Kueue, with the example queue and priority classes.
