@@ -108,11 +108,10 @@ func (s *templateStore) update(pt *corev1.PodTemplate) {
 	s.rec.TemplateReload("success")
 }
 
-// runnerTemplate clears what the API server defaults in every PodTemplate
-// and the Job builder sets anyway: restartPolicy (Always there; runner pods
-// never restart, Build makes it Never).
+// runnerTemplate makes pt's template the runner template it holds
+// (job.TemplateOf).
 func runnerTemplate(pt *corev1.PodTemplate) {
-	pt.Template.Spec.RestartPolicy = ""
+	pt.Template = job.TemplateOf(pt)
 }
 
 func readTemplate(path string) (corev1.PodTemplateSpec, error) {

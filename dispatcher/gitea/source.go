@@ -424,10 +424,10 @@ func (s *Source) jobOptions(ctx context.Context, tmpl string) (job.Options, erro
 		if err := s.opts.Reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pt); err != nil {
 			return opts, fmt.Errorf("the runner template %s: %w", tmpl, err)
 		}
-		if err := job.ValidateTemplate(pt.Template); err != nil {
+		base = job.TemplateOf(&pt)
+		if err := job.ValidateTemplate(base); err != nil {
 			return opts, fmt.Errorf("the runner template %s: %w", tmpl, err)
 		}
-		base = pt.Template
 	}
 	shaped, err := PodTemplate(base, s.opts.StepsImage)
 	if err != nil {

@@ -9,7 +9,10 @@ import (
 
 	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/runner"
@@ -121,5 +124,34 @@ func TestConfigCheck(t *testing.T) {
 		if _, err := parse(tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+func TestJobOptionsOfALabelsTemplate(t *testing.T) {
+	pt := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "runwarden", Name: "large"}, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		// The API server's default for every PodTemplate.
+		RestartPolicy: corev1.RestartPolicyAlways,
+		Containers:    []corev1.Container{{Name: job.RunnerContainer, Image: "runner:large"}},
+	}}}
+	c := fake.NewClientBuilder().WithObjects(pt).Build()
+	s := New(Options{Kube: c, StepsImage: "dispatcher:1", Labels: []string{"tofu", "large"},
+		Templates: map[string]types.NamespacedName{"large": {Namespace: "runwarden", Name: "large"}, "gone": {Namespace: "runwarden", Name: "gone"}},
+		Jobs:      job.Options{DispatcherID: "d", Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: job.RunnerContainer, Image: "runner:default"}}}}}})
+	for label, image := range map[string]string{"large": "runner:large", "tofu": "runner:default"} {
+		tmpl, err := Template([]string{label}, s.labelTemplates())
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts, err := s.jobOptions(t.Context(), tmpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := opts.Template.Spec
+		if spec.Containers[0].Image != image || spec.RestartPolicy != "" || len(spec.InitContainers) != 1 || spec.InitContainers[0].Image != "dispatcher:1" {
+			t.Errorf("%s: image %s, restartPolicy %q, init containers %v", label, spec.Containers[0].Image, spec.RestartPolicy, spec.InitContainers)
+		}
+	}
+	if _, err := s.jobOptions(t.Context(), "runwarden/gone"); err == nil || !strings.Contains(err.Error(), "the runner template runwarden/gone") {
+		t.Errorf("a template that is not there: %v", err)
 	}
 }

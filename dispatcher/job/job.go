@@ -157,6 +157,16 @@ func (o *Options) setDefaults() {
 	}
 }
 
+// TemplateOf is the runner template a PodTemplate object holds, with what
+// the API server defaults in every PodTemplate and Build sets anyway
+// cleared: restartPolicy (Always there; runner pods never restart, Build
+// makes it Never).
+func TemplateOf(pt *corev1.PodTemplate) corev1.PodTemplateSpec {
+	t := *pt.Template.DeepCopy()
+	t.Spec.RestartPolicy = ""
+	return t
+}
+
 // ValidateTemplate checks the platform's pod template once, at start.
 func ValidateTemplate(t corev1.PodTemplateSpec) error {
 	var problems []string
