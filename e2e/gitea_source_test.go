@@ -159,6 +159,8 @@ func TestGiteaSource(t *testing.T) {
 		}).
 		Assess("jobs run, fail, skip, are refused and cancelled as Gitea shows them", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
+			// The feature's context goes on to its teardown uncancelled.
+			parent := ctx
 			ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
 			defer cancel()
 			g := harness.StartGitea(ctx, t, suite.RepoRoot, realNodeGateway)
@@ -344,7 +346,7 @@ func TestGiteaSource(t *testing.T) {
 			if strings.Count(log, "after the count") != 1 {
 				t.Errorf("the restart job's log lacks its last step's line:\n%s", log)
 			}
-			return ctx
+			return parent
 		}).Feature()
 	testenv.Test(t, f)
 }

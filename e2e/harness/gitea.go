@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -260,6 +261,41 @@ func (s *Gitea) Jobs(ctx context.Context, repo string) ([]GiteaJob, error) {
 		all = append(all, jobs.Jobs...)
 	}
 	return all, nil
+}
+
+// JobCount is how many jobs the repository's runs have, as the REST API
+// counts them (X-Total-Count).
+func (s *Gitea) JobCount(ctx context.Context, repo string) (int, error) {
+	var runs struct {
+		Runs []struct {
+			ID int64 `json:"id"`
+		} `json:"workflow_runs"`
+	}
+	if err := s.API(ctx, http.MethodGet, fmt.Sprintf("repos/%s/%s/actions/runs", s.Admin, repo), nil, &runs); err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, r := range runs.Runs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%sapi/v1/repos/%s/%s/actions/runs/%d/jobs?limit=1", s.URL, s.Admin, repo, r.ID), nil)
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Authorization", "token "+s.Token)
+		resp, err := s.http.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("the jobs of run %d: %s", r.ID, resp.Status)
+		}
+		n, err := strconv.Atoi(resp.Header.Get("X-Total-Count"))
+		if err != nil {
+			return 0, fmt.Errorf("the jobs of run %d: X-Total-Count %q", r.ID, resp.Header.Get("X-Total-Count"))
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // StepStatuses are the statuses of a job's steps as Gitea's web page shows

@@ -1,0 +1,188 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	"sigs.k8s.io/yaml"
+
+	"github.com/runwarden/runwarden/dispatcher/gitea"
+	"github.com/runwarden/runwarden/e2e/harness"
+)
+
+// BenchmarkGiteaJobs measures, against a real Gitea, how fast queued
+// Gitea Actions jobs become Jobs through the Gitea source, side by side with
+// a loop that only makes the FetchTask calls Gitea's own runner makes (the
+// limit of that Gitea: no Job, no Secret). Each side has n jobs of its own
+// queued (a matrix, under a label only that side serves) before it starts.
+// The runner pods cannot be scheduled (they request more CPU than any node
+// has), so every Job stays in flight.
+//
+//	RUNWARDEN_BENCH_TASKS=200 go test -tags e2e -run '^$' -bench BenchmarkGiteaJobs ./e2e/
+func BenchmarkGiteaJobs(b *testing.B) {
+	n := 200
+	if v := os.Getenv("RUNWARDEN_BENCH_TASKS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := testenv.EnvConf()
+	ctx := context.Background()
+	g := harness.StartGitea(ctx, b, suite.RepoRoot, "127.0.0.1")
+	round := 0
+	queue := func(b *testing.B, label string) {
+		round++
+		repo := fmt.Sprintf("%s-%d", label, round)
+		if err := g.CreateRepo(ctx, repo); err != nil {
+			b.Fatal(err)
+		}
+		items := make([]string, n)
+		for i := range items {
+			items[i] = strconv.Itoa(i)
+		}
+		wf := fmt.Sprintf("on: push\njobs:\n  j:\n    runs-on: %s\n    strategy:\n      max-parallel: %d\n      matrix:\n        i: [%s]\n    steps:\n      - run: echo ${{ matrix.i }}\n", label, n, strings.Join(items, ", "))
+		if err := g.PutFile(ctx, repo, ".gitea/workflows/bench.yml", wf); err != nil {
+			b.Fatal(err)
+		}
+		err := harness.WaitFor(ctx, fmt.Sprintf("Gitea to queue %d jobs", n), 3*time.Minute, func(ctx context.Context) (bool, error) {
+			got, err := g.JobCount(ctx, repo)
+			return got == n, err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("impl=fetch-loop", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			label := fmt.Sprintf("raw%d", round)
+			c := gitea.NewClient(&http.Client{Timeout: time.Minute}, g.URL)
+			id, err := c.Register(ctx, label, g.RegistrationToken, []string{label})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.SetIdentity(id)
+			queue(b, label)
+			start := time.Now()
+			b.StartTimer()
+			var tasks []*runnerv1.Task
+			var version int64
+			for len(tasks) < n {
+				task, v, err := c.FetchTask(ctx, version)
+				if err != nil {
+					b.Fatal(err)
+				}
+				version = v
+				if task != nil {
+					tasks = append(tasks, task)
+					version = 0
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "jobs/s")
+			now := time.Now()
+			for _, task := range tasks {
+				_, _ = c.UpdateTask(ctx, &runnerv1.TaskState{Id: task.GetId(), Result: runnerv1.Result_RESULT_CANCELLED, StoppedAt: timestamppb.New(now)}, nil)
+			}
+		}
+	})
+	b.Run("impl=gitea-source", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			label := fmt.Sprintf("rw%d", round)
+			ns := benchNamespace(b, cfg, "gitea-bench")
+			queue(b, label)
+			d := startBenchGiteaDispatcher(ctx, b, cfg, ns, g, label, n)
+			start := time.Now()
+			b.StartTimer()
+			err := harness.WaitFor(ctx, fmt.Sprintf("%d Jobs", n), 10*time.Minute, func(ctx context.Context) (bool, error) {
+				var jobs batchv1.JobList
+				if err := cfg.Client().Resources(ns).List(ctx, &jobs); err != nil {
+					return false, err
+				}
+				return len(jobs.Items) >= n, nil
+			})
+			b.StopTimer()
+			if err != nil {
+				b.Fatalf("%v\n%s", err, d.log.String())
+			}
+			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "jobs/s")
+			d.stop(os.Interrupt)
+		}
+	})
+}
+
+// startBenchGiteaDispatcher starts the dispatcher as g's runner for label,
+// n Jobs at once, its runner pods unschedulable; its readiness wait is
+// before the clock starts, its registration after.
+func startBenchGiteaDispatcher(ctx context.Context, b *testing.B, cfg *envconf.Config, ns string, g *harness.Gitea, label string, n int) *dispatcherProcess {
+	b.Helper()
+	token := filepath.Join(b.TempDir(), "registration-token")
+	if err := os.WriteFile(token, []byte(g.RegistrationToken), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	d := startDispatcherProcess(ctx, b, cfg, ns, "--simulated", "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels="+label,
+		"--gitea-identity-secret=default/gitea-bench-"+ns, "--gitea-steps-image=busybox:stable", "--gitea-registration-token-file="+token,
+		"--gitea-fetch-interval=100ms", "--max-concurrent="+strconv.Itoa(n), "--unschedulable-timeout=10m", "--preflight=false",
+		"--kube-api-qps=1000", "--kube-api-burst=2000")
+	unschedulable(b, d)
+	b.Cleanup(func() {
+		_ = cfg.Client().Resources().Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gitea-bench-" + ns}})
+	})
+	d.start(ctx, b)
+	b.Cleanup(func() { d.stop(os.Interrupt) })
+	return d
+}
+
+// unschedulable rewrites the dispatcher's pod template so its runner pods
+// ask for more CPU than any node has.
+func unschedulable(b *testing.B, d *dispatcherProcess) {
+	b.Helper()
+	for i, a := range d.args {
+		if a == "--pod-template" {
+			path := d.args[i+1]
+			tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "main", Image: "busybox:stable",
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000")}},
+			}}}}
+			out, err := yaml.Marshal(tmpl)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(path, out, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			return
+		}
+	}
+	b.Fatal("the dispatcher has no --pod-template")
+}
+
+// benchNamespace makes a namespace for one round, deleted when the
+// benchmark ends.
+func benchNamespace(b *testing.B, cfg *envconf.Config, prefix string) string {
+	b.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := cfg.Client().Resources().Create(context.Background(), ns); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cfg.Client().Resources().Delete(context.Background(), ns) })
+	return ns.Name
+}
