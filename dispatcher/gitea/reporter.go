@@ -158,16 +158,26 @@ func (r *reporter) finish(ctx context.Context, j *batchv1.Job, out job.Outcome) 
 	return true, nil
 }
 
-// remove deletes the Job (its pods and Secret go with it).
+// remove deletes the Job, its pods first (its Secret goes with it), and
+// waits until it is gone: the task holds its slot while its pod may run.
 func (r *reporter) remove(ctx context.Context, j *batchv1.Job) (bool, error) {
 	if j == nil {
 		return true, nil
 	}
-	err := r.s.opts.Kube.Delete(ctx, j, client.Preconditions{UID: &j.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	err := r.s.opts.Kube.Delete(ctx, j, client.Preconditions{UID: &j.UID}, client.PropagationPolicy(metav1.DeletePropagationForeground))
 	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 		return false, err
 	}
-	return true, nil
+	for {
+		err := r.s.opts.Reader.Get(ctx, r.key, &batchv1.Job{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		r.s.wait(ctx, time.Second)
+	}
 }
 
 // update sends Gitea the rows it does not hold and every step's state,

@@ -209,7 +209,7 @@ func (s *Source) fetchLoop(ctx context.Context) error {
 	tick := s.clock.NewTicker(s.opts.FetchInterval)
 	defer tick.Stop()
 	for {
-		if s.running() < s.opts.MaxConcurrent {
+		if s.free() > 0 {
 			task, v, err := s.opts.Client.FetchTask(ctx, version)
 			switch {
 			case ctx.Err() != nil:
@@ -234,12 +234,16 @@ func (s *Source) fetchLoop(ctx context.Context) error {
 	}
 }
 
-func (s *Source) running() int {
+// free is how many more tasks may be taken: every task taken holds a
+// running slot until its report ends, which is once its Job can no longer
+// run (reported finished, or deleted and gone).
+func (s *Source) free() int {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	n := len(s.tasks)
+	s.mu.Unlock()
 	s.opts.Recorder.Running(n)
-	return n
+	c := s.opts.Capacity(false)
+	return c.Free(c.Add(runner.Load{}, runner.Running, n))
 }
 
 // take runs a task Gitea handed out: it makes the task's Job and Secret at
