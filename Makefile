@@ -79,13 +79,19 @@ e2e: ## Run the e2e suites (RUNWARDEN_E2E_CLUSTER=local|kind|existing, default l
 	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} hack/e2e.sh -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/
 
 .PHONY: bench
-bench: bench-postrender bench-webhook bench-dispatcher bench-failover bench-secrets bench-queueing bench-release ## Run every benchmark.
+bench: bench-postrender bench-webhook bench-dispatcher bench-gitea bench-failover bench-secrets bench-queueing bench-release ## Run every benchmark.
 
 .PHONY: bench-dispatcher
 bench-dispatcher: ## Benchmark tasks to Jobs (both sources) beside plain client-go loops, on the local cluster (RUNWARDEN_BENCH_TASKS, default 500; RUNWARDEN_BENCH_ROUNDS=R interleaves R runs of each; RUNWARDEN_BENCH_DRAIN=10000 adds the drain).
 	hack/tools.sh kubernetes etcd kwok coredns opentofu
 	@mkdir -p $(BIN_DIR)
 	RUNWARDEN_REAL_NODE=false hack/e2e.sh -run '^$$' -bench BenchmarkDispatcherJobs -benchtime 1x -timeout 30m ./e2e/ | tee bin/bench-dispatcher.txt
+
+.PHONY: bench-gitea
+bench-gitea: ## Benchmark queued Gitea Actions jobs to Jobs through the Gitea source beside a FetchTask loop, against the pinned Gitea (RUNWARDEN_BENCH_TASKS, default 200).
+	hack/tools.sh kubernetes etcd kwok coredns opentofu gitea
+	@mkdir -p $(BIN_DIR)
+	RUNWARDEN_REAL_NODE=false hack/e2e.sh -run '^$$' -bench BenchmarkGiteaJobs -benchtime 3x -timeout 30m ./e2e/ | tee bin/bench-gitea.txt
 
 .PHONY: bench-failover
 bench-failover: ## Benchmark failover of two dispatcher replicas (both sources): from the leader's SIGKILL or SIGTERM to the new leader's first Job.
