@@ -70,7 +70,7 @@ func BenchmarkGiteaJobs(b *testing.B) {
 		}
 	}
 	b.Run("impl=fetch-loop", func(b *testing.B) {
-		for b.Loop() {
+		for range b.N {
 			b.StopTimer()
 			label := fmt.Sprintf("raw%d", round)
 			c := gitea.NewClient(&http.Client{Timeout: time.Minute}, g.URL)
@@ -104,7 +104,7 @@ func BenchmarkGiteaJobs(b *testing.B) {
 		}
 	})
 	b.Run("impl=gitea-source", func(b *testing.B) {
-		for b.Loop() {
+		for range b.N {
 			b.StopTimer()
 			label := fmt.Sprintf("rw%d", round)
 			ns := benchNamespace(b, cfg, "gitea-bench")
