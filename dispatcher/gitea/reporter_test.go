@@ -1,0 +1,194 @@
+package gitea
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
+	"code.gitea.io/actions-proto-go/runner/v1/runnerv1connect"
+	"connectrpc.com/connect"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/runner"
+	"github.com/runwarden/runwarden/internal/contract"
+)
+
+// taskServer is Gitea's side of one task as its runner API keeps it
+// (routers/api/actions/runner of Gitea v1.26.0): the rows acknowledged,
+// the log archived by no_more, the state final once a result came.
+type taskServer struct {
+	runnerv1connect.UnimplementedRunnerServiceHandler
+	mu       sync.Mutex
+	rows     []string
+	archived bool
+	result   runnerv1.Result
+	steps    []*runnerv1.StepState
+	outputs  map[string]string
+	finals   int
+	// loseFinal drops the answer to the first final UpdateTask, stored.
+	loseFinal bool
+}
+
+func (s *taskServer) UpdateLog(_ context.Context, req *connect.Request[runnerv1.UpdateLogRequest]) (*connect.Response[runnerv1.UpdateLogResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ack := int64(len(s.rows))
+	m := req.Msg
+	if len(m.Rows) == 0 || m.Index > ack || m.Index+int64(len(m.Rows)) <= ack {
+		return connect.NewResponse(&runnerv1.UpdateLogResponse{AckIndex: ack}), nil
+	}
+	if s.archived {
+		return nil, errors.New("rpc error: code = AlreadyExists desc = log file has been archived")
+	}
+	for _, r := range m.Rows[ack-m.Index:] {
+		s.rows = append(s.rows, r.GetContent())
+	}
+	s.archived = m.NoMore
+	return connect.NewResponse(&runnerv1.UpdateLogResponse{AckIndex: int64(len(s.rows))}), nil
+}
+
+func (s *taskServer) UpdateTask(_ context.Context, req *connect.Request[runnerv1.UpdateTaskRequest]) (*connect.Response[runnerv1.UpdateTaskResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := req.Msg.GetState()
+	if s.result == runnerv1.Result_RESULT_UNSPECIFIED {
+		s.steps = st.GetSteps()
+		if st.GetResult() != runnerv1.Result_RESULT_UNSPECIFIED {
+			s.result = st.GetResult()
+			s.finals++
+			for k, v := range req.Msg.GetOutputs() {
+				if _, ok := s.outputs[k]; !ok {
+					s.outputs[k] = v
+				}
+			}
+			if s.loseFinal {
+				s.loseFinal = false
+				return nil, errors.New("the answer was lost")
+			}
+		}
+	}
+	return connect.NewResponse(&runnerv1.UpdateTaskResponse{State: &runnerv1.TaskState{Id: st.GetId(), Result: s.result}}), nil
+}
+
+type fileLogs string
+
+func (f fileLogs) Follow(context.Context, string, string, string) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader(string(f))), nil
+}
+
+func (f fileLogs) Tail(context.Context, string, string, string, int) ([]byte, error) {
+	return []byte(f), nil
+}
+
+const testMarker = "::runwarden-test::"
+
+// finishedJob is task 7's Job as Build makes it, finished with its pod's
+// runner exiting 0.
+func finishedJob(t *testing.T) (*batchv1.Job, *corev1.Pod) {
+	t.Helper()
+	opts := job.Options{DispatcherID: "d", Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: job.RunnerContainer, Image: "runner"}}}}}
+	j, _, err := job.Build(job.Task{ID: taskID(7), Namespace: "runners"}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record{Task: 7, Steps: 2, Marker: testMarker}.annotate(j)
+	now := metav1.Now()
+	j.UID = "job-uid"
+	j.Status = batchv1.JobStatus{StartTime: &now, CompletionTime: &now, Succeeded: 1, Conditions: []batchv1.JobCondition{
+		{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue},
+		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue},
+	}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: j.Name + "-abcde", Namespace: j.Namespace,
+			Labels:          map[string]string{batchv1.JobNameLabel: j.Name, contract.LabelRunner: "true", contract.TaskID: j.Labels[contract.TaskID]},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{
+			Name: job.RunnerContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}},
+		}}},
+	}
+	return j, pod
+}
+
+// TestReportAfterRestartsInTheFinalUpdate: a task's report is sent once
+// whatever stops it. The first reporter's final UpdateTask is stored at
+// Gitea but its answer lost; it tries again and Gitea answers with the
+// result it holds. A second reporter, as after a restart before the Job
+// was marked, reads the whole log again: Gitea keeps its rows once, its
+// archived log refuses nothing it already has, and the result stays the
+// first.
+func TestReportAfterRestartsInTheFinalUpdate(t *testing.T) {
+	j, pod := finishedJob(t)
+	kube := fake.NewClientBuilder().WithObjects(j, pod).WithStatusSubresource(j).
+		WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string { return []string{o.(*corev1.Event).InvolvedObject.Name} }).Build()
+	srv := &taskServer{outputs: map[string]string{}, loseFinal: true}
+	path, h := runnerv1connect.NewRunnerServiceHandler(srv)
+	mux := http.NewServeMux()
+	mux.Handle("/api/actions"+path, http.StripPrefix("/api/actions", h))
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	c := NewClient(hs.Client(), hs.URL)
+	c.SetIdentity(Identity{UUID: "u", Token: "t"})
+	log := strings.Join([]string{
+		"setting up",
+		testMarker + ` {"kind":"start","step":0}`,
+		"one",
+		testMarker + ` {"kind":"end","step":0,"result":"success","outcome":"success"}`,
+		testMarker + ` {"kind":"start","step":1}`,
+		"two",
+		testMarker + ` {"kind":"end","step":1,"result":"success","outcome":"success"}`,
+		testMarker + ` {"kind":"outputs","outputs":{"out":"ok"}}`,
+		testMarker + ` {"kind":"job","result":"success"}`,
+	}, "\n") + "\n"
+	s := New(Options{Options: runner.Options{}, Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners",
+		ReportInterval: 10 * time.Millisecond, Logs: fileLogs(log)})
+	rec, err := readRecord(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		r := &reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(j), log: s.log}
+		r.run(ctx)
+		if ctx.Err() != nil {
+			t.Fatal("the report did not end")
+		}
+	}
+	report()
+	// As after a restart between the final report and the mark.
+	if err := kube.Patch(t.Context(), j, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"annotations":{"runwarden.dev/reported":null}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	report()
+
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if got := strings.Join(srv.rows, "|"); got != "setting up|one|two" {
+		t.Errorf("Gitea's rows: %q, want each line once", got)
+	}
+	if srv.result != runnerv1.Result_RESULT_SUCCESS || srv.finals != 1 || srv.outputs["out"] != "ok" || !srv.archived {
+		t.Errorf("Gitea holds %v (%d finals), outputs %v, archived %v", srv.result, srv.finals, srv.outputs, srv.archived)
+	}
+	if len(srv.steps) != 2 || srv.steps[0].GetLogIndex() != 1 || srv.steps[0].GetLogLength() != 1 || srv.steps[1].GetLogIndex() != 2 || srv.steps[1].GetResult() != runnerv1.Result_RESULT_SUCCESS {
+		t.Errorf("Gitea's steps: %v", srv.steps)
+	}
+	var got batchv1.Job
+	if err := kube.Get(t.Context(), client.ObjectKeyFromObject(j), &got); err != nil || got.Annotations[job.AnnotationReported] == "" {
+		t.Errorf("the Job is not marked reported (%v): %v", err, got.Annotations)
+	}
+}
