@@ -141,7 +141,7 @@ func startBenchGiteaDispatcher(ctx context.Context, b *testing.B, cfg *envconf.C
 	d := startDispatcherProcess(ctx, b, cfg, ns, "--simulated", "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels="+label,
 		"--gitea-identity-secret=default/gitea-bench-"+ns, "--gitea-steps-image=busybox:stable", "--gitea-registration-token-file="+token,
 		"--gitea-fetch-interval=100ms", "--max-concurrent="+strconv.Itoa(n), "--unschedulable-timeout=10m", "--preflight=false",
-		"--kube-api-qps=1000", "--kube-api-burst=2000")
+		"--kube-api-qps=1000", "--kube-api-burst=2000", "--succeeded-history=100000", "--failed-history=100000")
 	unschedulable(b, d)
 	b.Cleanup(func() {
 		_ = cfg.Client().Resources().Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gitea-bench-" + ns}})
@@ -160,7 +160,7 @@ func unschedulable(b *testing.B, d *dispatcherProcess) {
 			path := d.args[i+1]
 			tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
 				Name: "main", Image: "busybox:stable",
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000")}},
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100000")}},
 			}}}}
 			out, err := yaml.Marshal(tmpl)
 			if err != nil {
