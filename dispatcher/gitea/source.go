@@ -104,8 +104,11 @@ type Source struct {
 	log      logr.Logger
 
 	mu sync.Mutex
-	// tasks are the tasks being run and reported, by Gitea task ID.
+	// tasks are the tasks taken and not yet over, by Gitea task ID: each
+	// holds a running slot.
 	tasks map[int64]bool
+	// making bounds the Jobs made at once (Workers).
+	making chan struct{}
 	// goroutines are the tasks' reporters; Start waits for them.
 	goroutines sync.WaitGroup
 }
@@ -119,6 +122,7 @@ func New(opts Options) *Source {
 		observer: runner.NewObserver(opts.Options, opts.Kube, opts.Reader, false),
 		settler:  runner.Settler{Client: opts.Kube, Jobs: opts.Jobs, Options: opts.Options},
 		tasks:    map[int64]bool{},
+		making:   make(chan struct{}, opts.Workers),
 		log:      logr.Discard(),
 	}
 }
@@ -190,10 +194,10 @@ func (s *Source) restore(ctx context.Context) error {
 			s.log.Info("a Job of this dispatcher is no Gitea task's; left alone", "job", j.Name, "why", err.Error())
 			continue
 		}
-		if j.DeletionTimestamp != nil {
+		if j.DeletionTimestamp != nil || !s.reserve(rec.Task) {
 			continue
 		}
-		s.track(ctx, rec, client.ObjectKeyFromObject(j))
+		s.report(ctx, rec, client.ObjectKeyFromObject(j))
 		n++
 	}
 	s.log.Info("took up the tasks of this dispatcher's Jobs", "tasks", n)
@@ -220,7 +224,9 @@ func (s *Source) fetchLoop(ctx context.Context) error {
 				s.log.Error(err, "fetching a task from gitea")
 			case task != nil:
 				version = 0
-				s.take(ctx, task)
+				if s.reserve(task.GetId()) {
+					s.goroutines.Go(func() { s.take(ctx, task) })
+				}
 				continue
 			case v > version:
 				version = v
@@ -246,47 +252,71 @@ func (s *Source) free() int {
 	return c.Free(c.Add(runner.Load{}, runner.Running, n))
 }
 
-// take runs a task Gitea handed out: it makes the task's Job and Secret at
-// once (Gitea counts the task as this runner's from its answer on, and
-// fails it after ten minutes without word), or reports why it does not run.
+// take runs a task Gitea handed out, its slot reserved: it makes the
+// task's Job and Secret at once (Gitea counts the task as this runner's
+// from its answer on, and fails it after ten minutes without word), or
+// reports why it does not run. At most Workers tasks are taken at once,
+// so Gitea is asked for the next task while Jobs are made.
 func (s *Source) take(ctx context.Context, task *runnerv1.Task) {
+	select {
+	case s.making <- struct{}{}:
+		defer func() { <-s.making }()
+	case <-ctx.Done():
+		s.release(task.GetId())
+		return
+	}
+	if key, ok := s.makeJob(ctx, task); ok {
+		s.report(ctx, key.rec, key.key)
+		return
+	}
+	s.release(task.GetId())
+}
+
+// made is a task whose Job was made.
+type made struct {
+	rec record
+	key types.NamespacedName
+}
+
+// makeJob makes the task's Job, or reports why it does not run (false).
+func (s *Source) makeJob(ctx context.Context, task *runnerv1.Task) (made, bool) {
 	log := s.log.WithValues("task", task.GetId())
 	gj, err := ReadJob(task.GetWorkflowPayload())
 	if err != nil {
 		s.refuse(ctx, task.GetId(), err)
-		return
+		return made{}, false
 	}
 	tmpl, err := Template(gj.RunsOn, s.labelTemplates())
 	if err != nil {
 		s.refuse(ctx, task.GetId(), err)
-		return
+		return made{}, false
 	}
 	opts, err := s.jobOptions(ctx, tmpl)
 	if err != nil {
 		s.refuse(ctx, task.GetId(), &Refusal{Step: -1, Reason: err.Error()})
-		return
+		return made{}, false
 	}
 	plan := PlanFor(task, gj)
 	runs, err := steps.JobRuns(&plan)
 	if err != nil {
 		s.refuse(ctx, task.GetId(), &Refusal{Step: -1, Reason: "the job's if: " + err.Error()})
-		return
+		return made{}, false
 	}
 	if !runs {
 		log.Info("the job's if: is false; reported skipped")
 		s.skip(ctx, task.GetId(), len(plan.Steps))
-		return
+		return made{}, false
 	}
 	jt, err := Task(task.GetId(), s.opts.Namespace, gj, plan)
 	if err != nil {
 		s.refuse(ctx, task.GetId(), err)
-		return
+		return made{}, false
 	}
 	rec := record{Task: task.GetId(), Steps: len(plan.Steps), Marker: plan.Marker}
 	j, secret, err := job.Build(jt, opts)
 	if err != nil {
 		s.refuse(ctx, task.GetId(), &Refusal{Step: -1, Reason: err.Error()})
-		return
+		return made{}, false
 	}
 	rec.annotate(j)
 	for attempt := 0; ; attempt++ {
@@ -299,28 +329,37 @@ func (s *Source) take(ctx context.Context, task *runnerv1.Task) {
 	}
 	if err != nil {
 		s.refuse(ctx, task.GetId(), &Refusal{Step: -1, Reason: "its Job could not be made: " + err.Error()})
-		return
+		return made{}, false
 	}
 	s.opts.Recorder.JobCreated()
 	log.Info("made the task's Job", "job", j.Name, "steps", rec.Steps)
-	s.track(ctx, rec, client.ObjectKeyFromObject(j))
+	return made{rec: rec, key: client.ObjectKeyFromObject(j)}, true
 }
 
-// track starts the reporter of a task whose Job is at key.
-func (s *Source) track(ctx context.Context, rec record, key types.NamespacedName) {
+// reserve holds a running slot for task id until release; false when the
+// task holds one already.
+func (s *Source) reserve(id int64) bool {
 	s.mu.Lock()
-	if s.tasks[rec.Task] {
-		s.mu.Unlock()
-		return
+	defer s.mu.Unlock()
+	if s.tasks[id] {
+		return false
 	}
-	s.tasks[rec.Task] = true
-	s.mu.Unlock()
+	s.tasks[id] = true
+	return true
+}
+
+// release frees task id's slot.
+func (s *Source) release(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.tasks, id)
+}
+
+// report starts the reporter of a task whose Job is at key, its slot
+// reserved; the slot is released when the report ends.
+func (s *Source) report(ctx context.Context, rec record, key types.NamespacedName) {
 	s.goroutines.Go(func() {
-		defer func() {
-			s.mu.Lock()
-			delete(s.tasks, rec.Task)
-			s.mu.Unlock()
-		}()
+		defer s.release(rec.Task)
 		r := &reporter{s: s, rec: rec, key: key, log: s.log.WithValues("task", rec.Task, "job", key.Name)}
 		r.run(ctx)
 	})
