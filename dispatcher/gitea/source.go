@@ -107,8 +107,6 @@ type Source struct {
 	// tasks are the tasks taken and not yet over, by Gitea task ID: each
 	// holds a running slot.
 	tasks map[int64]bool
-	// making bounds the Jobs made at once (Workers).
-	making chan struct{}
 	// goroutines are the tasks' reporters; Start waits for them.
 	goroutines sync.WaitGroup
 }
@@ -122,7 +120,6 @@ func New(opts Options) *Source {
 		observer: runner.NewObserver(opts.Options, opts.Kube, opts.Reader, false),
 		settler:  runner.Settler{Client: opts.Kube, Jobs: opts.Jobs, Options: opts.Options},
 		tasks:    map[int64]bool{},
-		making:   make(chan struct{}, opts.Workers),
 		log:      logr.Discard(),
 	}
 }
@@ -225,7 +222,7 @@ func (s *Source) fetchLoop(ctx context.Context) error {
 			case task != nil:
 				version = 0
 				if s.reserve(task.GetId()) {
-					s.goroutines.Go(func() { s.take(ctx, task) })
+					s.take(ctx, task)
 				}
 				continue
 			case v > version:
@@ -255,16 +252,12 @@ func (s *Source) free() int {
 // take runs a task Gitea handed out, its slot reserved: it makes the
 // task's Job and Secret at once (Gitea counts the task as this runner's
 // from its answer on, and fails it after ten minutes without word), or
-// reports why it does not run. At most Workers tasks are taken at once,
-// so Gitea is asked for the next task while Jobs are made.
+// reports why it does not run. Tasks are taken one at a time, between
+// fetches: making Jobs from several goroutines measured slower
+// (BenchmarkGiteaJobs, docs/benchmarks.md), the reports of the tasks in
+// flight contending with FetchTask in Gitea's database, and it widens the
+// window in which a stopped dispatcher loses tasks Gitea handed out.
 func (s *Source) take(ctx context.Context, task *runnerv1.Task) {
-	select {
-	case s.making <- struct{}{}:
-		defer func() { <-s.making }()
-	case <-ctx.Done():
-		s.release(task.GetId())
-		return
-	}
 	if key, ok := s.makeJob(ctx, task); ok {
 		s.report(ctx, key.rec, key.key)
 		return
