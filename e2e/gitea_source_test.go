@@ -171,6 +171,9 @@ func TestGiteaSource(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := startGiteaDispatcher(ctx, t, cfg, ns, g)
+			// The cap (--max-concurrent 5) and one Job's pods per task,
+			// throughout, the restart included.
+			watch := harness.WatchJobs(ctx, t, cfg, ns, 5)
 			if err := g.PutFiles(ctx, "infra", giteaWorkflows); err != nil {
 				t.Fatal(err)
 			}
@@ -346,6 +349,7 @@ func TestGiteaSource(t *testing.T) {
 			if strings.Count(log, "after the count") != 1 {
 				t.Errorf("the restart job's log lacks its last step's line:\n%s", log)
 			}
+			watch.Check(ctx, t)
 			return parent
 		}).Feature()
 	testenv.Test(t, f)
