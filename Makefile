@@ -88,10 +88,11 @@ bench-dispatcher: ## Benchmark tasks to Jobs (both sources) beside plain client-
 	RUNWARDEN_REAL_NODE=false hack/e2e.sh -run '^$$' -bench BenchmarkDispatcherJobs -benchtime 1x -timeout 30m ./e2e/ | tee bin/bench-dispatcher.txt
 
 .PHONY: bench-gitea
-bench-gitea: ## Benchmark queued Gitea Actions jobs to Jobs through the Gitea source beside a FetchTask loop, against the pinned Gitea (RUNWARDEN_BENCH_TASKS, default 200).
+bench-gitea: ## Benchmark the Gitea source against the pinned Gitea: queued jobs to Jobs beside a FetchTask loop (RUNWARDEN_BENCH_TASKS, default 200), then a step's lines to Gitea on the real node beside an UpdateLog loop (RUNWARDEN_BENCH_LINES, default 20000).
 	hack/tools.sh kubernetes etcd kwok coredns opentofu gitea
 	@mkdir -p $(BIN_DIR)
 	RUNWARDEN_REAL_NODE=false hack/e2e.sh -run '^$$' -bench BenchmarkGiteaJobs -benchtime 3x -timeout 30m ./e2e/ | tee bin/bench-gitea.txt
+	RUNWARDEN_TAKE_REAL_NODE=$${RUNWARDEN_TAKE_REAL_NODE:-true} hack/e2e.sh -run '^$$' -bench BenchmarkGiteaLogLines -benchtime 3x -timeout 30m ./e2e/ | tee -a bin/bench-gitea.txt
 
 .PHONY: bench-failover
 bench-failover: ## Benchmark failover of two dispatcher replicas (both sources): from the leader's SIGKILL or SIGTERM to the new leader's first Job.

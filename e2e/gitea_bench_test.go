@@ -186,3 +186,148 @@ func benchNamespace(b *testing.B, cfg *envconf.Config, prefix string) string {
 	b.Cleanup(func() { _ = cfg.Client().Resources().Delete(context.Background(), ns) })
 	return ns.Name
 }
+
+// BenchmarkGiteaLogLines measures how fast a step's output reaches Gitea
+// through the Gitea source: a job on the real node prints n lines at once,
+// and the clock runs from its runner container's start to the job's end at
+// Gitea with every line held, side by side with a loop sending the same
+// rows straight to Gitea's UpdateLog in chunks as the source does (what
+// that Gitea takes at most).
+//
+//	RUNWARDEN_BENCH_LINES=20000 go test -tags e2e -run '^$' -bench BenchmarkGiteaLogLines ./e2e/
+func BenchmarkGiteaLogLines(b *testing.B) {
+	n := 20000
+	if v := os.Getenv("RUNWARDEN_BENCH_LINES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := testenv.EnvConf()
+	ctx := context.Background()
+	if err := suite.LoadImages(ctx, "runner", "dispatcher"); err != nil {
+		b.Fatal(err)
+	}
+	g := harness.StartGitea(ctx, b, suite.RepoRoot, realNodeGateway)
+	round := 0
+	b.Run("impl=updatelog-loop", func(b *testing.B) {
+		for range b.N {
+			b.StopTimer()
+			round++
+			label := fmt.Sprintf("raw%d", round)
+			repo := label
+			c := gitea.NewClient(&http.Client{Timeout: time.Minute}, g.URL)
+			id, err := c.Register(ctx, label, g.RegistrationToken, []string{label})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.SetIdentity(id)
+			if err := g.CreateRepo(ctx, repo); err != nil {
+				b.Fatal(err)
+			}
+			if err := g.PutFile(ctx, repo, ".gitea/workflows/lines.yml", fmt.Sprintf("on: push\njobs:\n  lines:\n    runs-on: %s\n    steps:\n      - run: seq 1 %d\n", label, n)); err != nil {
+				b.Fatal(err)
+			}
+			var task *runnerv1.Task
+			err = harness.WaitFor(ctx, "the job", 2*time.Minute, func(ctx context.Context) (bool, error) {
+				var err error
+				task, _, err = c.FetchTask(ctx, 0)
+				return task != nil, err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rows := make([]*runnerv1.LogRow, n)
+			now := timestamppb.Now()
+			for i := range rows {
+				rows[i] = &runnerv1.LogRow{Time: now, Content: strconv.Itoa(i + 1)}
+			}
+			start := time.Now()
+			b.StartTimer()
+			// The source sends what its log holds each report: here, as
+			// fast as Gitea answers, chunks of the size one 3 s report of
+			// a fast step carries.
+			var ack int64
+			for ack < int64(n) {
+				end := min(int(ack)+5000, n)
+				if ack, err = c.UpdateLog(ctx, task.GetId(), ack, rows[ack:end], end == n); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(n)/time.Since(start).Seconds(), "lines/s")
+			_, _ = c.UpdateTask(ctx, &runnerv1.TaskState{Id: task.GetId(), Result: runnerv1.Result_RESULT_SUCCESS, StoppedAt: timestamppb.Now()}, nil)
+		}
+	})
+	b.Run("impl=gitea-source", func(b *testing.B) {
+		for range b.N {
+			b.StopTimer()
+			round++
+			label := fmt.Sprintf("rw%d", round)
+			repo := label
+			ns := benchNamespace(b, cfg, "gitea-lines")
+			token := filepath.Join(b.TempDir(), "registration-token")
+			if err := os.WriteFile(token, []byte(g.RegistrationToken), 0o600); err != nil {
+				b.Fatal(err)
+			}
+			image, err := suite.ImageRef(ctx, "dispatcher")
+			if err != nil {
+				b.Fatal(err)
+			}
+			d := startDispatcher(ctx, b, cfg, ns, "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels="+label,
+				"--gitea-identity-secret=default/gitea-lines-"+ns, "--gitea-steps-image="+image, "--gitea-registration-token-file="+token,
+				"--gitea-fetch-interval=100ms")
+			if err := g.CreateRepo(ctx, repo); err != nil {
+				b.Fatal(err)
+			}
+			if err := g.PutFile(ctx, repo, ".gitea/workflows/lines.yml", fmt.Sprintf("on: push\njobs:\n  lines:\n    runs-on: %s\n    steps:\n      - run: seq 1 %d\n", label, n)); err != nil {
+				b.Fatal(err)
+			}
+			var started time.Time
+			err = harness.WaitFor(ctx, "the runner container to start", 3*time.Minute, func(ctx context.Context) (bool, error) {
+				var pods corev1.PodList
+				if err := cfg.Client().Resources(ns).List(ctx, &pods); err != nil {
+					return false, err
+				}
+				for _, p := range pods.Items {
+					for _, c := range p.Status.ContainerStatuses {
+						if c.Name == "main" && c.State.Running != nil {
+							started = c.State.Running.StartedAt.Time
+						} else if c.Name == "main" && c.State.Terminated != nil {
+							started = c.State.Terminated.StartedAt.Time
+						}
+					}
+				}
+				return !started.IsZero(), nil
+			})
+			if err != nil {
+				b.Fatalf("%v\n%s", err, d.log.String())
+			}
+			b.StartTimer()
+			var done time.Time
+			err = harness.WaitFor(ctx, "the job to end at Gitea", 5*time.Minute, func(ctx context.Context) (bool, error) {
+				jobs, err := g.Jobs(ctx, repo)
+				if err != nil || len(jobs) != 1 || jobs[0].Status != "completed" {
+					return false, err
+				}
+				done = time.Now()
+				return true, nil
+			})
+			b.StopTimer()
+			if err != nil {
+				b.Fatalf("%v\n%s", err, d.log.String())
+			}
+			jobs, err := g.Jobs(ctx, repo)
+			if err != nil {
+				b.Fatal(err)
+			}
+			log, err := g.Log(ctx, repo, jobs[0].ID)
+			if err != nil || !strings.Contains(log, fmt.Sprintf(" %d\n", n)) || jobs[0].Conclusion != "success" {
+				b.Fatalf("the job: %s, its log ends %q (%v)", jobs[0].Conclusion, log[max(0, len(log)-200):], err)
+			}
+			b.ReportMetric(float64(n)/done.Sub(started).Seconds(), "lines/s")
+			d.stop(os.Interrupt)
+			_ = cfg.Client().Resources().Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "gitea-lines-" + ns}})
+		}
+	})
+}
