@@ -29,7 +29,7 @@ func stepsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	planEnv := fs.String("plan-env", "", "run the steps of the job plan in this environment variable (set from the task's Secret); the steps do not see it")
 	install := fs.String("install", "", "copy this program into this folder as "+stepsBinary+", and stop")
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(stderr, "Usage: runwarden-dispatcher steps --plan FILE | --plan-env NAME | --install DIR\n\nRuns a Gitea Actions job's steps in its runner pod (see docs/dispatcher.md).\n\n")
+		_, _ = fmt.Fprintf(stderr, "Usage: runwarden-dispatcher steps --plan FILE | --plan-env NAME | --install DIR\n\nRuns a Gitea Actions job's steps in its runner pod (see docs/gitea.md).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
