@@ -195,7 +195,9 @@ func TestGiteaSource(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("deploy's log at Gitea:\n%s", log)
-			for _, w := range []string{"# runwarden e2e", "OpenTofu v", "cleanup after # runwarden e2e", "key sha " + sha16("s3cret-"+ns)} {
+			for _, w := range []string{"# runwarden e2e", "OpenTofu v", "cleanup after # runwarden e2e", "key sha " + sha16("s3cret-"+ns),
+				// The record: the pod and node, and the images the node ran.
+				"runwarden: record: pod rw-gitea-", "on node rw-real-0", "runwarden: record: container runwarden-steps ran ", "runwarden: record: container main ran "} {
 				if !strings.Contains(log, w) {
 					t.Errorf("deploy's log lacks %q:\n%s", w, log)
 				}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 )
 
@@ -51,6 +53,9 @@ type reporter struct {
 
 	// ack is how many rows Gitea holds.
 	ack int64
+	// closed is set once the end's rows are added and the open steps
+	// ended.
+	closed bool
 }
 
 func (r *reporter) run(ctx context.Context) {
@@ -132,15 +137,30 @@ func (r *reporter) outcome(ctx context.Context) (*batchv1.Job, job.Outcome, erro
 func (r *reporter) finish(ctx context.Context, j *batchv1.Job, out job.Outcome) (bool, error) {
 	r.awaitLog(ctx)
 	res := resultOf(out)
-	now := r.s.clock.Now()
-	r.mu.Lock()
-	if res != runnerv1.Result_RESULT_SUCCESS && out.Reason != job.ReasonNonZeroExit {
-		// Not the steps' own failure (they said theirs): why the Job
-		// ended, in runwarden's bounded reasons.
-		r.steps.rows = append(r.steps.rows, row(reasonLine(out), now))
+	if !r.closed {
+		// Once: a final report that failed is sent again as it was.
+		var lines []string
+		if res != runnerv1.Result_RESULT_SUCCESS && out.Reason != job.ReasonNonZeroExit {
+			// Not the steps' own failure (they said theirs): why the Job
+			// ended, in runwarden's bounded reasons.
+			lines = append(lines, reasonLine(out))
+		}
+		if j != nil {
+			rec, err := job.ReadRecord(ctx, r.s.opts.Kube, j)
+			if err != nil {
+				return false, err
+			}
+			lines = append(lines, recordLines(rec)...)
+		}
+		now := r.s.clock.Now()
+		r.mu.Lock()
+		for _, l := range lines {
+			r.steps.rows = append(r.steps.rows, row(l, now))
+		}
+		r.steps.finish(res, now)
+		r.closed = true
+		r.mu.Unlock()
 	}
-	r.steps.finish(res, now)
-	r.mu.Unlock()
 	if _, err := r.update(ctx, &res, true); err != nil {
 		return false, err
 	}
@@ -362,6 +382,26 @@ func reasonLine(out job.Outcome) string {
 		line = line[:maxRow]
 	}
 	return line
+}
+
+// recordLines are the rows that keep the task's record in its log: what
+// ran (the runner pod, its node, the digests of the platform's template,
+// of the pod's spec and of the policies as the webhook admitted it, and
+// each container's image as the node ran it).
+func recordLines(rec *v1alpha1.TaskRecord) []string {
+	or := func(v, none string) string {
+		if v == "" {
+			return none
+		}
+		return v
+	}
+	lines := []string{fmt.Sprintf("runwarden: record: pod %s on node %s; template %s; pod spec %s; policies %s",
+		or(rec.Pod, "(none made)"), or(rec.Node, "(none)"), or(rec.TemplateDigest, "(unknown)"),
+		or(rec.SpecDigest, "(not recorded: no runwarden webhook admitted it)"), or(rec.PolicyDigest, "(none)"))}
+	for _, im := range rec.Images {
+		lines = append(lines, fmt.Sprintf("runwarden: record: container %s ran %s (%s)", im.Container, im.Image, or(im.ImageID, "no image ID")))
+	}
+	return lines
 }
 
 // isArchived tells an UpdateLog refused because the log was committed: a

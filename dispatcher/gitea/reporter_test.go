@@ -118,7 +118,8 @@ func finishedJob(t *testing.T) (*batchv1.Job, *corev1.Pod) {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: j.Name, UID: j.UID, Controller: ptr.To(true)}},
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{
-			Name: job.RunnerContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}},
+			Name: job.RunnerContainer, Image: "runner@sha256:aa", ImageID: "docker.io/library/runner@sha256:aa",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}},
 		}}},
 	}
 	return j, pod
@@ -178,8 +179,12 @@ func TestReportAfterRestartsInTheFinalUpdate(t *testing.T) {
 
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
-	if got := strings.Join(srv.rows, "|"); got != "setting up|one|two" {
-		t.Errorf("Gitea's rows: %q, want each line once", got)
+	// The log's lines, then the record: the pod, and its containers'
+	// images as the node ran them.
+	want := "setting up|one|two|runwarden: record: pod " + pod.Name + " on node (none); template " + j.Annotations[job.AnnotationTemplateDigest] +
+		"; pod spec (not recorded: no runwarden webhook admitted it); policies (none)|runwarden: record: container main ran runner@sha256:aa (docker.io/library/runner@sha256:aa)"
+	if got := strings.Join(srv.rows, "|"); got != want {
+		t.Errorf("Gitea's rows:\n%s\nwant each line once:\n%s", got, want)
 	}
 	if srv.result != runnerv1.Result_RESULT_SUCCESS || srv.finals != 1 || srv.outputs["out"] != "ok" || !srv.archived {
 		t.Errorf("Gitea holds %v (%d finals), outputs %v, archived %v", srv.result, srv.finals, srv.outputs, srv.archived)
