@@ -88,6 +88,19 @@ func (r *reporter) round(ctx context.Context) (done bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	done, err = r.report(ctx, j, out)
+	if taskGone(err) {
+		// Its run deleted at Gitea, or the task given to another runner
+		// (this one registered anew): no report will ever be taken. The
+		// Job goes rather than hold its slot for ever.
+		r.log.Info("gitea no longer holds the task as this runner's; deleting its Job", "why", err.Error())
+		return r.remove(ctx, j)
+	}
+	return done, err
+}
+
+// report reports the task once, its Job j in outcome out.
+func (r *reporter) report(ctx context.Context, j *batchv1.Job, out job.Outcome) (done bool, err error) {
 	if j != nil && (out.Running || out.Phase != "") {
 		r.follow(ctx, j)
 	}
@@ -402,6 +415,14 @@ func recordLines(rec *v1alpha1.TaskRecord) []string {
 		lines = append(lines, fmt.Sprintf("runwarden: record: container %s ran %s (%s)", im.Container, im.Image, or(im.ImageID, "no image ID")))
 	}
 	return lines
+}
+
+// taskGone tells an error of Gitea's saying that the task is not this
+// runner's any more: its run was deleted, or the task belongs to another
+// runner (Gitea v1.26.0's messages; its errors reach a runner as code
+// unknown).
+func taskGone(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "invalid runner for task") || strings.Contains(err.Error(), "resource does not exist"))
 }
 
 // isArchived tells an UpdateLog refused because the log was committed: a

@@ -40,11 +40,19 @@ type taskServer struct {
 	finals   int
 	// loseFinal drops the answer to the first final UpdateTask, stored.
 	loseFinal bool
+	// gone answers every call as Gitea does once the task's run was
+	// deleted.
+	gone bool
 }
+
+var errGone = errors.New("rpc error: code = Internal desc = update task: resource does not exist")
 
 func (s *taskServer) UpdateLog(_ context.Context, req *connect.Request[runnerv1.UpdateLogRequest]) (*connect.Response[runnerv1.UpdateLogResponse], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.gone {
+		return nil, errGone
+	}
 	ack := int64(len(s.rows))
 	m := req.Msg
 	if len(m.Rows) == 0 || m.Index > ack || m.Index+int64(len(m.Rows)) <= ack {
@@ -63,6 +71,9 @@ func (s *taskServer) UpdateLog(_ context.Context, req *connect.Request[runnerv1.
 func (s *taskServer) UpdateTask(_ context.Context, req *connect.Request[runnerv1.UpdateTaskRequest]) (*connect.Response[runnerv1.UpdateTaskResponse], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.gone {
+		return nil, errGone
+	}
 	st := req.Msg.GetState()
 	if s.result == runnerv1.Result_RESULT_UNSPECIFIED {
 		s.steps = st.GetSteps()
@@ -195,5 +206,41 @@ func TestReportAfterRestartsInTheFinalUpdate(t *testing.T) {
 	var got batchv1.Job
 	if err := kube.Get(t.Context(), client.ObjectKeyFromObject(j), &got); err != nil || got.Annotations[job.AnnotationReported] == "" {
 		t.Errorf("the Job is not marked reported (%v): %v", err, got.Annotations)
+	}
+}
+
+// TestReportOfATaskGoneAtGitea: a task whose run was deleted at Gitea is
+// answered "does not exist" for ever; its report ends and its Job, still
+// running, is deleted rather than hold a slot for ever.
+func TestReportOfATaskGoneAtGitea(t *testing.T) {
+	j, pod := finishedJob(t)
+	j.Status = batchv1.JobStatus{Active: 1}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: job.RunnerContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+	}}}
+	kube := fake.NewClientBuilder().WithObjects(j, pod).WithStatusSubresource(j).
+		WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string { return []string{o.(*corev1.Event).InvolvedObject.Name} }).Build()
+	srv := &taskServer{outputs: map[string]string{}, gone: true}
+	path, h := runnerv1connect.NewRunnerServiceHandler(srv)
+	mux := http.NewServeMux()
+	mux.Handle("/api/actions"+path, http.StripPrefix("/api/actions", h))
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	c := NewClient(hs.Client(), hs.URL)
+	c.SetIdentity(Identity{UUID: "u", Token: "t"})
+	s := New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners",
+		ReportInterval: 10 * time.Millisecond, Logs: fileLogs("one\n")})
+	rec, err := readRecord(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	(&reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(j), log: s.log}).run(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("the report did not end")
+	}
+	if err := kube.Get(t.Context(), client.ObjectKeyFromObject(j), &batchv1.Job{}); err == nil {
+		t.Error("the Job of a task gone at Gitea is still there")
 	}
 }
