@@ -222,7 +222,11 @@ func TestDispatcherPreflightNamesTheCause(t *testing.T) {
 			if err := harness.LabelNamespace(ctx, cfg, "pod-security.kubernetes.io/enforce", "restricted"); err != nil {
 				t.Fatal(err)
 			}
-			d := startDispatcherProcess(ctx, t, cfg, ns)
+			// The preflight's own timeout (2m), as the chart runs it, not
+			// the suite's 30s: the refusal reaches the dispatcher as the Job
+			// controller's FailedCreate event, which under the whole suite's
+			// load on two cores came after 25.6 s once and after 30 s once.
+			d := startDispatcherProcess(ctx, t, cfg, ns, "--preflight-timeout=2m")
 			err := d.cmd.Run()
 			if err == nil {
 				t.Fatalf("the dispatcher started in a namespace that refuses its pods:\n%s", d.log.String())
