@@ -2,7 +2,6 @@ package gitea
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -182,16 +181,9 @@ func (c *Config) Setup(s runner.Setup) error {
 func httpClient(caFile string) (*http.Client, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		pool, err := runner.TrustedCAs(caFile, "gitea")
 		if err != nil {
 			return nil, fmt.Errorf("--gitea-ca: %w", err)
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--gitea-ca %s: no certificate in it", caFile)
 		}
 		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,10 +11,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/runwarden/runwarden/dispatcher/runner"
 )
 
 // Error is an error response from the orchestrator.
@@ -167,16 +167,9 @@ func NewClient(o ClientOptions) (*Client, error) {
 			t.Proxy = http.ProxyURL(p)
 		}
 		if o.CAFile != "" {
-			pool, err := x509.SystemCertPool()
+			pool, err := runner.TrustedCAs(o.CAFile, "orchestrator")
 			if err != nil {
-				pool = x509.NewCertPool()
-			}
-			pem, err := os.ReadFile(o.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("reading the orchestrator CA bundle: %w", err)
-			}
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("orchestrator CA bundle %s: no PEM certificate in it", o.CAFile)
+				return nil, err
 			}
 			t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 		}
