@@ -136,6 +136,22 @@ func finishedJob(t *testing.T) (*batchv1.Job, *corev1.Pod) {
 	return j, pod
 }
 
+// reportFixture is a cluster holding j and its pod, and a client of srv
+// as Gitea's runner API.
+func reportFixture(t *testing.T, srv *taskServer, j *batchv1.Job, pod *corev1.Pod) (client.Client, *Client) {
+	t.Helper()
+	kube := fake.NewClientBuilder().WithObjects(j, pod).WithStatusSubresource(j).
+		WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string { return []string{o.(*corev1.Event).InvolvedObject.Name} }).Build()
+	path, h := runnerv1connect.NewRunnerServiceHandler(srv)
+	mux := http.NewServeMux()
+	mux.Handle("/api/actions"+path, http.StripPrefix("/api/actions", h))
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	c := NewClient(hs.Client(), hs.URL)
+	c.SetIdentity(Identity{UUID: "u", Token: "t"})
+	return kube, c
+}
+
 // TestReportAfterRestartsInTheFinalUpdate: a task's report is sent once
 // whatever stops it. The first reporter's final UpdateTask is stored at
 // Gitea but its answer lost; it tries again and Gitea answers with the
@@ -145,16 +161,8 @@ func finishedJob(t *testing.T) (*batchv1.Job, *corev1.Pod) {
 // first.
 func TestReportAfterRestartsInTheFinalUpdate(t *testing.T) {
 	j, pod := finishedJob(t)
-	kube := fake.NewClientBuilder().WithObjects(j, pod).WithStatusSubresource(j).
-		WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string { return []string{o.(*corev1.Event).InvolvedObject.Name} }).Build()
 	srv := &taskServer{outputs: map[string]string{}, loseFinal: true}
-	path, h := runnerv1connect.NewRunnerServiceHandler(srv)
-	mux := http.NewServeMux()
-	mux.Handle("/api/actions"+path, http.StripPrefix("/api/actions", h))
-	hs := httptest.NewServer(mux)
-	defer hs.Close()
-	c := NewClient(hs.Client(), hs.URL)
-	c.SetIdentity(Identity{UUID: "u", Token: "t"})
+	kube, c := reportFixture(t, srv, j, pod)
 	log := strings.Join([]string{
 		"setting up",
 		testMarker + ` {"kind":"start","step":0}`,
@@ -218,16 +226,8 @@ func TestReportOfATaskGoneAtGitea(t *testing.T) {
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
 		Name: job.RunnerContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
 	}}}
-	kube := fake.NewClientBuilder().WithObjects(j, pod).WithStatusSubresource(j).
-		WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string { return []string{o.(*corev1.Event).InvolvedObject.Name} }).Build()
 	srv := &taskServer{outputs: map[string]string{}, gone: true}
-	path, h := runnerv1connect.NewRunnerServiceHandler(srv)
-	mux := http.NewServeMux()
-	mux.Handle("/api/actions"+path, http.StripPrefix("/api/actions", h))
-	hs := httptest.NewServer(mux)
-	defer hs.Close()
-	c := NewClient(hs.Client(), hs.URL)
-	c.SetIdentity(Identity{UUID: "u", Token: "t"})
+	kube, c := reportFixture(t, srv, j, pod)
 	s := New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners",
 		ReportInterval: 10 * time.Millisecond, Logs: fileLogs("one\n")})
 	rec, err := readRecord(j)
