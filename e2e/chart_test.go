@@ -712,12 +712,15 @@ func otherCosignKey(ctx context.Context, t *testing.T, rel *harness.Release) str
 }
 
 // sameDigestAgain builds one of the release's platform images again, from
-// nothing (an empty image folder), and checks it has the digest the
-// release pushed: the same commit gives the same image.
+// nothing (an empty image folder), as another builder would: umask 077 and
+// Go's VCS stamping asked for in GOFLAGS (a checkout's git state is not an
+// input). It checks the image has the digest the release pushed: the same
+// commit gives the same image, whoever builds it.
 func sameDigestAgain(ctx context.Context, t *testing.T, rel *harness.Release, image, arch string) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, filepath.Join(suite.RepoRoot, "hack", "images.sh"), "release-archive", image, arch, rel.Version)
-	cmd.Env = append(os.Environ(), "RUNWARDEN_IMAGES_DIR="+t.TempDir())
+	cmd := exec.CommandContext(ctx, "bash", "-c", `umask 077 && exec "$@"`, "umask",
+		filepath.Join(suite.RepoRoot, "hack", "images.sh"), "release-archive", image, arch, rel.Version)
+	cmd.Env = append(os.Environ(), "RUNWARDEN_IMAGES_DIR="+t.TempDir(), "GOFLAGS=-trimpath -buildvcs=true")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -105,7 +105,7 @@ recipe() {
 	trap "rm -rf '$work'; trap - RETURN" RETURN
 	case $image in
 	pause)
-		(cd "$root" && GOARCH=$arch CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/pause" ./hack/pause)
+		(cd "$root" && GOARCH=$arch CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w" -o "$work/pause" ./hack/pause)
 		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" --arch "$arch" "${labels[@]}" \
 			--file "$work/pause=/pause" --entrypoint /pause --uid 65535 --user pause \
 			--label org.opencontainers.image.title=runwarden-pause)
@@ -135,7 +135,7 @@ recipe() {
 			--label org.opencontainers.image.title=runwarden-runner)
 		;;
 	webhook | postrender | dispatcher)
-		(cd "$root" && GOARCH=$arch CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/runwarden/runwarden/internal/version.Version=$version" \
+		(cd "$root" && GOARCH=$arch CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w -X github.com/runwarden/runwarden/internal/version.Version=$version" \
 			-o "$work/runwarden-$image" "./$image")
 		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" --arch "$arch" "${labels[@]}" \
 			--file "$work/runwarden-$image=/usr/local/bin/runwarden-$image" \

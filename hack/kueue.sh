@@ -409,11 +409,11 @@ convert_by_webhook() {
 delete_webhooks() {
 	local crd
 	if [[ -x $kube_bin/kubectl ]] && api_ready; then
-		kubectl delete mutatingwebhookconfiguration,validatingwebhookconfiguration "$webhook_config" \
-			--ignore-not-found --request-timeout=10s >/dev/null
+		kubectl_again delete mutatingwebhookconfiguration,validatingwebhookconfiguration "$webhook_config" \
+			--ignore-not-found --request-timeout=20s >/dev/null
 		for crd in "${conversion_crds[@]}"; do
-			if kubectl get crd "$crd.kueue.x-k8s.io" -o jsonpath='{.spec.conversion.strategy}' 2>/dev/null | grep -qx Webhook; then
-				kubectl patch crd "$crd.kueue.x-k8s.io" --type=merge --request-timeout=10s \
+			if kubectl_again get crd "$crd.kueue.x-k8s.io" -o jsonpath='{.spec.conversion.strategy}' --request-timeout=20s 2>/dev/null | grep -qx Webhook; then
+				kubectl_again patch crd "$crd.kueue.x-k8s.io" --type=merge --request-timeout=20s \
 					-p '{"spec":{"conversion":{"strategy":"None","webhook":null}}}' >/dev/null
 			fi
 		done

@@ -25,7 +25,9 @@ type File struct {
 	Src string
 	// Dst is the absolute path in the image.
 	Dst string
-	// Mode is the file mode in the image. Default: the host file's mode.
+	// Mode is the file mode in the image. Default: 0755 when the host file
+	// is executable by anyone, else 0644; never the host file's other bits,
+	// which the umask of whoever built it decides (the image's digest would).
 	Mode int64
 }
 
@@ -169,7 +171,10 @@ func buildLayer(s Spec) (v1.Layer, error) {
 			if err != nil {
 				return nil, fmt.Errorf("reading %s: %w", f.Src, err)
 			}
-			mode = int64(st.Mode().Perm())
+			mode = 0o644
+			if st.Mode().Perm()&0o111 != 0 {
+				mode = 0o755
+			}
 		}
 		p := strings.TrimPrefix(path.Clean(f.Dst), "/")
 		for d := path.Dir(p); d != "."; d = path.Dir(d) {

@@ -24,6 +24,19 @@ func writeFile(t *testing.T, name, content string, mode os.FileMode) string {
 	return p
 }
 
+func digestOf(t *testing.T, s Spec) string {
+	t.Helper()
+	img, err := Build(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.String()
+}
+
 // layerFiles reads the image's filesystem as path -> (mode, content or link).
 func layerFiles(t *testing.T, s Spec) map[string]string {
 	t.Helper()
@@ -89,18 +102,34 @@ func TestBuildIsReproducible(t *testing.T) {
 	s := Spec{Files: []File{{Src: bin, Dst: "/tool"}}, Entrypoint: []string{"/tool"}, Labels: map[string]string{"a": "b"}}
 	var digests []string
 	for range 2 {
-		img, err := Build(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := img.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		digests = append(digests, d.String())
+		digests = append(digests, digestOf(t, s))
 	}
 	if digests[0] != digests[1] {
 		t.Errorf("two builds of the same spec differ: %v", digests)
+	}
+	// The same bytes built under another umask (go build writes its output
+	// 0777 &^ umask): the image is the same. A release rebuilt by another
+	// user or CI runner must give the digest that was signed.
+	for _, mode := range []os.FileMode{0o700, 0o775, 0o777, 0o750} {
+		other := writeFile(t, "tool", "same bytes", 0o600)
+		if err := os.Chmod(other, mode); err != nil {
+			t.Fatal(err)
+		}
+		o := s
+		o.Files = []File{{Src: other, Dst: "/tool"}}
+		if d := digestOf(t, o); d != digests[0] {
+			t.Errorf("the same program with host mode %v: digest %s, with 0755 %s", mode, d, digests[0])
+		}
+	}
+	for _, mode := range []os.FileMode{0o600, 0o664, 0o640} {
+		a, b := writeFile(t, "conf", "x", 0o600), writeFile(t, "conf", "x", 0o600)
+		if err := os.Chmod(b, mode); err != nil {
+			t.Fatal(err)
+		}
+		da := digestOf(t, Spec{Files: []File{{Src: a, Dst: "/etc/conf"}}})
+		if db := digestOf(t, Spec{Files: []File{{Src: b, Dst: "/etc/conf"}}}); db != da {
+			t.Errorf("the same file with host modes 0600 and %v: digests %s and %s", mode, da, db)
+		}
 	}
 	img, err := Build(s)
 	if err != nil {
