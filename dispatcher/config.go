@@ -91,7 +91,7 @@ func (c *config) bind(fs *flag.FlagSet, l *lists, srcs *runner.Sources) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG when set, else in-cluster, else ~/.kube/config)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.leader.elect, "leader-elect", false, "run as one of several replicas: only the replica holding the Lease runwarden-dispatcher-<--dispatcher-id> in --leader-elect-namespace dispatches; the others stand by (healthy, not ready) and take over when it goes")
-	fs.StringVar(&c.leader.namespace, "leader-elect-namespace", "", "where the replicas' Lease is kept (default --namespace); keep it where only the dispatcher may write Leases: whoever may change it decides whether any replica dispatches")
+	fs.StringVar(&c.leader.namespace, "leader-elect-namespace", "", "where the replicas' Lease is kept (required with --leader-elect; not --namespace): a namespace where only the dispatcher may write Leases, since whoever may change it decides whether any replica dispatches")
 	fs.DurationVar(&c.leader.lease, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, after the leader last renewed, before it takes the lease")
 	fs.DurationVar(&c.leader.renew, "leader-elect-renew-deadline", 10*time.Second, "how long after it sent its last renewal a leader that cannot renew stops writing to the cluster, and gives up the lead")
 	fs.DurationVar(&c.leader.retry, "leader-elect-retry-period", time.Second, "how often candidates try to take or renew the lease")
@@ -137,8 +137,12 @@ func (c *config) checkLimits() error {
 		if c.template != "" {
 			return errors.New("--pod-template and --pod-template-object: give one")
 		}
-		if _, _, err := parseObjectRef(c.templateObject); err != nil {
+		ns, _, err := parseObjectRef(c.templateObject)
+		if err != nil {
 			return fmt.Errorf("--pod-template-object %w", err)
+		}
+		if err := (runner.Shared{Namespace: c.namespace}).Outside("--pod-template-object", c.templateObject, ns, "write PodTemplates"); err != nil {
+			return err
 		}
 	}
 	if c.qps <= 0 || c.burst < 1 {

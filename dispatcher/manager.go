@@ -24,6 +24,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/api/v1alpha1"
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/metrics"
+	"github.com/runwarden/runwarden/dispatcher/runner"
 	"github.com/runwarden/runwarden/internal/contract"
 )
 
@@ -35,17 +36,18 @@ type leaderFlags struct {
 	lease, renew, retry time.Duration
 }
 
-// check checks leader election's flags; the Lease's namespace defaults to
-// namespace (--namespace).
+// check checks leader election's flags. The Lease decides which replica
+// dispatches, so it is never kept in namespace (--namespace), where runner
+// pods may write Leases (a task's state backend does).
 func (l *leaderFlags) check(namespace string) error {
 	if !l.elect {
 		return nil
 	}
 	if l.namespace == "" {
-		l.namespace = namespace
+		return errors.New("--leader-elect needs --leader-elect-namespace, where the replicas' Lease is kept: a namespace where only the platform writes Leases (the chart: its release namespace)")
 	}
-	if l.namespace == "" {
-		return errors.New("--leader-elect needs --leader-elect-namespace or --namespace, where the replicas' Lease is kept")
+	if err := (runner.Shared{Namespace: namespace}).Outside("--leader-elect-namespace", l.namespace, l.namespace, "write Leases (a runner's state backend may)"); err != nil {
+		return err
 	}
 	if l.retry <= 0 || l.retry >= l.renew || l.renew >= l.lease {
 		return fmt.Errorf("--leader-elect-retry-period %s, --leader-elect-renew-deadline %s, --leader-elect-lease-duration %s: each must be shorter than the next", l.retry, l.renew, l.lease)

@@ -33,11 +33,13 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 		code int
 	}{
 		{name: "version", args: []string{"--version"}, code: 0},
-		{name: "leader election without a namespace", args: []string{"--dispatcher-id", "d", "--leader-elect"}, code: 2, want: []string{"--leader-elect needs --leader-elect-namespace or --namespace"}},
-		{name: "leader election timings out of order", args: []string{"--dispatcher-id", "d", "--leader-elect", "--namespace", "runners", "--leader-elect-renew-deadline", "20s"}, code: 2, want: []string{"each must be shorter than the next"}},
+		{name: "leader election without a namespace", args: []string{"--dispatcher-id", "d", "--leader-elect", "--namespace", "runners"}, code: 2, want: []string{"--leader-elect needs --leader-elect-namespace"}},
+		{name: "leader election in the runner namespace", args: []string{"--dispatcher-id", "d", "--leader-elect", "--namespace", "runners", "--leader-elect-namespace", "runners"}, code: 2, want: []string{`--leader-elect-namespace "runners": not in --namespace runners, where runner Jobs run: whoever may write Leases`}},
+		{name: "leader election timings out of order", args: []string{"--dispatcher-id", "d", "--leader-elect", "--namespace", "runners", "--leader-elect-namespace", "runwarden", "--leader-elect-renew-deadline", "20s"}, code: 2, want: []string{"each must be shorter than the next"}},
 		{name: "bad id", args: []string{"--dispatcher-id", "not a label!"}, code: 2, want: []string{"--dispatcher-id"}},
 		{name: "bad concurrency", args: []string{"--dispatcher-id", "d", "--max-concurrent", "0"}, code: 2, want: []string{"--max-concurrent 0"}},
 		{name: "two templates", args: []string{"--dispatcher-id", "d", "--pod-template", "t.yaml", "--pod-template-object", "ns/t"}, code: 2, want: []string{"--pod-template and --pod-template-object: give one"}},
+		{name: "template object in the runner namespace", args: []string{"--dispatcher-id", "d", "--namespace", "runners", "--pod-template-object", "runners/t"}, code: 2, want: []string{`--pod-template-object "runners/t": not in --namespace runners, where runner Jobs run: whoever may write PodTemplates there`}},
 		{name: "template object without a namespace", args: []string{"--dispatcher-id", "d", "--pod-template-object", "t"}, code: 2, want: []string{`--pod-template-object "t": want NAMESPACE/NAME`}},
 		{name: "too much log kept", args: []string{"--dispatcher-id", "d", "--keep-log-bytes", "2000000"}, code: 2, want: []string{"--keep-log-bytes 2000000"}},
 		{name: "bad queue bound", args: []string{"--dispatcher-id", "d", "--kueue", "--max-queued", "0"}, code: 2, want: []string{"--max-queued 0"}},

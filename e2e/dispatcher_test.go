@@ -20,6 +20,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -129,9 +130,32 @@ func startDispatcherProcess(ctx context.Context, t testing.TB, cfg *envconf.Conf
 		d.args = append(d.args, "--pprof-bind-address", d.pprof)
 	}
 	d.args = append(d.args, extra...)
+	// Replicas keep their Lease outside the runner namespace (the
+	// dispatcher refuses it there), as the chart keeps it in its release's.
+	if slices.Contains(extra, "--leader-elect") && !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--leader-elect-namespace") }) {
+		d.args = append(d.args, "--leader-elect-namespace", controlNamespace(ctx, t, cfg, ns))
+	}
 	d.cmd = exec.Command(d.bin, d.args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	return d
+}
+
+// controlNamespace is the namespace beside the runner namespace ns where a
+// test keeps what the dispatcher must not read from ns (its Lease, its
+// Gitea registration, a label's template), as the chart keeps them in its
+// release namespace: ns-ctl, made once, deleted when the test that made it
+// ends.
+func controlNamespace(ctx context.Context, t testing.TB, cfg *envconf.Config, ns string) string {
+	t.Helper()
+	ctl := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-ctl"}}
+	err := cfg.Client().Resources().Create(ctx, ctl)
+	switch {
+	case err == nil:
+		t.Cleanup(func() { _ = cfg.Client().Resources().Delete(context.Background(), ctl) })
+	case !apierrors.IsAlreadyExists(err):
+		t.Fatal(err)
+	}
+	return ctl.Name
 }
 
 // startDispatcher builds the dispatcher and starts it, waiting until ready.

@@ -363,33 +363,30 @@ func TestGiteaSource(t *testing.T) {
 // labelled tofu, its registration kept in a namespace of its own.
 func startGiteaDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string, g *harness.Gitea) *dispatcherProcess {
 	t.Helper()
-	ctl := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-ctl"}}
-	if err := cfg.Client().Resources().Create(ctx, ctl); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cfg.Client().Resources().Delete(context.Background(), ctl) })
+	ctl := controlNamespace(ctx, t, cfg, ns)
 	image, err := suite.ImageRef(ctx, "dispatcher")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The template of runs-on: small.
+	// The template of runs-on: small, kept beside the runner registration
+	// (the dispatcher refuses one in the runner namespace).
 	runnerImage, err := suite.ImageRef(ctx, "runner")
 	if err != nil {
 		t.Fatal(err)
 	}
-	small := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: ns}, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+	small := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "small", Namespace: ctl}, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 		Containers: []corev1.Container{{Name: "main", Image: runnerImage, Env: []corev1.EnvVar{{Name: "RW_TEMPLATE", Value: "small"}}}},
 	}}}
 	harness.OnRealNode(&small.Template.Spec)
-	if err := cfg.Client().Resources(ns).Create(ctx, small); err != nil {
+	if err := cfg.Client().Resources(ctl).Create(ctx, small); err != nil {
 		t.Fatal(err)
 	}
 	token := filepath.Join(t.TempDir(), "registration-token")
 	if err := os.WriteFile(token, []byte(g.RegistrationToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := startDispatcher(ctx, t, cfg, ns, "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels=tofu", "--gitea-template=small="+ns+"/small",
-		"--gitea-identity-secret="+ctl.Name+"/gitea-runner", "--gitea-steps-image="+image,
+	d := startDispatcher(ctx, t, cfg, ns, "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels=tofu", "--gitea-template=small="+ctl+"/small",
+		"--gitea-identity-secret="+ctl+"/gitea-runner", "--gitea-steps-image="+image,
 		"--gitea-registration-token-file="+token, "--gitea-fetch-interval=500ms", "--gitea-report-interval=1s",
 		// Every finished Job kept, to count them.
 		"--succeeded-history=20", "--failed-history=20")
@@ -456,18 +453,14 @@ func TestGiteaSourceSurvivesSIGKILL(t *testing.T) {
 			if err := g.CreateRepo(ctx, "many"); err != nil {
 				t.Fatal(err)
 			}
-			ctl := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-ctl"}}
-			if err := cfg.Client().Resources().Create(ctx, ctl); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cfg.Client().Resources().Delete(context.Background(), ctl) })
+			ctl := controlNamespace(ctx, t, cfg, ns)
 			token := filepath.Join(t.TempDir(), "registration-token")
 			if err := os.WriteFile(token, []byte(g.RegistrationToken), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			rs := startReplicas(ctx, t, cfg, ns, 2, append([]string{"--simulated", "--preflight=false", "--max-concurrent", "20",
 				"--succeeded-history", "1000", "--failed-history", "1000",
-				"--source=gitea", "--gitea-url=" + g.URL, "--gitea-labels=sim", "--gitea-identity-secret=" + ctl.Name + "/gitea-runner",
+				"--source=gitea", "--gitea-url=" + g.URL, "--gitea-labels=sim", "--gitea-identity-secret=" + ctl + "/gitea-runner",
 				"--gitea-steps-image=busybox:stable", "--gitea-registration-token-file=" + token,
 				"--gitea-fetch-interval=200ms", "--gitea-report-interval=500ms"}, electionFlags...)...)
 			watch := harness.WatchJobs(ctx, t, cfg, ns, 20)

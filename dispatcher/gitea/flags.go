@@ -127,8 +127,16 @@ func (c *Config) Check(s runner.Shared) error {
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 		return fmt.Errorf("--gitea-identity-secret %q: want NAMESPACE/NAME", c.identity)
 	}
-	if ns == s.Namespace {
-		return fmt.Errorf("--gitea-identity-secret %q: not in --namespace %s, where runner Jobs run: whoever may create Secrets there could hand the dispatcher a runner registration of their own, and it would run their jobs", c.identity, ns)
+	// A registration handed over in a Secret of theirs would have the
+	// dispatcher run their repositories' jobs.
+	if err := s.Outside("--gitea-identity-secret", c.identity, ns, "create Secrets"); err != nil {
+		return err
+	}
+	for _, l := range slices.Sorted(maps.Keys(c.templates)) {
+		ref := c.templates[l]
+		if err := s.Outside("--gitea-template", l+"="+ref.String(), ref.Namespace, "write PodTemplates"); err != nil {
+			return err
+		}
 	}
 	c.identityKey = types.NamespacedName{Namespace: ns, Name: name}
 	u, err := url.Parse(c.url)

@@ -116,6 +116,7 @@ func TestConfigCheck(t *testing.T) {
 		{[]string{base[0], base[1], base[3]}, "needs --gitea-identity-secret"},
 		{base[:3], "needs --gitea-steps-image"},
 		{append(base, "--gitea-identity-secret=runners/gitea-runner"), "not in --namespace runners"},
+		{append(base, "--gitea-template=small=runwarden/small", "--gitea-template=large=runners/large"), `--gitea-template "large=runners/large": not in --namespace runners`},
 		{append(base, "--gitea-identity-secret=gitea-runner"), "want NAMESPACE/NAME"},
 		{append(base, "--gitea-labels=tofu:docker://alpine"), "a label is a name"},
 		{append(base, "--gitea-url=ftp://gitea"), "want an http or https URL"},

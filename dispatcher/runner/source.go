@@ -47,6 +47,18 @@ type Shared struct {
 	Namespace string
 }
 
+// Outside refuses an object the dispatcher believes (a runner pod
+// template, a runner registration) kept in --namespace, where runner Jobs
+// run: whoever may write that kind of object there (a tenant, a runner's
+// service account) would decide what the dispatcher runs. flag and value
+// name the object as given; kind says what that writer could change.
+func (s Shared) Outside(flag, value, namespace, kind string) error {
+	if s.Namespace != "" && namespace == s.Namespace {
+		return fmt.Errorf("%s %q: not in --namespace %s, where runner Jobs run: whoever may %s there would decide what the dispatcher runs; keep it where only the platform writes (the chart: its release namespace)", flag, value, namespace, kind)
+	}
+	return nil
+}
+
 // Setup is what the dispatcher hands the source it runs.
 type Setup struct {
 	Shared
