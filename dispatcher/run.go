@@ -170,7 +170,13 @@ func serve(ctx context.Context, c config, tmpl corev1.PodTemplateSpec) error {
 		return err
 	}
 	jobOpts := c.jobOptions(tmpl, templates)
-	if err := runPreflight(ctx, c, restCfg, scheme, jobOpts); err != nil {
+	preflightOpts := jobOpts
+	if s, ok := c.source.(runner.Shaper); ok {
+		if preflightOpts.Template, err = s.Shape(jobOpts.Template); err != nil {
+			return err
+		}
+	}
+	if err := runPreflight(ctx, c, restCfg, scheme, preflightOpts); err != nil {
 		return err
 	}
 	lock, kubeClient, err := c.fencing(restCfg)

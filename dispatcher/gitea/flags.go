@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/runwarden/runwarden/dispatcher/runner"
@@ -144,6 +145,13 @@ func (c *Config) Check(s runner.Shared) error {
 		return fmt.Errorf("--gitea-url %q: want an http or https URL", c.url)
 	}
 	return nil
+}
+
+// Shape implements runner.Shaper: the dispatcher's preflight proves a pod
+// shaped for the steps program is admitted, its init container and
+// volumes included.
+func (c *Config) Shape(tmpl corev1.PodTemplateSpec) (corev1.PodTemplateSpec, error) {
+	return PodTemplate(tmpl, c.stepsImage)
 }
 
 // Setup implements runner.Source: a Source with its Client, running Jobs

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,6 +37,13 @@ type Source interface {
 	// replica leads: what talks to the source's tasks' origin starts then,
 	// as a manager Runnable, not here.
 	Setup(s Setup) error
+}
+
+// Shaper is a Source whose runner pods are not the pod template as it is
+// (the Gitea source adds its steps program's init container and volumes):
+// the preflight proves a pod so shaped is admitted.
+type Shaper interface {
+	Shape(tmpl corev1.PodTemplateSpec) (corev1.PodTemplateSpec, error)
 }
 
 // Shared are the shared settings a source's checks and setup may read.
