@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -40,6 +41,11 @@ type giteaWindow struct {
 	// forward: the call reaches Gitea before the kill. answer: its answer
 	// reaches the dispatcher too (the kill falls after it).
 	forward, answer bool
+	// fetch: the window is FetchTask's answer holding the task, at Gitea
+	// and kept from the dispatcher. The job cannot run then (Gitea gives
+	// its payload once): the new leader reports it failed, saying why,
+	// and makes no Job.
+	fetch bool
 }
 
 func isFinal(method string, req proto.Message) bool {
@@ -57,6 +63,8 @@ var giteaWindows = []giteaWindow{
 	{name: "the final update not sent", match: func(method string, req proto.Message, _ bool) bool { return isFinal(method, req) }},
 	{name: "the final update at Gitea, its answer lost", match: func(method string, req proto.Message, _ bool) bool { return isFinal(method, req) }, forward: true},
 	{name: "the final answer received (the kill races the reported mark)", match: func(method string, req proto.Message, _ bool) bool { return isFinal(method, req) }, forward: true, answer: true},
+	// Last: the new leader finds the lost task past its newest Job's.
+	{name: "FetchTask's answer at Gitea, lost before the Job was made", fetch: true, forward: true},
 }
 
 // giteaTrap is a reverse proxy in front of Gitea that passes every call
@@ -105,6 +113,34 @@ func (p *giteaTrap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	method := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
 	var req proto.Message
 	switch method {
+	case "FetchTask":
+		p.mu.Lock()
+		win := p.armed
+		release := p.release
+		p.mu.Unlock()
+		if win == nil || !win.fetch {
+			p.rp.ServeHTTP(w, r)
+			return
+		}
+		// Uncompressed answers, to read the task from.
+		r.Header.Del("Accept-Encoding")
+		r.Header.Del("Connect-Accept-Encoding")
+		rec := httptest.NewRecorder()
+		p.rp.ServeHTTP(rec, r)
+		var resp runnerv1.FetchTaskResponse
+		if rec.Code != http.StatusOK || rec.Header().Get("Content-Encoding") != "" || proto.Unmarshal(rec.Body.Bytes(), &resp) != nil || resp.GetTask() == nil {
+			maps.Copy(w.Header(), rec.Header())
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
+			return
+		}
+		p.mu.Lock()
+		p.armed = nil
+		p.mu.Unlock()
+		p.hit <- resp.GetTask().GetId()
+		<-release
+		http.Error(w, "giteaTrap: the dispatcher was killed", http.StatusServiceUnavailable)
+		return
 	case "UpdateTask":
 		req = &runnerv1.UpdateTaskRequest{}
 	case "UpdateLog":
@@ -134,7 +170,7 @@ func (p *giteaTrap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	first := !p.seen[id]
 	p.seen[id] = true
 	win := p.armed
-	if win != nil && win.match(method, req, first) {
+	if win != nil && !win.fetch && win.match(method, req, first) {
 		p.armed = nil
 	} else {
 		win = nil
@@ -170,9 +206,11 @@ func (p *giteaTrap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // final update not sent, at Gitea with its answer lost, and answered but
 // around the reported mark. The standby takes the task over from its Job
 // each time: the job ends success at Gitea, its record once in its log, one
-// Job for it, marked reported. (The one window not here, between Gitea's
-// answer to FetchTask and the Job's creation, loses the job by Gitea's
-// design: docs/gitea.md.)
+// Job for it, marked reported. Last, FetchTask's answer holding a task
+// reaches Gitea but not the dispatcher: Gitea gives a job's payload once,
+// so that job cannot run; the new leader finds it past its newest Job's
+// task and reports it failed, saying why, at once rather than Gitea's ten
+// minutes later, and makes no Job for it.
 func TestGiteaSourceNarrowWindows(t *testing.T) {
 	t.Parallel()
 	f := features.New("gitea source narrow windows").
@@ -235,7 +273,14 @@ func TestGiteaSourceNarrowWindows(t *testing.T) {
 					t.Fatalf("%s (%s): %v: %+v\n%s", name, w.name, err, got, rs.logs())
 				}
 				log, err := g.Log(ctx, "windows", got.ID)
-				if got.Conclusion != "success" || err != nil || strings.Count(log, "runwarden: record: pod ") != 1 {
+				jobs := i + 1
+				switch {
+				case w.fetch:
+					jobs = i
+					if got.Conclusion != "failure" || err != nil || !strings.Contains(log, "before its Job was made") {
+						t.Errorf("%s (%s): %s (%v), want failure saying the job was lost before its Job was made:\n%s", name, w.name, got.Conclusion, err, log)
+					}
+				case got.Conclusion != "success" || err != nil || strings.Count(log, "runwarden: record: pod ") != 1:
 					t.Errorf("%s (%s): %s, its record %d times in its log (%v), want success and once:\n%s", name, w.name, got.Conclusion, strings.Count(log, "runwarden: record: pod "), err, log)
 				}
 				err = harness.WaitFor(ctx, name+"'s Job marked reported, one Job each", time.Minute, func(ctx context.Context) (bool, error) {
@@ -249,10 +294,10 @@ func TestGiteaSourceNarrowWindows(t *testing.T) {
 							reported++
 						}
 					}
-					if len(list.Items) > i+1 {
-						return false, fmt.Errorf("%d Jobs after %d jobs", len(list.Items), i+1)
+					if len(list.Items) > jobs {
+						return false, fmt.Errorf("%d Jobs, want %d", len(list.Items), jobs)
 					}
-					return reported == i+1 && len(list.Items) == i+1, nil
+					return reported == jobs && len(list.Items) == jobs, nil
 				})
 				if err != nil {
 					t.Errorf("%s (%s): %v\n%s", name, w.name, err, rs.logs())

@@ -425,6 +425,12 @@ func taskGone(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "invalid runner for task") || strings.Contains(err.Error(), "resource does not exist"))
 }
 
+// noSuchTask tells Gitea's answer for a task ID it does not hold (past
+// its newest task, or of a deleted run).
+func noSuchTask(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "resource does not exist")
+}
+
 // isArchived tells an UpdateLog refused because the log was committed: a
 // final report sent again after a restart.
 func isArchived(err error) bool {

@@ -107,6 +107,9 @@ type Source struct {
 	// tasks are the tasks taken and not yet over, by Gitea task ID: each
 	// holds a running slot.
 	tasks map[int64]bool
+	// last is the highest Gitea task ID of this dispatcher's Jobs at
+	// start (0: none): where sweep begins.
+	last int64
 	// goroutines are the tasks' reporters; Start waits for them.
 	goroutines sync.WaitGroup
 }
@@ -152,7 +155,63 @@ func (s *Source) Start(ctx context.Context) error {
 	if err := s.restore(ctx); err != nil {
 		return err
 	}
+	s.sweep(ctx)
 	return s.fetchLoop(ctx)
+}
+
+// lostLine is the log line of a task sweep ends.
+const lostLine = "runwarden: this job was handed to the runner as its dispatcher stopped, before its Job was made: Gitea gives a job's workflow, secrets and token once, so it cannot run; run it again"
+
+// sweepProbes bounds the task IDs sweep asks Gitea about; sweepEnd is how
+// many IDs in a row Gitea does not hold that end it (a deleted run's tasks
+// leave holes).
+const sweepProbes, sweepEnd = 256, 8
+
+// sweep ends the tasks Gitea handed this runner that no Job was made for:
+// a dispatcher stopped between Gitea's answer to FetchTask and the Job's
+// creation. Gitea gives a task's workflow, secrets and token in that
+// answer only, and has no call that lists a runner's tasks, so such a job
+// cannot be run; left alone it fails after ten minutes without a word.
+// Task IDs grow across the instance: sweep asks Gitea, with a state that
+// changes nothing, about each ID past the newest of this dispatcher's Jobs
+// until Gitea holds none, and reports each that is this runner's, not
+// ended and not taken as failed, saying why. Another runner's task is
+// refused to it, and an ended one answers its result.
+func (s *Source) sweep(ctx context.Context) {
+	if s.last == 0 {
+		// No Job to start from (a new runner, or none kept): a task
+		// lost so fails at Gitea after its ten minutes.
+		return
+	}
+	lost, missing := 0, 0
+	for id := s.last + 1; id <= s.last+sweepProbes && missing < sweepEnd; id++ {
+		resp, err := s.opts.Client.UpdateTask(ctx, &runnerv1.TaskState{Id: id}, nil)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case noSuchTask(err):
+			missing++
+			continue
+		case err != nil && taskGone(err):
+			missing = 0
+			continue
+		case err != nil:
+			s.log.Error(err, "sweeping the tasks handed to this runner: given up", "task", id)
+			return
+		}
+		missing = 0
+		s.mu.Lock()
+		taken := s.tasks[id]
+		s.mu.Unlock()
+		if taken || resp.GetState().GetResult() != runnerv1.Result_RESULT_UNSPECIFIED {
+			continue
+		}
+		lost++
+		s.log.Info("a task handed to this runner has no Job: reported failed", "task", id)
+		s.opts.Recorder.Finished(job.PhaseFailed, "Lost")
+		s.final(ctx, id, runnerv1.Result_RESULT_FAILURE, nil, []string{lostLine})
+	}
+	s.log.Info("swept the tasks handed to this runner", "after", s.last, "lost", lost)
 }
 
 // register registers this dispatcher as a Gitea runner.
@@ -183,12 +242,13 @@ func (s *Source) restore(ctx context.Context) error {
 	n := 0
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
-		if j.Annotations[job.AnnotationReported] != "" && job.Finished(j) {
-			continue
-		}
 		rec, err := readRecord(j)
 		if err != nil {
 			s.log.Info("a Job of this dispatcher is no Gitea task's; left alone", "job", j.Name, "why", err.Error())
+			continue
+		}
+		s.last = max(s.last, rec.Task)
+		if j.Annotations[job.AnnotationReported] != "" && job.Finished(j) {
 			continue
 		}
 		if j.DeletionTimestamp != nil || !s.reserve(rec.Task) {

@@ -1,0 +1,135 @@
+package gitea
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+
+	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
+	"code.gitea.io/actions-proto-go/runner/v1/runnerv1connect"
+	"connectrpc.com/connect"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/runwarden/runwarden/dispatcher/job"
+)
+
+// instanceTask is one task of a Gitea instance, as sweep sees it.
+type instanceTask struct {
+	ours   bool
+	result runnerv1.Result
+	rows   []string
+	probes int
+}
+
+// instanceServer is a Gitea instance's runner API over several tasks, as
+// Gitea v1.26.0 answers UpdateTask and UpdateLog for a task ID: another
+// runner's task is refused, an ID it does not hold is "resource does not
+// exist", an ended task answers its result and changes no more.
+type instanceServer struct {
+	runnerv1connect.UnimplementedRunnerServiceHandler
+	mu    sync.Mutex
+	tasks map[int64]*instanceTask
+}
+
+func (s *instanceServer) task(id int64) (*instanceTask, error) {
+	t, ok := s.tasks[id]
+	switch {
+	case !ok:
+		return nil, errors.New("update task: resource does not exist")
+	case !t.ours:
+		return nil, errors.New("update task: invalid runner for task")
+	}
+	return t, nil
+}
+
+func (s *instanceServer) UpdateTask(_ context.Context, req *connect.Request[runnerv1.UpdateTaskRequest]) (*connect.Response[runnerv1.UpdateTaskResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := req.Msg.GetState()
+	t, err := s.task(st.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if st.GetResult() == runnerv1.Result_RESULT_UNSPECIFIED {
+		t.probes++
+	} else if t.result == runnerv1.Result_RESULT_UNSPECIFIED {
+		t.result = st.GetResult()
+	}
+	return connect.NewResponse(&runnerv1.UpdateTaskResponse{State: &runnerv1.TaskState{Id: st.GetId(), Result: t.result}}), nil
+}
+
+func (s *instanceServer) UpdateLog(_ context.Context, req *connect.Request[runnerv1.UpdateLogRequest]) (*connect.Response[runnerv1.UpdateLogResponse], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, err := s.task(req.Msg.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range req.Msg.GetRows() {
+		t.rows = append(t.rows, r.GetContent())
+	}
+	return connect.NewResponse(&runnerv1.UpdateLogResponse{AckIndex: int64(len(t.rows))}), nil
+}
+
+// TestSweepEndsTheTasksWithoutAJob: after a restart, the tasks Gitea
+// handed this runner past its newest Job that have no Job (lost between
+// FetchTask's answer and the Job's creation) are reported failed with the
+// reason; another runner's tasks, ended ones and a hole among the IDs are
+// left as they are, and sweep stops where Gitea holds no more tasks.
+func TestSweepEndsTheTasksWithoutAJob(t *testing.T) {
+	j, pod := finishedJob(t)
+	j.Annotations[job.AnnotationReported] = "true"
+	srv := &instanceServer{tasks: map[int64]*instanceTask{
+		6:  {ours: true},
+		7:  {ours: true, result: runnerv1.Result_RESULT_SUCCESS},
+		8:  {},
+		9:  {ours: true},
+		10: {ours: true, result: runnerv1.Result_RESULT_SUCCESS},
+		12: {ours: true},
+		13: {},
+	}}
+	path, h := runnerv1connect.NewRunnerServiceHandler(srv)
+	mux := http.NewServeMux()
+	mux.Handle("/api/actions"+path, http.StripPrefix("/api/actions", h))
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	c := NewClient(hs.Client(), hs.URL)
+	c.SetIdentity(Identity{UUID: "u", Token: "t"})
+	kube := fake.NewClientBuilder().WithObjects(j, pod).Build()
+	s := New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners", Logs: fileLogs("")})
+	if err := s.restore(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if s.last != 7 {
+		t.Fatalf("the newest Job's task: %d, want 7", s.last)
+	}
+	s.sweep(t.Context())
+	for id, want := range map[int64]runnerv1.Result{6: runnerv1.Result_RESULT_UNSPECIFIED, 7: runnerv1.Result_RESULT_SUCCESS, 9: runnerv1.Result_RESULT_FAILURE, 10: runnerv1.Result_RESULT_SUCCESS, 12: runnerv1.Result_RESULT_FAILURE} {
+		task := srv.tasks[id]
+		if task.result != want {
+			t.Errorf("task %d: %v, want %v", id, task.result, want)
+		}
+		lost := want == runnerv1.Result_RESULT_FAILURE
+		if got := slices.ContainsFunc(task.rows, func(r string) bool { return r == lostLine }); got != lost || (!lost && len(task.rows) > 0) {
+			t.Errorf("task %d's log: %q; want the lost job's line: %v", id, task.rows, lost)
+		}
+	}
+	if srv.tasks[6].probes != 0 {
+		t.Errorf("task 6, before the newest Job's, was asked about %d times", srv.tasks[6].probes)
+	}
+
+	// A dispatcher with no Job asks nothing: it has no ID to start from.
+	srv.tasks[14] = &instanceTask{ours: true}
+	empty := New(Options{Client: c, Kube: fake.NewClientBuilder().Build(), Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners", Logs: fileLogs("")})
+	if err := empty.restore(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	empty.sweep(t.Context())
+	if task := srv.tasks[14]; task.probes != 0 || task.result != runnerv1.Result_RESULT_UNSPECIFIED {
+		t.Errorf("with no Job, task 14 was asked about %d times, result %v", task.probes, task.result)
+	}
+}
