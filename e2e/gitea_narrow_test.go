@@ -166,6 +166,12 @@ func (p *giteaTrap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case *runnerv1.UpdateLogRequest:
 		id = m.GetTaskId()
 	}
+	// A new leader's sweep asks about task IDs with a bare state (no
+	// steps, no result): not a report.
+	if u, ok := req.(*runnerv1.UpdateTaskRequest); ok && len(u.GetState().GetSteps()) == 0 && u.GetState().GetResult() == runnerv1.Result_RESULT_UNSPECIFIED {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
 	p.mu.Lock()
 	first := !p.seen[id]
 	p.seen[id] = true

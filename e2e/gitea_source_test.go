@@ -91,6 +91,17 @@ jobs:
     steps:
       - run: echo "template $RW_TEMPLATE"
 `,
+	// Its label's template selects a node no node is: unschedulable past
+	// --unschedulable-timeout, the Job deleted.
+	".gitea/workflows/nowhere.yml": `on:
+  push:
+    paths: ['main.tf']
+jobs:
+  nowhere:
+    runs-on: nowhere
+    steps:
+      - run: echo never
+`,
 	// Runs past its timeout-minutes: the Job's deadline ends it.
 	".gitea/workflows/slow.yml": `on:
   push:
@@ -182,7 +193,7 @@ func TestGiteaSource(t *testing.T) {
 
 			jobs := waitGiteaJobs(ctx, t, g, "infra", d, map[string]string{
 				"deploy": "completed", "nightly": "completed", "build": "completed", "long": "in_progress",
-				"slow": "completed", "noimage": "completed", "small": "completed",
+				"slow": "completed", "noimage": "completed", "small": "completed", "nowhere": "completed",
 			})
 			deploy, skip, action := jobs["deploy"], jobs["nightly"], jobs["build"]
 			if deploy.Conclusion != "failure" {
@@ -222,7 +233,7 @@ func TestGiteaSource(t *testing.T) {
 			if log, err := g.Log(ctx, "infra", jobs["small"].ID); jobs["small"].Conclusion != "success" || err != nil || !strings.Contains(log, "template small") {
 				t.Errorf("small: %s, want success with its label's template (%v):\n%s", jobs["small"].Conclusion, err, log)
 			}
-			for name, reason := range map[string]string{"slow": "runwarden: DeadlineExceeded", "noimage": "runwarden: ImagePullError"} {
+			for name, reason := range map[string]string{"slow": "runwarden: DeadlineExceeded", "noimage": "runwarden: ImagePullError", "nowhere": "runwarden: Unschedulable"} {
 				j := jobs[name]
 				log, err := g.Log(ctx, "infra", j.ID)
 				if j.Conclusion != "failure" || err != nil || !strings.Contains(log, reason) {
@@ -231,11 +242,12 @@ func TestGiteaSource(t *testing.T) {
 			}
 
 			// One Job each for deploy, slow and long, none for the skipped and
-			// the refused job, noimage's deleted (its pod never starts);
+			// the refused job, noimage's and nowhere's deleted (their pods
+			// never start);
 			// deploy's and slow's reported, long's not.
 			// The mark follows Gitea's answer to the result.
 			var list batchv1.JobList
-			err = harness.WaitFor(ctx, "deploy's, slow's and small's Jobs marked reported, noimage's gone", 30*time.Second, func(ctx context.Context) (bool, error) {
+			err = harness.WaitFor(ctx, "deploy's, slow's and small's Jobs marked reported, noimage's and nowhere's gone", 30*time.Second, func(ctx context.Context) (bool, error) {
 				if err := cfg.Client().Resources(ns).List(ctx, &list); err != nil {
 					return false, err
 				}
@@ -263,7 +275,7 @@ func TestGiteaSource(t *testing.T) {
 				}
 			}
 			if len(list.Items) != 4 || reported != 3 || len(running) != 1 {
-				t.Fatalf("%d Jobs, %d reported; want 4 (deploy's, slow's and small's reported, long's running, noimage's deleted)", len(list.Items), reported)
+				t.Fatalf("%d Jobs, %d reported; want 4 (deploy's, slow's and small's reported, long's running, noimage's and nowhere's deleted)", len(list.Items), reported)
 			}
 
 			// The second push to long/ cancels the first run's job: Gitea
@@ -378,14 +390,20 @@ func startGiteaDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config
 		Containers: []corev1.Container{{Name: "main", Image: runnerImage, Env: []corev1.EnvVar{{Name: "RW_TEMPLATE", Value: "small"}}}},
 	}}}
 	harness.OnRealNode(&small.Template.Spec)
-	if err := cfg.Client().Resources(ctl).Create(ctx, small); err != nil {
-		t.Fatal(err)
+	// The template of runs-on: nowhere: no node has its label.
+	nowhere := small.DeepCopy()
+	nowhere.Name = "nowhere"
+	nowhere.Template.Spec.NodeSelector = map[string]string{"runwarden.dev/e2e-no-such-node": "true"}
+	for _, pt := range []*corev1.PodTemplate{small, nowhere} {
+		if err := cfg.Client().Resources(ctl).Create(ctx, pt); err != nil {
+			t.Fatal(err)
+		}
 	}
 	token := filepath.Join(t.TempDir(), "registration-token")
 	if err := os.WriteFile(token, []byte(g.RegistrationToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := startDispatcher(ctx, t, cfg, ns, "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels=tofu", "--gitea-template=small="+ctl+"/small",
+	d := startDispatcher(ctx, t, cfg, ns, "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels=tofu", "--gitea-template=small="+ctl+"/small", "--gitea-template=nowhere="+ctl+"/nowhere",
 		"--gitea-identity-secret="+ctl+"/gitea-runner", "--gitea-steps-image="+image,
 		"--gitea-registration-token-file="+token, "--gitea-fetch-interval=500ms", "--gitea-report-interval=1s",
 		// Every finished Job kept, to count them.
