@@ -347,7 +347,7 @@ func TestGiteaSource(t *testing.T) {
 			d.start(ctx, t)
 			jobs = waitGiteaJobs(ctx, t, g, "infra", d, map[string]string{
 				"deploy": "completed", "nightly": "completed", "build": "completed", "long": "completed", "restart": "completed",
-				"slow": "completed", "noimage": "completed", "small": "completed",
+				"slow": "completed", "noimage": "completed", "small": "completed", "nowhere": "completed",
 			})
 			restart := jobs["restart"]
 			if got, err := g.StepStatuses(ctx, "infra", restart.RunID, restart.ID); restart.Conclusion != "success" || err != nil || strings.Join(got, ",") != "success,success" {
