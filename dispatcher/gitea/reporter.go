@@ -213,18 +213,54 @@ func (r *reporter) remove(ctx context.Context, j *batchv1.Job) (bool, error) {
 	}
 }
 
-// update sends Gitea the rows it does not hold and every step's state,
-// with the result and the outputs when result is set; it returns the
-// task's result as Gitea holds it.
+// maxBatch is the most rows one UpdateLog call carries (Gitea's own
+// runner sends what it has; a step printing a million lines would make
+// one request of hundreds of megabytes).
+const maxBatch = 5000
+
+// update sends Gitea the rows it does not hold, in calls of at most
+// maxBatch rows, the last with no_more when final, then every step's
+// state, with the result and the outputs when result is set; it returns
+// the task's result as Gitea holds it.
 func (r *reporter) update(ctx context.Context, result *runnerv1.Result, final bool) (runnerv1.Result, error) {
-	r.mu.Lock()
-	rows := r.steps.rows
-	if r.ack < int64(len(rows)) {
-		rows = rows[r.ack:]
-	} else {
-		rows = nil
+	for {
+		r.mu.Lock()
+		index := r.ack
+		rows := r.steps.pending(index, maxBatch)
+		last := index+int64(len(rows)) >= r.steps.count()
+		r.mu.Unlock()
+		if len(rows) == 0 && !final {
+			break
+		}
+		noMore := final && last
+		if noMore && len(rows) == 0 && index == 0 {
+			// Gitea commits a log only with rows.
+			rows = []*runnerv1.LogRow{row("runwarden: the job wrote no log", r.s.clock.Now())}
+		}
+		if len(rows) == 0 {
+			// Final, every row held: the log was ended by an earlier
+			// call whose answer came.
+			break
+		}
+		ack, err := r.s.opts.Client.UpdateLog(ctx, r.rec.Task, index, rows, noMore)
+		if noMore && isArchived(err) {
+			// Ended by an earlier call whose answer was lost.
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+		r.mu.Lock()
+		r.ack = ack
+		r.steps.drop(ack)
+		r.mu.Unlock()
+		if last || ack <= index {
+			// All sent, or Gitea took none (it answers its own count for
+			// a gap): the next update goes on from its answer.
+			break
+		}
 	}
-	index := r.ack
+	r.mu.Lock()
 	state := &runnerv1.TaskState{Id: r.rec.Task, Steps: r.steps.snapshot()}
 	var outputs map[string]string
 	if result != nil {
@@ -233,22 +269,6 @@ func (r *reporter) update(ctx context.Context, result *runnerv1.Result, final bo
 		outputs = r.steps.outputs
 	}
 	r.mu.Unlock()
-	if len(rows) > 0 || final {
-		if final && len(rows) == 0 && index == 0 {
-			// Gitea commits a log only with rows.
-			rows = []*runnerv1.LogRow{row("runwarden: the job wrote no log", r.s.clock.Now())}
-		}
-		ack, err := r.s.opts.Client.UpdateLog(ctx, r.rec.Task, index, rows, final)
-		archived := final && isArchived(err)
-		if err != nil && !archived {
-			return 0, err
-		}
-		if err == nil {
-			r.mu.Lock()
-			r.ack = ack
-			r.mu.Unlock()
-		}
-	}
 	res, err := r.s.opts.Client.UpdateTask(ctx, state, outputs)
 	if err != nil {
 		return 0, err
@@ -365,7 +385,7 @@ func (l *stepLog) snapshot() []*runnerv1.StepState {
 	for i, s := range l.steps {
 		c := proto.Clone(s).(*runnerv1.StepState)
 		if c.StartedAt != nil && c.Result == runnerv1.Result_RESULT_UNSPECIFIED {
-			c.LogLength = int64(len(l.rows)) - c.LogIndex
+			c.LogLength = l.count() - c.LogIndex
 		}
 		out[i] = c
 	}

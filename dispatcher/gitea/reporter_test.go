@@ -3,6 +3,7 @@ package gitea
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -43,6 +44,8 @@ type taskServer struct {
 	// gone answers every call as Gitea does once the task's run was
 	// deleted.
 	gone bool
+	// batches are the row counts of the UpdateLog calls.
+	batches []int
 }
 
 var errGone = errors.New("rpc error: code = Internal desc = update task: resource does not exist")
@@ -55,6 +58,7 @@ func (s *taskServer) UpdateLog(_ context.Context, req *connect.Request[runnerv1.
 	}
 	ack := int64(len(s.rows))
 	m := req.Msg
+	s.batches = append(s.batches, len(m.Rows))
 	if len(m.Rows) == 0 || m.Index > ack || m.Index+int64(len(m.Rows)) <= ack {
 		return connect.NewResponse(&runnerv1.UpdateLogResponse{AckIndex: ack}), nil
 	}
@@ -214,6 +218,55 @@ func TestReportAfterRestartsInTheFinalUpdate(t *testing.T) {
 	var got batchv1.Job
 	if err := kube.Get(t.Context(), client.ObjectKeyFromObject(j), &got); err != nil || got.Annotations[job.AnnotationReported] == "" {
 		t.Errorf("the Job is not marked reported (%v): %v", err, got.Annotations)
+	}
+}
+
+// TestReportOfALongLog: a step's 12,345 lines reach Gitea once each, in
+// UpdateLog calls of at most maxBatch rows, the last ending the log; the
+// reporter keeps none of the rows Gitea acknowledged, and the step's rows
+// are counted from its start.
+func TestReportOfALongLog(t *testing.T) {
+	j, pod := finishedJob(t)
+	srv := &taskServer{outputs: map[string]string{}}
+	kube, c := reportFixture(t, srv, j, pod)
+	const n = 12345
+	lines := []string{testMarker + ` {"kind":"start","step":0}`}
+	for i := range n {
+		lines = append(lines, fmt.Sprintf("line %d", i))
+	}
+	lines = append(lines, testMarker+` {"kind":"end","step":0,"result":"success","outcome":"success"}`, testMarker+` {"kind":"job","result":"success"}`)
+	s := New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners",
+		ReportInterval: time.Hour, Logs: fileLogs(strings.Join(lines, "\n") + "\n")})
+	rec, err := readRecord(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	r := &reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(j), log: s.log}
+	r.run(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("the report did not end")
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	// The lines, then the record's two.
+	if len(srv.rows) != n+2 || srv.rows[0] != "line 0" || srv.rows[n-1] != fmt.Sprintf("line %d", n-1) || !srv.archived {
+		t.Errorf("Gitea holds %d rows (archived %v), want %d lines and the record's 2", len(srv.rows), srv.archived, n)
+	}
+	for _, b := range srv.batches {
+		if b > maxBatch {
+			t.Errorf("an UpdateLog call of %d rows, more than %d: batches %v", b, maxBatch, srv.batches)
+		}
+	}
+	if len(srv.batches) < 3 {
+		t.Errorf("batches %v: want the rows in at least 3 calls", srv.batches)
+	}
+	if l := r.steps; len(l.rows) != 0 || l.count() != n+2 {
+		t.Errorf("the reporter keeps %d rows of %d, want none once Gitea holds them", len(l.rows), l.count())
+	}
+	if len(srv.steps) != 2 || srv.steps[0].GetLogIndex() != 0 || srv.steps[0].GetLogLength() != n {
+		t.Errorf("Gitea's step: %v, want its %d rows from index 0", srv.steps, n)
 	}
 }
 

@@ -23,8 +23,11 @@ const maxRow = 64 * 1024
 // result is the pod's exit code, which the dispatcher reads from the pod's
 // status, not from its log.
 type stepLog struct {
-	marker  string
+	marker string
+	// rows are the log's rows from index base on: those before it Gitea
+	// holds, and they are not kept (a job may print millions).
 	rows    []*runnerv1.LogRow
+	base    int64
 	steps   []*runnerv1.StepState
 	outputs map[string]string
 	// result is the job's result as its last marker says ("" before it).
@@ -64,13 +67,13 @@ func (l *stepLog) event(e steps.Event, t time.Time) bool {
 		s := l.steps[e.Step]
 		if e.Kind == "start" {
 			s.StartedAt = timestamppb.New(t)
-			s.LogIndex = int64(len(l.rows))
+			s.LogIndex = l.count()
 			return true
 		}
 		s.Result = result(e.Result)
 		if s.StartedAt != nil {
 			s.StoppedAt = timestamppb.New(t)
-			s.LogLength = int64(len(l.rows)) - s.LogIndex
+			s.LogLength = l.count() - s.LogIndex
 		}
 		return true
 	case "outputs":
@@ -105,8 +108,30 @@ func (l *stepLog) finish(r runnerv1.Result, t time.Time) {
 			s.Result = runnerv1.Result_RESULT_FAILURE
 		}
 		s.StoppedAt = timestamppb.New(t)
-		s.LogLength = int64(len(l.rows)) - s.LogIndex
+		s.LogLength = l.count() - s.LogIndex
 	}
+}
+
+// count is how many rows the log has had.
+func (l *stepLog) count() int64 { return l.base + int64(len(l.rows)) }
+
+// pending is up to n rows from index from on.
+func (l *stepLog) pending(from int64, n int) []*runnerv1.LogRow {
+	i := max(from-l.base, 0)
+	if i >= int64(len(l.rows)) {
+		return nil
+	}
+	return l.rows[i:min(i+int64(n), int64(len(l.rows)))]
+}
+
+// drop forgets the rows before index to, which Gitea holds.
+func (l *stepLog) drop(to int64) {
+	k := min(max(to-l.base, 0), int64(len(l.rows)))
+	if k == 0 {
+		return
+	}
+	l.rows = append([]*runnerv1.LogRow(nil), l.rows[k:]...)
+	l.base += k
 }
 
 // result is a result as Gitea's protocol names it.
