@@ -102,6 +102,16 @@ jobs:
     steps:
       - run: echo never
 `,
+	// Cancelled from its page in Gitea while it runs: its Job goes.
+	".gitea/workflows/cancelme.yml": `on:
+  push:
+    paths: ['main.tf']
+jobs:
+  cancelme:
+    runs-on: tofu
+    steps:
+      - run: echo started; sleep 600
+`,
 	// Runs past its timeout-minutes: the Job's deadline ends it.
 	".gitea/workflows/slow.yml": `on:
   push:
@@ -193,8 +203,35 @@ func TestGiteaSource(t *testing.T) {
 
 			jobs := waitGiteaJobs(ctx, t, g, "infra", d, map[string]string{
 				"deploy": "completed", "nightly": "completed", "build": "completed", "long": "in_progress",
-				"slow": "completed", "noimage": "completed", "small": "completed", "nowhere": "completed",
+				"slow": "completed", "noimage": "completed", "small": "completed", "nowhere": "completed", "cancelme": "in_progress",
 			})
+			// cancelme, cancelled in Gitea while its step runs: Gitea shows
+			// it cancelled, and its Job goes.
+			if err := harness.WaitFor(ctx, "cancelme's step to start", 2*time.Minute, func(ctx context.Context) (bool, error) {
+				log, err := g.Log(ctx, "infra", jobs["cancelme"].ID)
+				return err == nil && strings.Contains(log, "started"), nil
+			}); err != nil {
+				t.Fatalf("%v\n%s", err, d.log.String())
+			}
+			if err := g.CancelRun(ctx, "infra", jobs["cancelme"].RunID); err != nil {
+				t.Fatal(err)
+			}
+			// (Its Job's going is in the count of Jobs below.)
+			err := harness.WaitFor(ctx, "cancelme cancelled at Gitea", 2*time.Minute, func(ctx context.Context) (bool, error) {
+				all, err := g.Jobs(ctx, "infra")
+				if err != nil {
+					return false, err
+				}
+				for _, j := range all {
+					if j.ID == jobs["cancelme"].ID {
+						return j.Status == "completed" && j.Conclusion == "cancelled", nil
+					}
+				}
+				return false, nil
+			})
+			if err != nil {
+				t.Errorf("%v\n%s", err, d.log.String())
+			}
 			deploy, skip, action := jobs["deploy"], jobs["nightly"], jobs["build"]
 			if deploy.Conclusion != "failure" {
 				t.Errorf("deploy: %s, want failure (a step exits 3)", deploy.Conclusion)
@@ -243,11 +280,11 @@ func TestGiteaSource(t *testing.T) {
 
 			// One Job each for deploy, slow and long, none for the skipped and
 			// the refused job, noimage's and nowhere's deleted (their pods
-			// never start);
+			// never start), cancelme's deleted (cancelled);
 			// deploy's and slow's reported, long's not.
 			// The mark follows Gitea's answer to the result.
 			var list batchv1.JobList
-			err = harness.WaitFor(ctx, "deploy's, slow's and small's Jobs marked reported, noimage's and nowhere's gone", 30*time.Second, func(ctx context.Context) (bool, error) {
+			err = harness.WaitFor(ctx, "deploy's, slow's and small's Jobs marked reported, noimage's, nowhere's and cancelme's gone", time.Minute, func(ctx context.Context) (bool, error) {
 				if err := cfg.Client().Resources(ns).List(ctx, &list); err != nil {
 					return false, err
 				}
@@ -275,7 +312,7 @@ func TestGiteaSource(t *testing.T) {
 				}
 			}
 			if len(list.Items) != 4 || reported != 3 || len(running) != 1 {
-				t.Fatalf("%d Jobs, %d reported; want 4 (deploy's, slow's and small's reported, long's running, noimage's and nowhere's deleted)", len(list.Items), reported)
+				t.Fatalf("%d Jobs, %d reported; want 4 (deploy's, slow's and small's reported, long's running, noimage's, nowhere's and cancelme's deleted)", len(list.Items), reported)
 			}
 
 			// The second push to long/ cancels the first run's job: Gitea
@@ -347,7 +384,7 @@ func TestGiteaSource(t *testing.T) {
 			d.start(ctx, t)
 			jobs = waitGiteaJobs(ctx, t, g, "infra", d, map[string]string{
 				"deploy": "completed", "nightly": "completed", "build": "completed", "long": "completed", "restart": "completed",
-				"slow": "completed", "noimage": "completed", "small": "completed", "nowhere": "completed",
+				"slow": "completed", "noimage": "completed", "small": "completed", "nowhere": "completed", "cancelme": "completed",
 			})
 			restart := jobs["restart"]
 			if got, err := g.StepStatuses(ctx, "infra", restart.RunID, restart.ID); restart.Conclusion != "success" || err != nil || strings.Join(got, ",") != "success,success" {

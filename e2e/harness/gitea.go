@@ -6,11 +6,14 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +40,9 @@ type Gitea struct {
 	bin, config string
 	log         *lockedBuffer
 	http        *http.Client
+	// password is the admin's, for the web UI's session (web).
+	password string
+	web      *http.Client
 }
 
 // StartGitea starts the pinned Gitea of the checkout at root (make e2e
@@ -139,8 +145,9 @@ ENABLED = false
 	if err := WaitFor(ctx, "Gitea to answer", 2*time.Minute, up); err != nil {
 		t.Fatalf("%v\n%s", err, s.log.String())
 	}
+	s.password = rand.Text()
 	out, err = exec.CommandContext(ctx, bin, "admin", "user", "create", "--config", s.config, "--work-path", dir,
-		"--username", s.Admin, "--password", rand.Text(), "--email", "runwarden@example.com", "--admin",
+		"--username", s.Admin, "--password", s.password, "--email", "runwarden@example.com", "--admin",
 		"--must-change-password=false", "--access-token", "--access-token-scopes", "all").CombinedOutput()
 	if err != nil {
 		t.Fatalf("gitea admin user create: %v\n%s", err, out)
@@ -151,6 +158,61 @@ ENABLED = false
 	}
 	s.Token = string(m[1])
 	return s
+}
+
+// CancelRun cancels a run (by its ID, which is its number in a repository
+// that has all the instance's runs) as a user would from its page: Gitea
+// v1.26.0's REST API has no call to cancel a run, so this signs in to the
+// web UI as the admin and posts the page's cancel.
+func (s *Gitea) CancelRun(ctx context.Context, repo string, run int64) error {
+	if s.web == nil {
+		jar, err := cookiejar.New(nil)
+		if err != nil {
+			return err
+		}
+		web := &http.Client{Timeout: 30 * time.Second, Jar: jar}
+		form := url.Values{"user_name": {s.Admin}, "password": {s.password}}
+		if _, err := s.webPost(ctx, web, "user/login", "application/x-www-form-urlencoded", form.Encode()); err != nil {
+			return fmt.Errorf("signing in to Gitea's web UI: %w", err)
+		}
+		u, err := url.Parse(s.URL)
+		if err != nil {
+			return err
+		}
+		if len(jar.Cookies(u)) == 0 {
+			return errors.New("signing in to Gitea's web UI: no session cookie")
+		}
+		s.web = web
+	}
+	b, err := s.webPost(ctx, s.web, fmt.Sprintf("%s/%s/actions/runs/%d/cancel", s.Admin, repo, run), "application/json", "{}")
+	if err != nil {
+		return fmt.Errorf("cancelling run %d: %w", run, err)
+	}
+	if bytes.Contains(b, []byte(`name="user_name"`)) {
+		return fmt.Errorf("cancelling run %d: Gitea answered with its sign-in page", run)
+	}
+	return nil
+}
+
+func (s *Gitea) webPost(ctx context.Context, c *http.Client, path, contentType, body string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+path, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		return nil, fmt.Errorf("POST %s: %s: %.300s", path, resp.Status, b)
+	}
+	return b, nil
 }
 
 // API calls Gitea's REST API (/api/v1/path) as the admin, sending in as
