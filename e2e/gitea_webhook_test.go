@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	vault "github.com/hashicorp/vault/api"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	"sigs.k8s.io/e2e-framework/pkg/features"
 
@@ -111,20 +108,7 @@ func TestGiteaSourceThroughTheWebhook(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := v.client.Sys().PutPolicyWithContext(ctx, "runner", `path "secret/data/db" { capabilities = ["read"] }`); err != nil {
-				t.Fatal(err)
-			}
-			tok, err := v.client.Auth().Token().CreateWithContext(ctx, &vault.TokenCreateRequest{Policies: []string{"runner"}, TTL: "1h"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			runnerToken := tok.Auth.ClientToken
-			if err := cfg.Client().Resources(ns).Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: "vault-token", Namespace: ns},
-				StringData: map[string]string{"token": runnerToken},
-			}); err != nil {
-				t.Fatal(err)
-			}
+			runnerToken := v.runnerToken(ctx, t, cfg, ns, `path "secret/data/db" { capabilities = ["read"] }`)
 			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	vault "github.com/hashicorp/vault/api"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,16 +61,7 @@ func BenchmarkSecretsPodStart(b *testing.B) {
 		}
 		policy += fmt.Sprintf("path \"secret/data/s%d\" { capabilities = [\"read\"] }\n", i)
 	}
-	if err := v.client.Sys().PutPolicyWithContext(ctx, "runner", policy); err != nil {
-		b.Fatal(err)
-	}
-	tok, err := v.client.Auth().Token().CreateWithContext(ctx, &vault.TokenCreateRequest{Policies: []string{"runner"}, TTL: "1h"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := r.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "vault-token", Namespace: ns}, StringData: map[string]string{"token": tok.Auth.ClientToken}}); err != nil {
-		b.Fatal(err)
-	}
+	v.runnerToken(ctx, b, cfg, ns, policy)
 	startWebhookWith(ctx, b, cfg, fmt.Sprintf("secretStores:\n  vault: {enabled: true, address: %q, secretName: vault-token}\nsecretRefs: {allowedPatterns: [\"vault:bench:secret/**\"]}\n", v.addr))
 
 	n := 0

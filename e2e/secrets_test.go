@@ -94,6 +94,28 @@ func startVault(ctx context.Context, t testing.TB) *vaultServer {
 	return v
 }
 
+// runnerToken gives the runners of namespace ns a Vault token of their own:
+// Vault's policy "runner" set to policy, a token of it, and the Secret
+// vault-token in ns holding it (the platform's secretName). It returns the
+// token.
+func (v *vaultServer) runnerToken(ctx context.Context, t testing.TB, cfg *envconf.Config, ns, policy string) string {
+	t.Helper()
+	if err := v.client.Sys().PutPolicyWithContext(ctx, "runner", policy); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := v.client.Auth().Token().CreateWithContext(ctx, &vault.TokenCreateRequest{Policies: []string{"runner"}, TTL: "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Client().Resources(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "vault-token", Namespace: ns},
+		StringData: map[string]string{"token": tok.Auth.ClientToken},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return tok.Auth.ClientToken
+}
+
 // kubeAuthPlugin is the file name of Vault's Kubernetes auth method in the
 // pinned Vault's plugin folder.
 const kubeAuthPlugin = "vault-plugin-auth-kubernetes"
@@ -135,24 +157,11 @@ func TestSecretsResolvedInThePod(t *testing.T) {
 			if _, err := v.client.Logical().WriteWithContext(ctx, "kv1/app", map[string]any{"token": values["v1"]}); err != nil {
 				t.Fatal(err)
 			}
-			if err := v.client.Sys().PutPolicyWithContext(ctx, "runner", `
+			runnerToken := v.runnerToken(ctx, t, cfg, ns, `
 path "secret/data/db" { capabilities = ["read"] }
 path "kv1/app" { capabilities = ["read"] }
-`); err != nil {
-				t.Fatal(err)
-			}
-			tok, err := v.client.Auth().Token().CreateWithContext(ctx, &vault.TokenCreateRequest{Policies: []string{"runner"}, TTL: "1h"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			runnerToken := tok.Auth.ClientToken
+`)
 			r := cfg.Client().Resources(ns)
-			if err := r.Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Name: "vault-token", Namespace: ns},
-				StringData: map[string]string{"token": runnerToken},
-			}); err != nil {
-				t.Fatal(err)
-			}
 			if err := harness.LabelNamespace(ctx, cfg, runnerNamespaceLabel, "enabled"); err != nil {
 				t.Fatal(err)
 			}

@@ -146,6 +146,13 @@ func reportFixture(t *testing.T, srv *taskServer, j *batchv1.Job, pod *corev1.Po
 	t.Helper()
 	kube := fake.NewClientBuilder().WithObjects(j, pod).WithStatusSubresource(j).
 		WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string { return []string{o.(*corev1.Event).InvolvedObject.Name} }).Build()
+	return kube, serveRunnerAPI(t, srv)
+}
+
+// serveRunnerAPI serves srv as Gitea's runner API until the test ends and
+// returns a registered runner's client of it.
+func serveRunnerAPI(t *testing.T, srv runnerv1connect.RunnerServiceHandler) *Client {
+	t.Helper()
 	path, h := runnerv1connect.NewRunnerServiceHandler(srv)
 	mux := http.NewServeMux()
 	mux.Handle("/api/actions"+path, http.StripPrefix("/api/actions", h))
@@ -153,7 +160,7 @@ func reportFixture(t *testing.T, srv *taskServer, j *batchv1.Job, pod *corev1.Po
 	t.Cleanup(hs.Close)
 	c := NewClient(hs.Client(), hs.URL)
 	c.SetIdentity(Identity{UUID: "u", Token: "t"})
-	return kube, c
+	return c
 }
 
 // TestReportAfterRestartsInTheFinalUpdate: a task's report is sent once

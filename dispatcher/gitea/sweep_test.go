@@ -3,8 +3,6 @@ package gitea
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -92,13 +90,7 @@ func TestSweepEndsTheTasksWithoutAJob(t *testing.T) {
 		12: {ours: true},
 		13: {},
 	}}
-	path, h := runnerv1connect.NewRunnerServiceHandler(srv)
-	mux := http.NewServeMux()
-	mux.Handle("/api/actions"+path, http.StripPrefix("/api/actions", h))
-	hs := httptest.NewServer(mux)
-	t.Cleanup(hs.Close)
-	c := NewClient(hs.Client(), hs.URL)
-	c.SetIdentity(Identity{UUID: "u", Token: "t"})
+	c := serveRunnerAPI(t, srv)
 	kube := fake.NewClientBuilder().WithObjects(j, pod).Build()
 	s := New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners", Logs: fileLogs("")})
 	if err := s.restore(t.Context()); err != nil {
