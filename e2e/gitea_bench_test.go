@@ -323,7 +323,18 @@ func BenchmarkGiteaLogLines(b *testing.B) {
 			}
 			log, err := g.Log(ctx, repo, jobs[0].ID)
 			if err != nil || !strings.Contains(log, fmt.Sprintf(" %d\n", n)) || jobs[0].Conclusion != "success" {
-				b.Fatalf("the job: %s, its log ends %q (%v)", jobs[0].Conclusion, log[max(0, len(log)-200):], err)
+				var gaps []string
+				want := 1
+				for _, l := range strings.Split(log, "\n") {
+					_, v, _ := strings.Cut(l, " ")
+					if k, err := strconv.Atoi(v); err == nil {
+						if k != want {
+							gaps = append(gaps, fmt.Sprintf("%d after %d", k, want-1))
+						}
+						want = k + 1
+					}
+				}
+				b.Fatalf("the job: %s, its log (%d lines, gaps %v) begins %q and ends %q (%v)\n%s", jobs[0].Conclusion, strings.Count(log, "\n"), gaps[:min(len(gaps), 20)], log[:min(len(log), 300)], log[max(0, len(log)-300):], err, tail(d.log.String(), 3000))
 			}
 			b.ReportMetric(float64(n)/done.Sub(started).Seconds(), "lines/s")
 			d.stop(os.Interrupt)
