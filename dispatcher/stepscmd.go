@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/runwarden/runwarden/internal/steps"
 )
@@ -66,9 +67,13 @@ func stepsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		// The steps start from this environment without the plan: its
 		// secrets reach a step only through ${{ secrets.NAME }}.
 		environ := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, *planEnv+"=") })
-		return steps.RunPlan(ctx, []byte(data), environ, stdout)
+		code := steps.RunPlan(ctx, []byte(data), environ, stdout)
+		drainOut(stdout, 10*time.Second)
+		return code
 	}
-	return steps.RunFile(ctx, *plan, stdout)
+	code := steps.RunFile(ctx, *plan, stdout)
+	drainOut(stdout, 10*time.Second)
+	return code
 }
 
 // installSelf copies the running program into dir as stepsBinary.

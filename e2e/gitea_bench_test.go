@@ -334,6 +334,8 @@ func BenchmarkGiteaLogLines(b *testing.B) {
 						want = k + 1
 					}
 				}
+				kl, kerr := suite.Kubectl(ctx, cfg, "logs", "-n", ns, "-l", "runwarden.dev/runner=true", "-c", "main", "--tail=-1")
+				b.Logf("kubectl logs: %d lines (%v), ends %q", strings.Count(kl, "\n"), kerr, kl[max(0, len(kl)-200):])
 				b.Fatalf("the job: %s, its log (%d lines, gaps %v) begins %q and ends %q (%v)\n%s", jobs[0].Conclusion, strings.Count(log, "\n"), gaps[:min(len(gaps), 20)], log[:min(len(log), 300)], log[max(0, len(log)-300):], err, tail(d.log.String(), 3000))
 			}
 			b.ReportMetric(float64(n)/done.Sub(started).Seconds(), "lines/s")
