@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/runwarden/runwarden/internal/steps"
 )
@@ -67,13 +66,9 @@ func stepsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		// The steps start from this environment without the plan: its
 		// secrets reach a step only through ${{ secrets.NAME }}.
 		environ := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, *planEnv+"=") })
-		code := steps.RunPlan(ctx, []byte(data), environ, stdout)
-		drainOut(stdout, 10*time.Second)
-		return code
+		return steps.RunPlan(ctx, []byte(data), environ, stdout)
 	}
-	code := steps.RunFile(ctx, *plan, stdout)
-	drainOut(stdout, 10*time.Second)
-	return code
+	return steps.RunFile(ctx, *plan, stdout)
 }
 
 // installSelf copies the running program into dir as stepsBinary.

@@ -189,10 +189,13 @@ func benchNamespace(b *testing.B, cfg *envconf.Config, prefix string) string {
 
 // BenchmarkGiteaLogLines measures how fast a step's output reaches Gitea
 // through the Gitea source: a job on the real node prints n lines at once,
-// and the clock runs from its runner container's start to the job's end at
-// Gitea with every line held, side by side with a loop sending the same
-// rows straight to Gitea's UpdateLog in chunks as the source does (what
-// that Gitea takes at most).
+// and the clock runs from its runner container's start until Gitea's log
+// of the job holds the last line, side by side with a loop sending the
+// same rows straight to Gitea's UpdateLog (what that Gitea takes at most).
+// The step then pauses 5 s before it ends: the node's container runtime
+// cuts the output a container prints just before it exits (the runc shim
+// waits 2 s for it; on this node a bare `seq 1 20000` pod's log held
+// 15,504 lines, with a 5 s pause all 20,000), which no runner can get back.
 //
 //	RUNWARDEN_BENCH_LINES=20000 go test -tags e2e -run '^$' -bench BenchmarkGiteaLogLines ./e2e/
 func BenchmarkGiteaLogLines(b *testing.B) {
@@ -225,7 +228,7 @@ func BenchmarkGiteaLogLines(b *testing.B) {
 			if err := g.CreateRepo(ctx, repo); err != nil {
 				b.Fatal(err)
 			}
-			if err := g.PutFile(ctx, repo, ".gitea/workflows/lines.yml", fmt.Sprintf("on: push\njobs:\n  lines:\n    runs-on: %s\n    steps:\n      - run: seq 1 %d\n", label, n)); err != nil {
+			if err := g.PutFile(ctx, repo, ".gitea/workflows/lines.yml", fmt.Sprintf("on: push\njobs:\n  lines:\n    runs-on: %s\n    steps:\n      - run: seq 1 %d; sleep 5\n", label, n)); err != nil {
 				b.Fatal(err)
 			}
 			var task *runnerv1.Task
@@ -305,10 +308,15 @@ func BenchmarkGiteaLogLines(b *testing.B) {
 			}
 			b.StartTimer()
 			var done time.Time
-			err = harness.WaitFor(ctx, "the job to end at Gitea", 5*time.Minute, func(ctx context.Context) (bool, error) {
+			last := fmt.Sprintf(" %d\n", n)
+			err = harness.WaitForEvery(ctx, "Gitea's log to hold the last line", 5*time.Minute, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
 				jobs, err := g.Jobs(ctx, repo)
-				if err != nil || len(jobs) != 1 || jobs[0].Status != "completed" {
+				if err != nil || len(jobs) != 1 {
 					return false, err
+				}
+				log, err := g.Log(ctx, repo, jobs[0].ID)
+				if err != nil || !strings.Contains(log, last) {
+					return false, nil
 				}
 				done = time.Now()
 				return true, nil
@@ -317,9 +325,13 @@ func BenchmarkGiteaLogLines(b *testing.B) {
 			if err != nil {
 				b.Fatalf("%v\n%s", err, d.log.String())
 			}
-			jobs, err := g.Jobs(ctx, repo)
+			var jobs []harness.GiteaJob
+			err = harness.WaitFor(ctx, "the job to end at Gitea", 2*time.Minute, func(ctx context.Context) (bool, error) {
+				jobs, err = g.Jobs(ctx, repo)
+				return err == nil && len(jobs) == 1 && jobs[0].Status == "completed", err
+			})
 			if err != nil {
-				b.Fatal(err)
+				b.Fatalf("%v\n%s", err, d.log.String())
 			}
 			log, err := g.Log(ctx, repo, jobs[0].ID)
 			if err != nil || !strings.Contains(log, fmt.Sprintf(" %d\n", n)) || jobs[0].Conclusion != "success" {

@@ -50,8 +50,6 @@ type reporter struct {
 	// reached its end (the container ended).
 	following, ended bool
 	followed         chan struct{}
-	// pod is the pod whose log is followed.
-	pod string
 
 	// ack is how many rows Gitea holds.
 	ack int64
@@ -153,7 +151,6 @@ func (r *reporter) finish(ctx context.Context, j *batchv1.Job, out job.Outcome) 
 	r.awaitLog(ctx)
 	res := resultOf(out)
 	if !r.closed {
-		r.catchUp(ctx)
 		// Once: a final report that failed is sent again as it was.
 		var lines []string
 		if res != runnerv1.Result_RESULT_SUCCESS && out.Reason != job.ReasonNonZeroExit {
@@ -294,14 +291,13 @@ func (r *reporter) follow(ctx context.Context, j *batchv1.Job) {
 	}
 	pod := pods[0].Name
 	r.mu.Lock()
-	r.pod = pod
 	r.following = true
 	r.followed = make(chan struct{})
 	done := r.followed
 	r.mu.Unlock()
 	r.s.goroutines.Go(func() {
 		defer close(done)
-		err := r.read(ctx, pod, false)
+		err := r.read(ctx, pod)
 		r.mu.Lock()
 		r.following = false
 		r.ended = r.ended || err == nil
@@ -313,11 +309,8 @@ func (r *reporter) follow(ctx context.Context, j *batchv1.Job) {
 }
 
 // read follows the pod's runner log until it ends, past the lines read
-// before. A follow can end before the log's last lines are in it (the
-// kubelet stops at the container's exit while its last output is still
-// being written, even in the middle of a line): a line the stream ended in
-// is not taken unless last, the read once the runner container ended.
-func (r *reporter) read(ctx context.Context, pod string, last bool) error {
+// before.
+func (r *reporter) read(ctx context.Context, pod string) error {
 	rc, err := r.s.opts.Logs.Follow(ctx, r.key.Namespace, pod, job.RunnerContainer)
 	if err != nil {
 		return err
@@ -335,22 +328,7 @@ func (r *reporter) read(ctx context.Context, pod string, last bool) error {
 		}
 		r.lines++
 		r.steps.add(line, r.s.clock.Now())
-	}, last)
-}
-
-// catchUp reads the log once more, from past the lines read, when its
-// follow ended: the follow may have ended before the last lines were
-// written (read), and the runner container has ended now.
-func (r *reporter) catchUp(ctx context.Context) {
-	r.mu.Lock()
-	pod, ended := r.pod, r.ended && !r.following
-	r.mu.Unlock()
-	if !ended {
-		return
-	}
-	if err := r.read(ctx, pod, true); err != nil && ctx.Err() == nil {
-		r.log.Info("reading the end of the runner's log", "pod", pod, "error", err.Error())
-	}
+	})
 }
 
 // awaitLog waits, at most logWait, for the log to be read to its end.
@@ -371,9 +349,8 @@ func (r *reporter) awaitLog(ctx context.Context) {
 	}
 }
 
-// readLines calls line for each line of rd, each cut at maxRow; the text
-// after the last newline is a line only if partial.
-func readLines(rd io.Reader, line func(string), partial bool) error {
+// readLines calls line for each line of rd, each cut at maxRow.
+func readLines(rd io.Reader, line func(string)) error {
 	br := bufio.NewReaderSize(rd, 64*1024)
 	var buf []byte
 	for {
@@ -384,7 +361,7 @@ func readLines(rd io.Reader, line func(string), partial bool) error {
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
-		case err == nil || (errors.Is(err, io.EOF) && len(buf) > 0 && partial):
+		case err == nil || (errors.Is(err, io.EOF) && len(buf) > 0):
 			s := string(buf)
 			if n := len(s); n > 0 && s[n-1] == '\n' {
 				s = s[:n-1]

@@ -277,66 +277,6 @@ func TestReportOfALongLog(t *testing.T) {
 	}
 }
 
-// cutLogs is a pod log whose first follow ends early, in the middle of a
-// line (as the kubelet's can at the container's exit), and whose later
-// reads give all of it.
-type cutLogs struct {
-	mu    sync.Mutex
-	log   string
-	cut   int
-	reads int
-}
-
-func (c *cutLogs) Follow(context.Context, string, string, string) (io.ReadCloser, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.reads++
-	if c.reads == 1 {
-		return io.NopCloser(strings.NewReader(c.log[:c.cut])), nil
-	}
-	return io.NopCloser(strings.NewReader(c.log)), nil
-}
-
-func (c *cutLogs) Tail(context.Context, string, string, string, int) ([]byte, error) {
-	return []byte(c.log), nil
-}
-
-// TestReportOfALogWhoseFollowEndedEarly: the follow of the runner's log
-// ends before its last lines, in the middle of one; the report reads the
-// log's end once the Job is over, and Gitea gets every line once, none cut.
-func TestReportOfALogWhoseFollowEndedEarly(t *testing.T) {
-	j, pod := finishedJob(t)
-	srv := &taskServer{outputs: map[string]string{}}
-	kube, c := reportFixture(t, srv, j, pod)
-	var lines []string
-	for i := 1; i <= 100; i++ {
-		lines = append(lines, fmt.Sprint(i))
-	}
-	log := strings.Join(lines, "\n") + "\n"
-	logs := &cutLogs{log: log, cut: strings.Index(log, "\n96\n") + 3} // ends in "96"'s line: "9"
-	s := New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners",
-		ReportInterval: 10 * time.Millisecond, Logs: logs})
-	rec, err := readRecord(j)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	r := &reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(j), log: s.log}
-	r.run(ctx)
-	if ctx.Err() != nil {
-		t.Fatal("the report did not end")
-	}
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	if got := strings.Join(srv.rows[:min(len(srv.rows), 100)], ","); got != strings.Join(lines, ",") || len(srv.rows) != 102 {
-		t.Errorf("Gitea's rows (%d): %s\nwant 1..100 once, then the record's 2", len(srv.rows), got)
-	}
-	if logs.reads < 2 {
-		t.Errorf("the log was read %d times, want its end read again", logs.reads)
-	}
-}
-
 // TestReportOfATaskGoneAtGitea: a task whose run was deleted at Gitea is
 // answered "does not exist" for ever; its report ends and its Job, still
 // running, is deleted rather than hold a slot for ever.

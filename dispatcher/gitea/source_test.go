@@ -54,19 +54,11 @@ func TestReadLines(t *testing.T) {
 	long := strings.Repeat("x", maxRow+100)
 	in := "one\n" + long + "\n\nlast without newline"
 	var got []string
-	if err := readLines(io.MultiReader(strings.NewReader(in[:10]), strings.NewReader(in[10:])), func(l string) { got = append(got, l) }, true); err != nil {
+	if err := readLines(io.MultiReader(strings.NewReader(in[:10]), strings.NewReader(in[10:])), func(l string) { got = append(got, l) }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 4 || got[0] != "one" || got[1] != long[:maxRow] || got[2] != "" || got[3] != "last without newline" {
 		t.Fatalf("lines: %d, first %q, second %d bytes, last %q", len(got), got[0], len(got[1]), got[len(got)-1])
-	}
-	// A follow that ended in a line: that line is not one yet.
-	got = nil
-	if err := readLines(strings.NewReader(in), func(l string) { got = append(got, l) }, false); err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 3 || got[2] != "" {
-		t.Fatalf("lines of a follow ended in a line: %q", got)
 	}
 }
 

@@ -117,11 +117,6 @@ func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, j *batchv1.
 	namespace := j.Namespace
 	var offset int64
 	failures := 0
-	// caughtUp: the log was read once more after the container ended. A
-	// follow can end before the container's last output is in the log (the
-	// kubelet stops at the exit while the runtime still writes it); a read
-	// once the container has ended has it all.
-	caughtUp := false
 	for ctx.Err() == nil && failures < openAttempts {
 		pod := s.runnerPod(ctx, j)
 		if pod == "" {
@@ -148,10 +143,6 @@ func (s *Source) runLogs(ctx context.Context, t *task, l *logStream, j *batchv1.
 			return
 		}
 		if s.containerDone(ctx, j, pod) {
-			if !caughtUp {
-				caughtUp = true
-				continue
-			}
 			if err := s.sendChunk(ctx, t, LogChunk{Offset: offset, Final: true}); err != nil && ctx.Err() == nil {
 				s.log.Error(err, "sending the end of the runner log", "task", t.id)
 			}
