@@ -16,8 +16,8 @@ func TestStepsCommand(t *testing.T) {
 	dir := t.TempDir()
 	plan := steps.Plan{
 		Job: "j", Marker: "::rw-m::", Workspace: t.TempDir(),
-		Steps:   []steps.Step{{Name: "hello", Shell: "sh", Run: "echo hello ${{ secrets.WHO }}"}},
-		Secrets: map[string]string{"WHO": "world"},
+		Steps: []steps.Step{{Name: "hello", Shell: "sh", Run: "echo hello ${{ vars.WHO }}"}},
+		Vars:  map[string]string{"WHO": "world"},
 	}
 	b, err := json.Marshal(plan)
 	if err != nil {
@@ -53,7 +53,7 @@ func TestStepsCommand(t *testing.T) {
 		}
 	}
 	// --plan-env reads the plan from a variable the steps do not see.
-	plan.Steps[0].Run = `echo "hello ${{ secrets.WHO }}, plan=[${RW_TEST_PLAN:-}]"`
+	plan.Steps[0].Run = `echo "hello ${{ vars.WHO }}, plan=[${RW_TEST_PLAN:-}]"`
 	b, _ = json.Marshal(plan)
 	t.Setenv("RW_TEST_PLAN", string(b))
 	out.Reset()

@@ -20,7 +20,8 @@ import (
 // commit: RUNNER_IMAGE is the runner image's reference.
 var giteaVaultWorkflows = map[string]string{
 	// OpenTofu applies with a Vault value (resolved in the pod) and a Gitea
-	// secret (in the job's plan): the log shows a hash of both, never either.
+	// secret (in the job's plan): the log shows a hash of both, never either;
+	// printed, both are masked.
 	".gitea/workflows/apply.yml": `on:
   push:
     paths: ['vault.txt']
@@ -45,6 +46,7 @@ jobs:
           tofu apply -auto-approve -input=false >/dev/null
           echo "applied $(tofu output -raw h)"
           echo "vault token: ${VAULT_TOKEN:-none}"
+          echo "printed by mistake: $TF_VAR_db_password and $TF_VAR_deploy_key"
 `,
 	// A reference the runner's Vault policy does not let it read: the pod
 	// fails to resolve it, the job fails saying so.
@@ -146,7 +148,7 @@ func TestGiteaSourceThroughTheWebhook(t *testing.T) {
 				conclusion string
 				want       []string
 			}{
-				"apply":   {"success", []string{"applied " + sha(values["db"]+"/"+values["key"]), "vault token: none"}},
+				"apply":   {"success", []string{"applied " + sha(values["db"]+"/"+values["key"]), "vault token: none", "printed by mistake: *** and ***"}},
 				"denied":  {"failure", []string{"runwarden: SecretResolutionFailed", "TF_VAR_other: ${vault:secret/other.password@team-a}", "permission denied"}},
 				"refused": {"failure", []string{"runwarden: AdmissionRejected", "secret-ref-name", "may not read"}},
 			} {

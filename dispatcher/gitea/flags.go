@@ -167,6 +167,9 @@ func (c *Config) Setup(s runner.Setup) error {
 	if _, err := PodTemplate(s.Jobs.Template, c.stepsImage); err != nil {
 		return err
 	}
+	if strings.HasPrefix(c.url, "http:") {
+		s.Manager.GetLogger().WithName("gitea").Info("--gitea-url is plain http: the runner's token, and each job's workflow, secrets and token, cross the network unencrypted; use https unless no one else can read the network between the dispatcher and Gitea", "url", c.url)
+	}
 	name := c.runnerName
 	if name == "" {
 		name = s.DispatcherID
@@ -203,5 +206,12 @@ func httpClient(caFile string) (*http.Client, error) {
 		}
 		t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	return &http.Client{Transport: t, Timeout: 2 * time.Minute}, nil
+	return &http.Client{Transport: t, Timeout: 2 * time.Minute, CheckRedirect: noRedirects}, nil
+}
+
+// noRedirects refuses Gitea's redirects: the runner API has none, and
+// following one would send the runner's token (its headers go along) and
+// the jobs' logs wherever it points.
+func noRedirects(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("gitea redirected to %s: the runner API has no redirects; set --gitea-url to Gitea's ROOT_URL", req.URL.Redacted())
 }

@@ -56,10 +56,25 @@ type reporter struct {
 	// closed is set once the end's rows are added and the open steps
 	// ended.
 	closed bool
+	// flush is signalled when the log's reader wants its rows sent now: it
+	// waits, maxHeld bytes of rows Gitea does not hold read, or it read the
+	// log's end; room when Gitea took some.
+	flush, room chan struct{}
 }
+
+// maxHeld bounds the bytes of rows a task's reporter holds that Gitea
+// does not: past it, the log's reader waits for Gitea to take some, and
+// the pod's log waits on its node. A job printing faster than Gitea takes
+// its log, or while Gitea is down, does not grow the dispatcher.
+const maxHeld = 4 << 20
+
+// maxBatchBytes bounds one UpdateLog call's rows (but for a first row
+// alone, at most maxRow).
+const maxBatchBytes = 1 << 20
 
 func (r *reporter) run(ctx context.Context) {
 	r.steps = newStepLog(r.rec.Marker, r.rec.Steps)
+	r.flush, r.room = make(chan struct{}, 1), make(chan struct{}, 1)
 	// The log's reader ends with the report.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -73,10 +88,23 @@ func (r *reporter) run(ctx context.Context) {
 		if err != nil {
 			r.log.Error(err, "reporting the task to gitea")
 		}
+		r.wait(ctx, tick.C())
+	}
+}
+
+// wait waits for the tick; the rows of a log reader that holds maxHeld,
+// or read the log's end, are sent meanwhile.
+func (r *reporter) wait(ctx context.Context, tick <-chan time.Time) {
+	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C():
+		case <-tick:
+			return
+		case <-r.flush:
+			if err := r.sendLog(ctx, false); err != nil && ctx.Err() == nil {
+				r.log.Error(err, "sending the task's log to gitea")
+			}
 		}
 	}
 }
@@ -168,7 +196,7 @@ func (r *reporter) finish(ctx context.Context, j *batchv1.Job, out job.Outcome) 
 		now := r.s.clock.Now()
 		r.mu.Lock()
 		for _, l := range lines {
-			r.steps.rows = append(r.steps.rows, row(l, now))
+			r.steps.addRow(l, now)
 		}
 		r.steps.finish(res, now)
 		r.closed = true
@@ -218,15 +246,36 @@ func (r *reporter) remove(ctx context.Context, j *batchv1.Job) (bool, error) {
 // one request of hundreds of megabytes).
 const maxBatch = 5000
 
-// update sends Gitea the rows it does not hold, in calls of at most
-// maxBatch rows, the last with no_more when final, then every step's
-// state, with the result and the outputs when result is set; it returns
-// the task's result as Gitea holds it.
+// update sends Gitea the rows it does not hold (sendLog), then every
+// step's state, with the result and the outputs when result is set; it
+// returns the task's result as Gitea holds it.
 func (r *reporter) update(ctx context.Context, result *runnerv1.Result, final bool) (runnerv1.Result, error) {
+	if err := r.sendLog(ctx, final); err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	state := &runnerv1.TaskState{Id: r.rec.Task, Steps: r.steps.snapshot()}
+	var outputs map[string]string
+	if result != nil {
+		state.Result = *result
+		state.StoppedAt = stamp(r.s.clock.Now())
+		outputs = r.steps.outputs
+	}
+	r.mu.Unlock()
+	res, err := r.s.opts.Client.UpdateTask(ctx, state, outputs)
+	if err != nil {
+		return 0, err
+	}
+	return res.GetState().GetResult(), nil
+}
+
+// sendLog sends Gitea the rows it does not hold, in calls of at most
+// maxBatch rows and maxBatchBytes, the last with no_more when final.
+func (r *reporter) sendLog(ctx context.Context, final bool) error {
 	for {
 		r.mu.Lock()
 		index := r.ack
-		rows := r.steps.pending(index, maxBatch)
+		rows := r.steps.pending(index, maxBatch, maxBatchBytes)
 		last := index+int64(len(rows)) >= r.steps.count()
 		r.mu.Unlock()
 		if len(rows) == 0 && !final {
@@ -248,32 +297,25 @@ func (r *reporter) update(ctx context.Context, result *runnerv1.Result, final bo
 			break
 		}
 		if err != nil {
-			return 0, err
+			return err
 		}
 		r.mu.Lock()
 		r.ack = ack
 		r.steps.drop(ack)
 		r.mu.Unlock()
+		if ack > index {
+			select {
+			case r.room <- struct{}{}:
+			default:
+			}
+		}
 		if last || ack <= index {
 			// All sent, or Gitea took none (it answers its own count for
 			// a gap): the next update goes on from its answer.
-			break
+			return nil
 		}
 	}
-	r.mu.Lock()
-	state := &runnerv1.TaskState{Id: r.rec.Task, Steps: r.steps.snapshot()}
-	var outputs map[string]string
-	if result != nil {
-		state.Result = *result
-		state.StoppedAt = stamp(r.s.clock.Now())
-		outputs = r.steps.outputs
-	}
-	r.mu.Unlock()
-	res, err := r.s.opts.Client.UpdateTask(ctx, state, outputs)
-	if err != nil {
-		return 0, err
-	}
-	return res.GetState().GetResult(), nil
+	return nil
 }
 
 // follow starts reading the pod's log, unless it is read or was read to
@@ -302,6 +344,9 @@ func (r *reporter) follow(ctx context.Context, j *batchv1.Job) {
 		r.following = false
 		r.ended = r.ended || err == nil
 		r.mu.Unlock()
+		if err == nil {
+			r.flushNow()
+		}
 		if err != nil && ctx.Err() == nil {
 			r.log.V(1).Info("reading the runner's log; trying again", "pod", pod, "error", err.Error())
 		}
@@ -319,16 +364,43 @@ func (r *reporter) read(ctx context.Context, pod string) error {
 	r.mu.Lock()
 	skip := r.lines
 	r.mu.Unlock()
-	return readLines(rc, func(line string) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
+	return readLines(rc, func(line string) error {
 		if skip > 0 {
 			skip--
-			return
+			return nil
+		}
+		r.mu.Lock()
+		if r.closed {
+			// The report's end is made: what the log says later is not
+			// the job's (a log that did not end in time).
+			r.mu.Unlock()
+			return nil
 		}
 		r.lines++
 		r.steps.add(line, r.s.clock.Now())
+		held := r.steps.size
+		r.mu.Unlock()
+		for held > maxHeld {
+			r.flushNow()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-r.room:
+			}
+			r.mu.Lock()
+			held = r.steps.size
+			r.mu.Unlock()
+		}
+		return nil
 	})
+}
+
+// flushNow asks for the rows read to be sent now.
+func (r *reporter) flushNow() {
+	select {
+	case r.flush <- struct{}{}:
+	default:
+	}
 }
 
 // awaitLog waits, at most logWait, for the log to be read to its end.
@@ -341,16 +413,29 @@ func (r *reporter) awaitLog(ctx context.Context) {
 	}
 	t := r.s.clock.NewTimer(logWait)
 	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C():
-		r.log.Info("the runner's log did not end in time; reporting what was read")
-	case <-ctx.Done():
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C():
+			r.log.Info("the runner's log did not end in time; reporting what was read")
+			return
+		case <-ctx.Done():
+			return
+		case <-r.flush:
+			// The reader waits for Gitea to take rows: send them, and wait
+			// for the log's end as long again.
+			if err := r.sendLog(ctx, false); err != nil {
+				r.log.Error(err, "sending the task's log to gitea")
+			}
+			t.Reset(logWait)
+		}
 	}
 }
 
-// readLines calls line for each line of rd, each cut at maxRow.
-func readLines(rd io.Reader, line func(string)) error {
+// readLines calls line for each line of rd, each cut at maxRow, until
+// line returns an error.
+func readLines(rd io.Reader, line func(string) error) error {
 	br := bufio.NewReaderSize(rd, 64*1024)
 	var buf []byte
 	for {
@@ -366,7 +451,9 @@ func readLines(rd io.Reader, line func(string)) error {
 			if n := len(s); n > 0 && s[n-1] == '\n' {
 				s = s[:n-1]
 			}
-			line(s)
+			if err := line(s); err != nil {
+				return err
+			}
 			buf = buf[:0]
 		}
 		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {

@@ -46,6 +46,8 @@ type taskServer struct {
 	gone bool
 	// batches are the row counts of the UpdateLog calls.
 	batches []int
+	// onLog, when set, is called with each UpdateLog call's rows.
+	onLog func(rows []*runnerv1.LogRow)
 }
 
 var errGone = errors.New("rpc error: code = Internal desc = update task: resource does not exist")
@@ -59,6 +61,9 @@ func (s *taskServer) UpdateLog(_ context.Context, req *connect.Request[runnerv1.
 	ack := int64(len(s.rows))
 	m := req.Msg
 	s.batches = append(s.batches, len(m.Rows))
+	if s.onLog != nil {
+		s.onLog(m.Rows)
+	}
 	if len(m.Rows) == 0 || m.Index > ack || m.Index+int64(len(m.Rows)) <= ack {
 		return connect.NewResponse(&runnerv1.UpdateLogResponse{AckIndex: ack}), nil
 	}
@@ -302,5 +307,88 @@ func TestReportOfATaskGoneAtGitea(t *testing.T) {
 	}
 	if err := kube.Get(t.Context(), client.ObjectKeyFromObject(j), &batchv1.Job{}); err == nil {
 		t.Error("the Job of a task gone at Gitea is still there")
+	}
+}
+
+// TestReportHoldsABoundedLog: a job printing 18 MiB in long lines, faster
+// than Gitea takes them, does not grow the dispatcher: the log's reader
+// holds at most 4 MiB of rows Gitea does not hold (maxHeld, and one line
+// more) and waits for Gitea to take some, each UpdateLog call carries at
+// most maxBatchBytes, and every line reaches Gitea once, in order, both
+// while the Job runs (the rows sent as the reader fills, not at the next
+// report, an hour away) and once it is over.
+func TestReportHoldsABoundedLog(t *testing.T) {
+	const n = 300
+	var log strings.Builder
+	for i := range n {
+		fmt.Fprintf(&log, "%04d %s\n", i, strings.Repeat("x", 60<<10))
+	}
+	for _, running := range []bool{true, false} {
+		t.Run(map[bool]string{true: "running", false: "finished"}[running], func(t *testing.T) {
+			j, pod := finishedJob(t)
+			if running {
+				j.Status = batchv1.JobStatus{Active: 1}
+				pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+					Name: job.RunnerContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+				}}}
+			}
+			srv := &taskServer{outputs: map[string]string{}}
+			kube, c := reportFixture(t, srv, j, pod)
+			s := New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners",
+				ReportInterval: time.Hour, Logs: fileLogs(log.String())})
+			rec, err := readRecord(j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(j), log: s.log}
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			allIn := make(chan struct{})
+			var most, biggest, seen int
+			srv.onLog = func(rows []*runnerv1.LogRow) {
+				r.mu.Lock()
+				most = max(most, r.steps.size)
+				r.mu.Unlock()
+				size := 0
+				for _, row := range rows {
+					size += rowSize(row)
+				}
+				if len(rows) > 1 {
+					biggest = max(biggest, size)
+				}
+				if seen += len(rows); seen >= n && running {
+					// The rows are held once this call returns.
+					defer cancel()
+					close(allIn)
+				}
+			}
+			r.run(ctx)
+			if running {
+				select {
+				case <-allIn:
+				default:
+					t.Fatalf("the report ended with %d of %d lines at Gitea", seen, n)
+				}
+			} else if ctx.Err() != nil {
+				t.Fatal("the report did not end")
+			}
+			srv.mu.Lock()
+			defer srv.mu.Unlock()
+			if len(srv.rows) < n {
+				t.Fatalf("Gitea holds %d rows, want %d", len(srv.rows), n)
+			}
+			for i := range n {
+				if !strings.HasPrefix(srv.rows[i], fmt.Sprintf("%04d x", i)) {
+					t.Fatalf("row %d is %.10q", i, srv.rows[i])
+				}
+			}
+			// 4 MiB as docs/gitea.md says, and the line read past it.
+			if limit := 4<<20 + maxRow + rowOverhead; most > limit {
+				t.Errorf("the reporter held %d bytes of rows Gitea did not hold, more than %d", most, limit)
+			}
+			if biggest > maxBatchBytes {
+				t.Errorf("an UpdateLog call of %d bytes of rows, more than %d", biggest, maxBatchBytes)
+			}
+		})
 	}
 }

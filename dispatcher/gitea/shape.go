@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/internal/contract"
 	"github.com/runwarden/runwarden/internal/steps"
 )
 
@@ -81,6 +82,12 @@ func PodTemplate(tmpl corev1.PodTemplateSpec, stepsImage string) (corev1.PodTemp
 // task's Secret, never the Job).
 func Task(id int64, namespace string, j *Job, plan steps.Plan) (job.Task, error) {
 	plan.Workspace = Workspace
+	plan.MaskEnv = nil
+	for _, k := range slices.Sorted(maps.Keys(j.ContainerEnv)) {
+		if contract.HasSecretRef(j.ContainerEnv[k]) {
+			plan.MaskEnv = append(plan.MaskEnv, k)
+		}
+	}
 	b, err := json.Marshal(plan)
 	if err != nil {
 		return job.Task{}, err
@@ -88,9 +95,16 @@ func Task(id int64, namespace string, j *Job, plan steps.Plan) (job.Task, error)
 	t := job.Task{
 		ID: taskID(id), Namespace: namespace, Image: j.Image,
 		SourceSecretEnv: map[string]string{PlanEnv: string(b)},
+		RepoURL:         jobRepoURL(plan.Context),
 	}
+	untrusted := untrustedPullRequest(plan.Context)
 	for _, k := range slices.Sorted(maps.Keys(j.ContainerEnv)) {
-		t.Env = append(t.Env, corev1.EnvVar{Name: k, Value: j.ContainerEnv[k]})
+		v := j.ContainerEnv[k]
+		if untrusted != "" && contract.HasSecretRef(v) {
+			return job.Task{}, &Refusal{Step: -1, Reason: fmt.Sprintf(
+				"jobs.%s.container.env.%s: a secret reference in a job of %s is refused: Gitea gives such a job no secrets, and runwarden none either (pull_request_target runs the base's workflow with them)", plan.Job, k, untrusted)}
+		}
+		t.Env = append(t.Env, corev1.EnvVar{Name: k, Value: v})
 	}
 	secs, err := j.Timeout()
 	if err != nil {
@@ -100,4 +114,50 @@ func Task(id int64, namespace string, j *Job, plan steps.Plan) (job.Task, error)
 		t.ActiveDeadlineSeconds = &secs
 	}
 	return t, nil
+}
+
+// jobRepoURL is the job's repository as its checkout clones it, from the
+// github context Gitea gave (its server_url and repository): the Job's
+// runwarden.dev/repo-url, which --repo-allow and the platform's policies
+// (gitURLAllowList, and any rule of theirs on the annotation) check as
+// they do every source's task.
+func jobRepoURL(ctx map[string]any) string {
+	server, _ := ctx["server_url"].(string)
+	repo, _ := ctx["repository"].(string)
+	if server == "" || repo == "" {
+		return ""
+	}
+	return steps.RepoURL(server, repo)
+}
+
+// untrustedPullRequest names the pull request a job runs for when Gitea
+// would give it no secrets ("" for any other job): one from a fork, one
+// pushed by AGit flow (anyone who may read the repository may), or a
+// comment's (whose payload does not say where the pull request's head
+// is). Gitea keeps the pull request's flow to itself; the event's payload
+// tells a pull request from a branch of the same repository (its head's
+// repository the base's, and a head branch named), which is trusted as a
+// push to that repository is. pull_request_target runs the base's
+// workflow and is given secrets.
+func untrustedPullRequest(ctx map[string]any) string {
+	if ctx["event_name"] == "pull_request_target" {
+		return ""
+	}
+	ev, _ := ctx["event"].(map[string]any)
+	pr, ok := ev["pull_request"].(map[string]any)
+	if !ok {
+		if ev["is_pull"] == true {
+			return "a comment on a pull request"
+		}
+		return ""
+	}
+	head, _ := pr["head"].(map[string]any)
+	base, _ := pr["base"].(map[string]any)
+	headRepo, _ := head["repo_id"].(float64)
+	baseRepo, _ := base["repo_id"].(float64)
+	label, _ := head["label"].(string)
+	if headRepo == 0 || headRepo != baseRepo || label == "" {
+		return "a pull request from a fork or by AGit flow"
+	}
+	return ""
 }

@@ -2,12 +2,15 @@ package gitea
 
 import (
 	"encoding/json"
+	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/internal/steps"
 )
 
 func TestJobOfAGiteaTask(t *testing.T) {
@@ -23,6 +26,7 @@ func TestJobOfAGiteaTask(t *testing.T) {
 	plan := j.Plan
 	plan.Secrets = map[string]string{"TOKEN": "very-secret-token"}
 	plan.Marker = "::m::"
+	plan.Context = map[string]any{"server_url": "https://gitea.example/", "repository": "org/infra", "event_name": "push"}
 	task, err := Task(42, "runners", j, plan)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +74,64 @@ func TestJobOfAGiteaTask(t *testing.T) {
 	if !strings.Contains(built.Name, "gitea-42") && built.Name != job.Name("gitea-42") {
 		t.Errorf("Job name %q is not the task's", built.Name)
 	}
+	if got := built.Spec.Template.Annotations[job.AnnotationRepoURL]; got != "https://gitea.example/org/infra.git" {
+		t.Errorf("the runner pod's %s is %q, want the job's repository as its checkout clones it", job.AnnotationRepoURL, got)
+	}
+	// The platform's --repo-allow holds for Gitea's jobs as for every
+	// source's.
+	opts.RepoAllowList = []*regexp.Regexp{regexp.MustCompile(`^https://gitea\.example/platform/`)}
+	if _, _, err := job.Build(task, opts); !errors.Is(err, job.ErrRepoNotAllowed) {
+		t.Errorf("a job of a repository --repo-allow does not name: %v, want %v", err, job.ErrRepoNotAllowed)
+	}
 	if _, err := PodTemplate(corev1.PodTemplateSpec{}, "img"); err == nil {
 		t.Error("a template without the runner container was shaped")
+	}
+}
+
+// TestSecretReferencesOfUntrustedPullRequests: a job Gitea gives no
+// secrets (a pull request's from a fork, by AGit flow, or a comment's on a
+// pull request) gets no secret reference resolved either: its
+// container.env reference is refused before any Job. A push, a pull request
+// from a branch of the same repository and pull_request_target keep theirs.
+func TestSecretReferencesOfUntrustedPullRequests(t *testing.T) {
+	pr := func(headRepo, baseRepo float64, label string) map[string]any {
+		return map[string]any{"pull_request": map[string]any{
+			"head": map[string]any{"repo_id": headRepo, "label": label},
+			"base": map[string]any{"repo_id": baseRepo, "label": "main"},
+		}}
+	}
+	for _, tc := range []struct {
+		name    string
+		event   string
+		payload map[string]any
+		refused bool
+	}{
+		{"a push", "push", map[string]any{"ref": "refs/heads/main"}, false},
+		{"a pull request from a branch of the repository", "pull_request", pr(7, 7, "feature"), false},
+		{"a pull request from a fork", "pull_request", pr(9, 7, "feature"), true},
+		{"a pull request by AGit flow", "pull_request", pr(7, 7, ""), true},
+		{"a pull request's review from a fork", "pull_request_review_approved", pr(9, 7, "feature"), true},
+		{"a pull request without its head's repository", "pull_request", map[string]any{"pull_request": map[string]any{"base": map[string]any{"repo_id": 7.0}}}, true},
+		{"pull_request_target from a fork", "pull_request_target", pr(9, 7, "feature"), false},
+		{"a comment on a pull request", "issue_comment", map[string]any{"is_pull": true, "issue": map[string]any{"number": 3.0}}, true},
+		{"a comment on an issue", "issue_comment", map[string]any{"is_pull": false, "issue": map[string]any{"number": 4.0}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := &Job{ContainerEnv: map[string]string{"PLAIN": "x", "DB": "postgres://app:${vault:secret/db.password@team-a}@db"}}
+			plan := steps.Plan{Job: "apply", Context: map[string]any{"event_name": tc.event, "event": tc.payload}}
+			_, err := Task(1, "runners", j, plan)
+			var r *Refusal
+			if got := errors.As(err, &r); got != tc.refused {
+				t.Fatalf("refused %v (%v), want %v", got, err, tc.refused)
+			}
+			if tc.refused && (!strings.Contains(r.Reason, "jobs.apply.container.env.DB: a secret reference") || r.Step != -1) {
+				t.Errorf("refusal %q", r.Reason)
+			}
+			// Without a reference, the same job runs.
+			delete(j.ContainerEnv, "DB")
+			if _, err := Task(1, "runners", j, plan); err != nil {
+				t.Errorf("the job without a secret reference: %v", err)
+			}
+		})
 	}
 }

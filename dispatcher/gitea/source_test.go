@@ -54,7 +54,7 @@ func TestReadLines(t *testing.T) {
 	long := strings.Repeat("x", maxRow+100)
 	in := "one\n" + long + "\n\nlast without newline"
 	var got []string
-	if err := readLines(io.MultiReader(strings.NewReader(in[:10]), strings.NewReader(in[10:])), func(l string) { got = append(got, l) }); err != nil {
+	if err := readLines(io.MultiReader(strings.NewReader(in[:10]), strings.NewReader(in[10:])), func(l string) error { got = append(got, l); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 4 || got[0] != "one" || got[1] != long[:maxRow] || got[2] != "" || got[3] != "last without newline" {

@@ -26,13 +26,20 @@ type stepLog struct {
 	marker string
 	// rows are the log's rows from index base on: those before it Gitea
 	// holds, and they are not kept (a job may print millions).
-	rows    []*runnerv1.LogRow
-	base    int64
+	rows []*runnerv1.LogRow
+	base int64
+	// size is the bytes the rows take (rowSize each).
+	size    int
 	steps   []*runnerv1.StepState
 	outputs map[string]string
-	// result is the job's result as its last marker says ("" before it).
-	result string
 }
+
+// rowOverhead is what a row takes beside its content (the row, its
+// timestamp and the pointer to it), so that a log of empty lines counts
+// too.
+const rowOverhead = 96
+
+func rowSize(r *runnerv1.LogRow) int { return len(r.GetContent()) + rowOverhead }
 
 func newStepLog(marker string, n int) *stepLog {
 	l := &stepLog{marker: marker, steps: make([]*runnerv1.StepState, n), outputs: map[string]string{}}
@@ -50,10 +57,17 @@ func (l *stepLog) add(line string, t time.Time) {
 			return
 		}
 	}
-	if len(line) > maxRow {
-		line = line[:maxRow]
+	l.addRow(line, t)
+}
+
+// addRow adds a row of content, cut at maxRow.
+func (l *stepLog) addRow(content string, t time.Time) {
+	if len(content) > maxRow {
+		content = content[:maxRow]
 	}
-	l.rows = append(l.rows, &runnerv1.LogRow{Time: timestamppb.New(t), Content: line})
+	r := &runnerv1.LogRow{Time: timestamppb.New(t), Content: content}
+	l.rows = append(l.rows, r)
+	l.size += rowSize(r)
 }
 
 // event applies a marker; false when it names no step of the job (then
@@ -82,7 +96,7 @@ func (l *stepLog) event(e steps.Event, t time.Time) bool {
 		}
 		return true
 	case "job":
-		l.result = e.Result
+		// The job's result is the pod's exit code, read from its status.
 		return true
 	}
 	return false
@@ -115,13 +129,22 @@ func (l *stepLog) finish(r runnerv1.Result, t time.Time) {
 // count is how many rows the log has had.
 func (l *stepLog) count() int64 { return l.base + int64(len(l.rows)) }
 
-// pending is up to n rows from index from on.
-func (l *stepLog) pending(from int64, n int) []*runnerv1.LogRow {
-	i := max(from-l.base, 0)
-	if i >= int64(len(l.rows)) {
+// pending is the rows from index from on, at most n and, but for the
+// first, at most bytes of them.
+func (l *stepLog) pending(from int64, n, bytes int) []*runnerv1.LogRow {
+	i := int(max(from-l.base, 0))
+	if i >= len(l.rows) {
 		return nil
 	}
-	return l.rows[i:min(i+int64(n), int64(len(l.rows)))]
+	end, size := i, 0
+	for end < len(l.rows) && end-i < n {
+		size += rowSize(l.rows[end])
+		if end > i && size > bytes {
+			break
+		}
+		end++
+	}
+	return l.rows[i:end]
 }
 
 // drop forgets the rows before index to, which Gitea holds.
@@ -129,6 +152,9 @@ func (l *stepLog) drop(to int64) {
 	k := min(max(to-l.base, 0), int64(len(l.rows)))
 	if k == 0 {
 		return
+	}
+	for _, r := range l.rows[:k] {
+		l.size -= rowSize(r)
 	}
 	l.rows = append([]*runnerv1.LogRow(nil), l.rows[k:]...)
 	l.base += k

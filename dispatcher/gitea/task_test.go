@@ -37,6 +37,14 @@ func TestPlanFor(t *testing.T) {
 	if ok, err := steps.JobRuns(&p); err != nil || !ok {
 		t.Errorf("JobRuns = %v, %v; want the failure() job to run after a failed need", ok, err)
 	}
+	// The job's if: runs in the dispatcher without the secrets context
+	// (GitHub's jobs.<id>.if has none): it cannot read a secret, nor put
+	// one in an error the dispatcher logs.
+	p.Secrets["GITEA_TOKEN"] = "s3cr3t-v4lue"
+	p.If = "secrets.GITEA_TOKEN == 's3cr3t-v4lue'"
+	if ok, err := steps.JobRuns(&p); err != nil || ok {
+		t.Errorf("JobRuns = %v, %v; want false: no secrets at the job's level", ok, err)
+	}
 }
 
 func TestTemplate(t *testing.T) {

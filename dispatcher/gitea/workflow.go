@@ -78,6 +78,13 @@ func ReadJob(payload []byte) (*Job, error) {
 		case strings.Contains(c.Image, "${{"):
 			return nil, refuseJob("jobs.%s.container.image %q: an expression in the image is not supported; name the image", id, c.Image)
 		}
+		for _, k := range slices.Sorted(maps.Keys(c.Env)) {
+			if strings.Contains(c.Env[k], "${{") {
+				// The runner container's env is set as written: an
+				// expression there would be taken literally.
+				return nil, refuseJob("jobs.%s.container.env.%s: an expression is not supported in the container's env, which is set as written; use the job's or a step's env", id, k)
+			}
+		}
 		j.Image, j.ContainerEnv = c.Image, c.Env
 	}
 	env := maps.Clone(wf.Env)
@@ -97,6 +104,9 @@ func ReadJob(payload []byte) (*Job, error) {
 	}
 	if len(mj.Steps) == 0 {
 		return nil, refuseJob("jobs.%s has no steps", id)
+	}
+	if len(mj.Steps) > maxSteps {
+		return nil, refuseJob("jobs.%s has %d steps; runwarden runs at most %d in a job", id, len(mj.Steps), maxSteps)
 	}
 	for i, ms := range mj.Steps {
 		st, err := readStep(i, ms)
@@ -138,7 +148,7 @@ func readStep(i int, ms *model.Step) (steps.Step, error) {
 			switch k {
 			case "repository", "ref", "path", "token", "fetch-depth", "persist-credentials", "clean":
 			default:
-				return st, refuse("uses: %s with %s: not supported; runwarden's checkout takes repository, ref, path and token", ms.Uses, k)
+				return st, refuse("uses: %s with %s: not supported; runwarden's checkout takes repository, ref, path and token (and accepts fetch-depth, persist-credentials and clean: it always clones the ref's whole history, keeps no credentials and starts in a new workspace)", ms.Uses, k)
 			}
 		}
 		st.Checkout = &steps.Checkout{Repository: ms.With["repository"], Ref: ms.With["ref"], Path: ms.With["path"], Token: ms.With["token"]}
@@ -175,8 +185,11 @@ func (j *Job) Timeout() (int64, error) {
 		return 0, nil
 	}
 	m, err := strconv.ParseFloat(v, 64)
-	if err != nil || m <= 0 {
-		return 0, fmt.Errorf("the job's timeout-minutes %q: want a number of minutes above 0", v)
+	if err != nil || !(m > 0) || m > maxTimeoutMinutes {
+		return 0, fmt.Errorf("the job's timeout-minutes %q: want a number of minutes above 0 and at most %d", v, maxTimeoutMinutes)
 	}
-	return int64(m * 60), nil
+	return max(int64(m*60), 1), nil
 }
+
+// maxTimeoutMinutes bounds a job's timeout-minutes: a year.
+const maxTimeoutMinutes = 366 * 24 * 60

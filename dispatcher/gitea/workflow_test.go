@@ -2,6 +2,7 @@ package gitea
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -95,7 +96,9 @@ func TestReadJobRefuses(t *testing.T) {
 		{"container options", "container:\n  image: alpine\n  options: --privileged\nsteps:\n  - run: true\n", "container.options: not supported", -1},
 		{"container volumes", "container:\n  image: alpine\n  volumes: [/var/run/docker.sock:/var/run/docker.sock]\nsteps:\n  - run: true\n", "ports and volumes: not supported", -1},
 		{"an image expression", "container: ${{ vars.IMAGE }}\nsteps:\n  - run: true\n", "an expression in the image is not supported", -1},
+		{"an expression in the container's env", "container:\n  image: alpine\n  env:\n    TOKEN: ${{ secrets.TOKEN }}\nsteps:\n  - run: true\n", "container.env.TOKEN: an expression is not supported", -1},
 		{"no steps", "steps: []\n", "jobs.j has no steps", -1},
+		{"more steps than a record holds", "steps:\n" + strings.Repeat("  - run: true\n", maxSteps+1), fmt.Sprintf("jobs.j has %d steps; runwarden runs at most %d", maxSteps+1, maxSteps), -1},
 		{"a step with nothing", "steps:\n  - name: empty\n", "step 1 (empty): has neither run: nor uses:", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,6 +121,22 @@ func TestReadJobRefuses(t *testing.T) {
 		var r *Refusal
 		if _, err := ReadJob([]byte(payload)); !errors.As(err, &r) {
 			t.Errorf("%s: error %v, want a refusal", name, err)
+		}
+	}
+}
+
+// TestTimeout: a job's timeout-minutes is its Job's deadline in whole
+// seconds, at least one; what is not a number of minutes above 0, or is
+// past a year, is refused rather than taken for no deadline.
+func TestTimeout(t *testing.T) {
+	for v, want := range map[string]int64{"": 0, "30": 1800, "1.5": 90, "0.001": 1, "527040": 527040 * 60} {
+		if got, err := (&Job{TimeoutMinutes: v}).Timeout(); err != nil || got != want {
+			t.Errorf("timeout-minutes %q: %d, %v; want %d", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"0", "-5", "NaN", "Inf", "+Inf", "1e300", "527041", "soon", "${{ vars.T }}"} {
+		if got, err := (&Job{TimeoutMinutes: v}).Timeout(); err == nil {
+			t.Errorf("timeout-minutes %q: %d seconds, want refused", v, got)
 		}
 	}
 }

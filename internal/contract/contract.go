@@ -5,6 +5,8 @@
 // Each is defined here once; both programs import it.
 package contract
 
+import "strings"
+
 // Prefix begins every label and annotation runwarden writes.
 const Prefix = "runwarden.dev/"
 
@@ -39,3 +41,19 @@ const (
 	// AnnotationWarnings are the policies' warnings, joined by "; ".
 	AnnotationWarnings = "runwarden.dev/warnings"
 )
+
+// SecretRefStores are the stores a secret reference in a runner pod's env
+// names: "${<store>:" begins a reference ("${vault:secret/db.password@team-a}"),
+// which the webhook reads and runwarden's resolver resolves in the pod.
+var SecretRefStores = []string{"ssm", "gcp", "azure", "vault"}
+
+// HasSecretRef tells whether value holds the start of a secret reference
+// (well formed or not: the webhook refuses a malformed one).
+func HasSecretRef(value string) bool {
+	for _, s := range SecretRefStores {
+		if strings.Contains(value, "${"+s+":") {
+			return true
+		}
+	}
+	return false
+}

@@ -32,11 +32,17 @@ type CloneOptions struct {
 	Token string
 }
 
+// RepoURL is the git URL of repository (owner/name) on the forge at
+// server (github.server_url).
+func RepoURL(server, repository string) string {
+	return strings.TrimSuffix(server, "/") + "/" + repository + ".git"
+}
+
 // Clone clones a repository as actions/checkout does for a job: the ref's
 // history into Dir, then the commit checked out. It runs in the runner pod
 // with go-git, so the job's image needs no git.
 func Clone(ctx context.Context, o CloneOptions, out io.Writer) error {
-	url := strings.TrimSuffix(o.Server, "/") + "/" + o.Repository + ".git"
+	url := RepoURL(o.Server, o.Repository)
 	opts := &git.CloneOptions{URL: url, Progress: nil, Tags: git.NoTags}
 	if o.Token != "" {
 		opts.Auth = &githttp.BasicAuth{Username: "runwarden", Password: o.Token}

@@ -91,13 +91,17 @@ func nonNil(m map[string]string) map[string]string {
 
 // JobRuns evaluates plan's job-level if: (success() by default: every
 // needed job succeeded), as the job's runner must before it runs any step;
-// false is a skipped job.
+// false is a skipped job. It reads github, needs, vars and env, never
+// secrets.
 func JobRuns(plan *Plan) (bool, error) {
 	c, err := newContexts(plan)
 	if err != nil {
 		return false, err
 	}
 	c.env.Env = nonNil(plan.Env)
+	// As in GitHub's jobs.<id>.if, the secrets context is not there: this
+	// runs in the dispatcher, whose log would show an expression's error.
+	c.env.Secrets = map[string]string{}
 	ok, err := condition(c.env, c.config(levelJob, plan.workspace()), plan.If)
 	if err != nil {
 		return false, fmt.Errorf("the job's if: %w", err)

@@ -45,6 +45,10 @@ type Plan struct {
 	// Workspace is the folder the steps run in by default, and checkouts
 	// go to. Default: /workspace.
 	Workspace string `json:"workspace,omitempty"`
+	// MaskEnv names the variables of the container's environment whose
+	// values are secrets (its secret references, resolved in the pod):
+	// masked in the log as the secrets are.
+	MaskEnv []string `json:"maskEnv,omitempty"`
 }
 
 // Defaults are a job's defaults for its run: steps.

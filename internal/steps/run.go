@@ -61,6 +61,8 @@ type Runner struct {
 	mu sync.Mutex
 	// midLine: the last output did not end its line.
 	midLine bool
+	// masks is what Out goes through once Run started.
+	masks *masker
 }
 
 // Run runs the job's steps and returns its result (Success, Failure or
@@ -76,6 +78,22 @@ func (r *Runner) Run(ctx context.Context) (string, error) {
 	if r.Environ == nil {
 		r.Environ = os.Environ()
 	}
+	// Everything the job's log gets goes through the masker, in order.
+	m := newMasker(r.Out)
+	for _, v := range plan.Secrets {
+		m.add(v)
+	}
+	for _, kv := range r.Environ {
+		if k, v, _ := strings.Cut(kv, "="); slices.Contains(plan.MaskEnv, k) {
+			m.add(v)
+		}
+	}
+	r.Out, r.masks = m, m
+	defer func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		_ = m.Flush()
+	}()
 	if r.Checkout == nil {
 		r.Checkout = Clone
 	}
@@ -109,6 +127,11 @@ func (r *Runner) Run(ctx context.Context) (string, error) {
 		v, err := interpolate(c.env, c.config(levelJob, ws), plan.Outputs[name])
 		if err != nil {
 			r.say(fmt.Sprintf("the job's output %s: %v", name, err))
+			continue
+		}
+		if r.holdsSecret(v) {
+			// As Gitea's runner: an output is not a way out for a secret.
+			r.say(fmt.Sprintf("the job's output %s holds a secret; left out", name))
 			continue
 		}
 		outputs[name] = v
@@ -454,6 +477,13 @@ func firstOf(vals ...string) string {
 		}
 	}
 	return ""
+}
+
+// holdsSecret tells whether v holds a value the log masks.
+func (r *Runner) holdsSecret(v string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.masks != nil && r.masks.holds(v)
 }
 
 // mark writes a marker line.

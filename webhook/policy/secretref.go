@@ -6,11 +6,13 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // The forms of a secret reference, with what each part may hold.
 var (
-	refStart   = regexp.MustCompile(`\$\{(ssm|gcp|azure|vault):`)
+	refStart   = regexp.MustCompile(`\$\{(` + strings.Join(contract.SecretRefStores, "|") + `):`)
 	ssmID      = regexp.MustCompile(`^[A-Za-z0-9/_+=.@:-]+$`)
 	gcpID      = regexp.MustCompile(`^[A-Za-z0-9/_.-]{1,255}$`)
 	azureName  = regexp.MustCompile(`^[A-Za-z0-9-]{1,127}$`)

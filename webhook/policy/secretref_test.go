@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 func TestParseSecretRef(t *testing.T) {
@@ -114,4 +116,18 @@ func FuzzParseSecretRef(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestHasSecretRefAgreesWithTheWebhook: contract.HasSecretRef, which the
+// dispatcher's Gitea source uses to find a job's secret references, finds
+// one exactly where the webhook parses one, well formed or not.
+func TestHasSecretRefAgreesWithTheWebhook(t *testing.T) {
+	for _, v := range []string{
+		"", "plain", "$vault:x", "{vault:x}", "${VAULT:x}", "${env:HOME}", "$${vault", "${vault}",
+		"${vault:secret/db.password@team-a}", "pre ${ssm:/p/x} post", "${gcp:x", "${azure:n@v}", "a${vault:", "${{ secrets.X }}",
+	} {
+		if got, want := contract.HasSecretRef(v), len(ParseSecretRef("c", "E", v)) > 0; got != want {
+			t.Errorf("%q: HasSecretRef %v, the webhook parses a reference: %v", v, got, want)
+		}
+	}
 }
