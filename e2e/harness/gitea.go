@@ -282,6 +282,36 @@ func (s *Gitea) PutFiles(ctx context.Context, repo string, files map[string]stri
 	}, nil)
 }
 
+// CreateOrg creates an organization the admin owns.
+func (s *Gitea) CreateOrg(ctx context.Context, name string) error {
+	return s.API(ctx, http.MethodPost, "orgs", map[string]any{"username": name}, nil)
+}
+
+// Fork forks the admin's repository into the organization org.
+func (s *Gitea) Fork(ctx context.Context, repo, org string) error {
+	return s.API(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/forks", s.Admin, repo), map[string]any{"organization": org}, nil)
+}
+
+// PutFilesOn commits files to a new branch of owner's repository, made
+// from its main branch.
+func (s *Gitea) PutFilesOn(ctx context.Context, owner, repo, branch string, files map[string]string) error {
+	var ops []map[string]any
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		ops = append(ops, map[string]any{"operation": "create", "path": p, "content": base64.StdEncoding.EncodeToString([]byte(files[p]))})
+	}
+	return s.API(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/contents", owner, repo), map[string]any{
+		"files": ops, "message": "change on " + branch, "branch": "main", "new_branch": branch,
+	}, nil)
+}
+
+// OpenPull opens a pull request on the admin's repository from head
+// ("branch", or "owner:branch" of a fork) into its main branch.
+func (s *Gitea) OpenPull(ctx context.Context, repo, head string) error {
+	return s.API(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/pulls", s.Admin, repo), map[string]any{
+		"head": head, "base": "main", "title": "change from " + head,
+	}, nil)
+}
+
 // SetSecret sets an Actions secret of the admin's repository.
 func (s *Gitea) SetSecret(ctx context.Context, repo, name, value string) error {
 	return s.API(ctx, http.MethodPut, fmt.Sprintf("repos/%s/%s/actions/secrets/%s", s.Admin, repo, name), map[string]any{"data": value}, nil)
