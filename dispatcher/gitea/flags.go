@@ -32,6 +32,7 @@ type Config struct {
 	caFile       string
 	fetchEvery   time.Duration
 	reportEvery  time.Duration
+	forkPulls    string
 	parsedLabels []string
 	identityKey  types.NamespacedName
 	// templates are --gitea-template's, label to NAMESPACE/NAME.
@@ -58,6 +59,7 @@ func (c *Config) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.caFile, "gitea-ca", "", "PEM bundle of CAs trusted for Gitea, besides the system's")
 	fs.DurationVar(&c.fetchEvery, "gitea-fetch-interval", 2*time.Second, "how often Gitea is asked for a job while a slot is free")
 	fs.DurationVar(&c.reportEvery, "gitea-report-interval", 3*time.Second, "how often a job's log and steps are sent to Gitea, which is when a cancel there is seen")
+	fs.StringVar(&c.forkPulls, "gitea-fork-pull-requests", ForkPullsRefuse, "jobs of pull requests from forks (or by AGit flow, or of comments on pull requests), which Gitea gives no secrets: refuse (failed with the reason, no pod: their code would run in a runner pod with the platform's identity and template) or run (without secret references)")
 }
 
 // addTemplate reads one --gitea-template.
@@ -123,6 +125,8 @@ func (c *Config) Check(s runner.Shared) error {
 		return fmt.Errorf("--gitea-fetch-interval %s: must be at least 100ms", c.fetchEvery)
 	case c.reportEvery < 100*time.Millisecond || c.reportEvery > time.Minute:
 		return fmt.Errorf("--gitea-report-interval %s: must be between 100ms and 1m (Gitea fails a job without word for ten minutes)", c.reportEvery)
+	case c.forkPulls != ForkPullsRefuse && c.forkPulls != ForkPullsRun:
+		return fmt.Errorf("--gitea-fork-pull-requests %q: want %s or %s", c.forkPulls, ForkPullsRefuse, ForkPullsRun)
 	}
 	ns, name, ok := strings.Cut(c.identity, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -190,7 +194,8 @@ func (c *Config) Setup(s runner.Setup) error {
 		Jobs: s.Jobs, StepsImage: c.stepsImage, Templates: c.templates, Namespace: s.Namespace, Labels: c.parsedLabels,
 		Identity: c.identityKey, RunnerName: name,
 		RegistrationToken: token, FetchInterval: c.fetchEvery, ReportInterval: c.reportEvery,
-		Logs: s.Logs, Recorder: s.Recorder,
+		RunForkPullRequests: c.forkPulls == ForkPullsRun,
+		Logs:                s.Logs, Recorder: s.Recorder,
 	})
 	return src.SetupWithManager(s.Manager)
 }

@@ -130,6 +130,12 @@ func jobRepoURL(ctx map[string]any) string {
 	return steps.RepoURL(server, repo)
 }
 
+// The values of --gitea-fork-pull-requests.
+const (
+	ForkPullsRefuse = "refuse"
+	ForkPullsRun    = "run"
+)
+
 // untrustedPullRequest names the pull request a job runs for when Gitea
 // would give it no secrets ("" for any other job): one from a fork, one
 // pushed by AGit flow (anyone who may read the repository may), or a

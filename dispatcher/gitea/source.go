@@ -69,6 +69,9 @@ type Options struct {
 	// Gitea, which is also when the dispatcher learns that the task was
 	// cancelled. Default: 3s.
 	ReportInterval time.Duration
+	// RunForkPullRequests runs the jobs of pull requests Gitea gives no
+	// secrets (untrustedPullRequest); without it they are refused.
+	RunForkPullRequests bool
 	// Logs reads the runner pods' logs. Required.
 	Logs runner.LogReader
 	// Recorder counts. Default: none.
@@ -350,6 +353,11 @@ func (s *Source) makeJob(ctx context.Context, task *runnerv1.Task) (made, bool) 
 		return made{}, false
 	}
 	plan := PlanFor(task, gj)
+	if why := untrustedPullRequest(plan.Context); why != "" && !s.opts.RunForkPullRequests {
+		s.refuse(ctx, task.GetId(), &Refusal{Step: -1, Reason: fmt.Sprintf(
+			"a job of %s is not run by this runner: its code would run in a runner pod with the platform's identity and template; the platform runs such jobs with --gitea-fork-pull-requests=run (chart: dispatcher.gitea.forkPullRequests)", why)})
+		return made{}, false
+	}
 	runs, err := steps.JobRuns(&plan)
 	if err != nil {
 		s.refuse(ctx, task.GetId(), &Refusal{Step: -1, Reason: "the job's if: " + err.Error()})

@@ -121,6 +121,7 @@ func TestConfigCheck(t *testing.T) {
 		{append(base, "--gitea-labels=tofu:docker://alpine"), "a label is a name"},
 		{append(base, "--gitea-url=ftp://gitea"), "want an http or https URL"},
 		{append(base, "--gitea-report-interval=2m"), "between 100ms and 1m"},
+		{append(base, "--gitea-fork-pull-requests=yes"), `--gitea-fork-pull-requests "yes": want refuse or run`},
 	} {
 		if _, err := parse(tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)

@@ -218,6 +218,17 @@ func (s *Gitea) webPost(ctx context.Context, c *http.Client, path, contentType, 
 // API calls Gitea's REST API (/api/v1/path) as the admin, sending in as
 // JSON and decoding the answer into out.
 func (s *Gitea) API(ctx context.Context, method, path string, in, out any) error {
+	return s.call(ctx, s.http, method, path, in, out)
+}
+
+// slowCall is API for a call Gitea may take minutes to answer on a loaded
+// machine (a fork, a pull request: Gitea reads the git history), bounded by
+// ctx alone.
+func (s *Gitea) slowCall(ctx context.Context, method, path string, in, out any) error {
+	return s.call(ctx, &http.Client{}, method, path, in, out)
+}
+
+func (s *Gitea) call(ctx context.Context, c *http.Client, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -234,7 +245,7 @@ func (s *Gitea) API(ctx context.Context, method, path string, in, out any) error
 	if s.Token != "" {
 		req.Header.Set("Authorization", "token "+s.Token)
 	}
-	resp, err := s.http.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
@@ -289,7 +300,7 @@ func (s *Gitea) CreateOrg(ctx context.Context, name string) error {
 
 // Fork forks the admin's repository into the organization org.
 func (s *Gitea) Fork(ctx context.Context, repo, org string) error {
-	return s.API(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/forks", s.Admin, repo), map[string]any{"organization": org}, nil)
+	return s.slowCall(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/forks", s.Admin, repo), map[string]any{"organization": org}, nil)
 }
 
 // PutFilesOn commits files to a new branch of owner's repository, made
@@ -299,7 +310,7 @@ func (s *Gitea) PutFilesOn(ctx context.Context, owner, repo, branch string, file
 	for _, p := range slices.Sorted(maps.Keys(files)) {
 		ops = append(ops, map[string]any{"operation": "create", "path": p, "content": base64.StdEncoding.EncodeToString([]byte(files[p]))})
 	}
-	return s.API(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/contents", owner, repo), map[string]any{
+	return s.slowCall(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/contents", owner, repo), map[string]any{
 		"files": ops, "message": "change on " + branch, "branch": "main", "new_branch": branch,
 	}, nil)
 }
@@ -307,7 +318,7 @@ func (s *Gitea) PutFilesOn(ctx context.Context, owner, repo, branch string, file
 // OpenPull opens a pull request on the admin's repository from head
 // ("branch", or "owner:branch" of a fork) into its main branch.
 func (s *Gitea) OpenPull(ctx context.Context, repo, head string) error {
-	return s.API(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/pulls", s.Admin, repo), map[string]any{
+	return s.slowCall(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/pulls", s.Admin, repo), map[string]any{
 		"head": head, "base": "main", "title": "change from " + head,
 	}, nil)
 }
