@@ -40,6 +40,12 @@ func TestPlanFor(t *testing.T) {
 	// The job's if: runs in the dispatcher without the secrets context
 	// (GitHub's jobs.<id>.if has none): it cannot read a secret, nor put
 	// one in an error the dispatcher logs.
+	// A job's if: nested past what the dispatcher parses is refused, not
+	// evaluated.
+	p.If = strings.Repeat("(", 100000) + "true" + strings.Repeat(")", 100000)
+	if _, err := steps.JobRuns(&p); err == nil || !strings.Contains(err.Error(), "at most 8192") {
+		t.Errorf("a job's if: of 200,004 bytes: %v, want refused", err)
+	}
 	p.Secrets["GITEA_TOKEN"] = "s3cr3t-v4lue"
 	p.If = "secrets.GITEA_TOKEN == 's3cr3t-v4lue'"
 	if ok, err := steps.JobRuns(&p); err != nil || ok {

@@ -89,11 +89,19 @@ func nonNil(m map[string]string) map[string]string {
 	return m
 }
 
+// maxJobIf bounds a job-level if:, which the dispatcher evaluates.
+const maxJobIf = 8 << 10
+
 // JobRuns evaluates plan's job-level if: (success() by default: every
 // needed job succeeded), as the job's runner must before it runs any step;
 // false is a skipped job. It reads github, needs, vars and env, never
 // secrets.
 func JobRuns(plan *Plan) (bool, error) {
+	if len(plan.If) > maxJobIf {
+		// The dispatcher evaluates it, and the parser recurses once per
+		// level of nesting.
+		return false, fmt.Errorf("the job's if: is %d bytes; at most %d", len(plan.If), maxJobIf)
+	}
 	c, err := newContexts(plan)
 	if err != nil {
 		return false, err
