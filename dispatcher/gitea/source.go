@@ -13,6 +13,8 @@ import (
 	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -251,6 +253,16 @@ func (s *Source) restore(ctx context.Context) error {
 			continue
 		}
 		s.last = max(s.last, rec.Task)
+		if job.AwaitingSecret(j) {
+			// Made, and the dispatcher stopped before the Job was resumed:
+			// its Secret, the job's plan, may never have been made, and
+			// Gitea gives the plan once. Reported failed saying so, then
+			// deleted (a Secret it has goes with it), never run.
+			if err := s.unstored(ctx, rec, j); err != nil {
+				return err
+			}
+			continue
+		}
 		if j.Annotations[job.AnnotationReported] != "" && job.Finished(j) {
 			continue
 		}
@@ -261,6 +273,24 @@ func (s *Source) restore(ctx context.Context) error {
 		n++
 	}
 	s.log.Info("took up the tasks of this dispatcher's Jobs", "tasks", n)
+	return nil
+}
+
+// unstoredLine is the log line of a task whose Job was made awaiting its
+// plan's Secret and not resumed.
+const unstoredLine = "runwarden: this job's dispatcher stopped while making its Job, before the job's plan was stored with it: Gitea gives a job's workflow, secrets and token once, so it cannot run; run it again"
+
+// unstored reports the task of Job j, made awaiting its Secret and never
+// resumed, failed with unstoredLine, and deletes j. A report sent before a
+// restart is sent again harmlessly: Gitea keeps the first result.
+func (s *Source) unstored(ctx context.Context, rec record, j *batchv1.Job) error {
+	s.log.Info("a Job made before its plan was stored: its task reported failed, the Job deleted", "task", rec.Task, "job", j.Name)
+	s.opts.Recorder.Finished(job.PhaseFailed, "Lost")
+	s.final(ctx, rec.Task, runnerv1.Result_RESULT_FAILURE, nil, []string{unstoredLine})
+	err := s.opts.Kube.Delete(ctx, j, client.Preconditions{UID: &j.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting Job %s, made before its task's plan was stored: %w", j.Name, err)
+	}
 	return nil
 }
 
@@ -461,6 +491,10 @@ func (s *Source) final(ctx context.Context, id int64, result runnerv1.Result, st
 	if len(rows) > 0 {
 		s.retry(ctx, "sending the task's log", func() error {
 			_, err := s.opts.Client.UpdateLog(ctx, id, 0, rows, true)
+			if isArchived(err) {
+				// Ended by an earlier report.
+				return nil
+			}
 			return err
 		})
 	}

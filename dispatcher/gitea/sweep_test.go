@@ -10,6 +10,10 @@ import (
 	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
 	"code.gitea.io/actions-proto-go/runner/v1/runnerv1connect"
 	"connectrpc.com/connect"
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
@@ -17,16 +21,18 @@ import (
 
 // instanceTask is one task of a Gitea instance, as sweep sees it.
 type instanceTask struct {
-	ours   bool
-	result runnerv1.Result
-	rows   []string
-	probes int
+	ours     bool
+	result   runnerv1.Result
+	rows     []string
+	archived bool
+	probes   int
 }
 
 // instanceServer is a Gitea instance's runner API over several tasks, as
 // Gitea v1.26.0 answers UpdateTask and UpdateLog for a task ID: another
 // runner's task is refused, an ID it does not hold is "resource does not
-// exist", an ended task answers its result and changes no more.
+// exist", an ended task answers its result and changes no more, and an
+// ended log takes no more rows.
 type instanceServer struct {
 	runnerv1connect.UnimplementedRunnerServiceHandler
 	mu    sync.Mutex
@@ -67,9 +73,13 @@ func (s *instanceServer) UpdateLog(_ context.Context, req *connect.Request[runne
 	if err != nil {
 		return nil, err
 	}
+	if t.archived {
+		return nil, errors.New("update log: log file has been archived")
+	}
 	for _, r := range req.Msg.GetRows() {
 		t.rows = append(t.rows, r.GetContent())
 	}
+	t.archived = req.Msg.GetNoMore()
 	return connect.NewResponse(&runnerv1.UpdateLogResponse{AckIndex: int64(len(t.rows))}), nil
 }
 
@@ -123,5 +133,57 @@ func TestSweepEndsTheTasksWithoutAJob(t *testing.T) {
 	empty.sweep(t.Context())
 	if task := srv.tasks[14]; task.probes != 0 || task.result != runnerv1.Result_RESULT_UNSPECIFIED {
 		t.Errorf("with no Job, task 14 was asked about %d times, result %v", task.probes, task.result)
+	}
+}
+
+// TestRestoreEndsAJobMadeBeforeItsPlan: a Job made awaiting its Secret
+// (the job's plan) and never resumed, as when the dispatcher stopped
+// between the two, cannot run: Gitea gave the plan once. A restart reports
+// its task failed saying so and deletes the Job, rather than report a
+// suspended Job as running for ever. The mark on a Job that is not
+// suspended is not believed: that Job is taken up as any other.
+func TestRestoreEndsAJobMadeBeforeItsPlan(t *testing.T) {
+	j, _ := finishedJob(t)
+	j.Status = batchv1.JobStatus{}
+	j.Spec.Suspend = ptr.To(true)
+	j.Annotations[job.AnnotationAwaitingSecret] = "true"
+	srv := &instanceServer{tasks: map[int64]*instanceTask{7: {ours: true}}}
+	c := serveRunnerAPI(t, srv)
+	kube := fake.NewClientBuilder().WithObjects(j).Build()
+	s := New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners", Logs: fileLogs("")})
+	if err := s.restore(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if task := srv.tasks[7]; task.result != runnerv1.Result_RESULT_FAILURE || !slices.Contains(task.rows, unstoredLine) {
+		t.Errorf("task 7: %v, log %q; want failed with the reason", task.result, task.rows)
+	}
+	if err := kube.Get(t.Context(), client.ObjectKeyFromObject(j), &batchv1.Job{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Job made before its plan: %v, want it deleted", err)
+	}
+	if s.free() == 0 || s.last != 7 {
+		t.Errorf("free %d, last %d: want no slot held, the sweep to start past task 7", s.free(), s.last)
+	}
+	// Again, as after a restart between the report and the deletion:
+	// Gitea keeps the first result and the archived log.
+	if err := kube.Create(t.Context(), func() *batchv1.Job { c := j.DeepCopy(); c.ResourceVersion = ""; return c }()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.restore(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(srv.tasks[7].rows); n != 1 {
+		t.Errorf("task 7's log has %d rows after a second report, want 1", n)
+	}
+
+	// Resumed (not suspended), the mark is not believed.
+	resumed, _ := finishedJob(t)
+	resumed.Annotations[job.AnnotationAwaitingSecret] = "true"
+	kube = fake.NewClientBuilder().WithObjects(resumed).Build()
+	s = New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners", Logs: fileLogs("")})
+	if err := s.restore(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.Get(t.Context(), client.ObjectKeyFromObject(resumed), &batchv1.Job{}); err != nil {
+		t.Errorf("a resumed Job with the mark: %v, want it kept", err)
 	}
 }

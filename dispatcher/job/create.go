@@ -63,6 +63,16 @@ func IsPermanent(err error) bool {
 // Secret exists (see Create). A Job that carries it has never run.
 const AnnotationAwaitingSecret = "runwarden.dev/awaiting-secret"
 
+// AwaitingSecret tells whether Job j was made awaiting its Secret and never
+// resumed (Create): the dispatcher stopped between the Job and the resume,
+// so its Secret may or may not be there. Who writes the mark: the
+// dispatcher, on a Job it makes suspended, and no one else under the
+// chart's writers policy; on a Job that is not suspended it is not
+// believed, or a restart would delete a running task's Job.
+func AwaitingSecret(j *batchv1.Job) bool {
+	return j.Annotations[AnnotationAwaitingSecret] != "" && ptr.Deref(j.Spec.Suspend, false)
+}
+
 // ErrSecretTaken is a task Secret's name held by a Secret this task's Job
 // does not own: made by someone else who may write Secrets in the runner
 // namespace. It is never adopted: its values would reach the runner as the

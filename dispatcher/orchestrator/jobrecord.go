@@ -113,15 +113,6 @@ func recordedOutcome(j *batchv1.Job) (job.Outcome, bool) {
 	return out, true
 }
 
-// awaitingSecret tells whether Job j was made awaiting its Secret and never
-// resumed (job.Create). Who writes the mark: the dispatcher, on a Job it
-// makes suspended, and no one else under the chart's writers policy; on a
-// Job that is not suspended it is not believed, or a restart would delete
-// a running task's Job and hand its lease back (startOver).
-func awaitingSecret(j *batchv1.Job) bool {
-	return j.Annotations[job.AnnotationAwaitingSecret] != "" && ptr.Deref(j.Spec.Suspend, false)
-}
-
 // stoppedOutcome tells whether stop recorded an outcome on Job j and
 // stopped it (recordedOutcome).
 func stoppedOutcome(j *batchv1.Job) bool {

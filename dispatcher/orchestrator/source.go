@@ -206,7 +206,7 @@ func (s *Source) restore(ctx context.Context) ([]*batchv1.Job, error) {
 	var awaiting []*batchv1.Job
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
-		if awaitingSecret(j) {
+		if job.AwaitingSecret(j) {
 			if id := j.Annotations[contract.TaskID]; id != "" && j.Annotations[job.AnnotationPreflight] == "" {
 				// Until it is deleted it is a Job of this dispatcher's
 				// that could run: it holds a slot.
@@ -270,7 +270,7 @@ func (s *Source) adopt(j *batchv1.Job) (*task, lease) {
 	if t, l, ok := s.leases.held(id); ok {
 		return t, l
 	}
-	if awaitingSecret(j) {
+	if job.AwaitingSecret(j) {
 		// Never resumed: without its lease's Secret values it cannot run.
 		// restore deletes it; if that failed, the task's next start does.
 		return nil, lease{}
