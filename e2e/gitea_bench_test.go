@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,10 +133,7 @@ func BenchmarkGiteaJobs(b *testing.B) {
 // before the clock starts, its registration after.
 func startBenchGiteaDispatcher(ctx context.Context, b *testing.B, cfg *envconf.Config, ns string, g *harness.Gitea, label string, n int) *dispatcherProcess {
 	b.Helper()
-	token := filepath.Join(b.TempDir(), "registration-token")
-	if err := os.WriteFile(token, []byte(g.RegistrationToken), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	token := g.RegistrationTokenFile(b)
 	d := startDispatcherProcess(ctx, b, cfg, ns, "--simulated", "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels="+label,
 		"--gitea-identity-secret=default/gitea-bench-"+ns, "--gitea-steps-image=busybox:stable", "--gitea-registration-token-file="+token,
 		"--gitea-fetch-interval=100ms", "--max-concurrent="+strconv.Itoa(n), "--unschedulable-timeout=10m", "--preflight=false",
@@ -269,10 +265,7 @@ func BenchmarkGiteaLogLines(b *testing.B) {
 			label := fmt.Sprintf("rw%d", round)
 			repo := label
 			ns := benchNamespace(b, cfg, "gitea-lines")
-			token := filepath.Join(b.TempDir(), "registration-token")
-			if err := os.WriteFile(token, []byte(g.RegistrationToken), 0o600); err != nil {
-				b.Fatal(err)
-			}
+			token := g.RegistrationTokenFile(b)
 			image, err := suite.ImageRef(ctx, "dispatcher")
 			if err != nil {
 				b.Fatal(err)

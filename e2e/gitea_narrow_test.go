@@ -13,8 +13,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -231,10 +229,7 @@ func TestGiteaSourceNarrowWindows(t *testing.T) {
 			}
 			trap := startGiteaTrap(t, g.URL)
 			ctl := controlNamespace(ctx, t, cfg, ns)
-			token := filepath.Join(t.TempDir(), "registration-token")
-			if err := os.WriteFile(token, []byte(g.RegistrationToken), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			token := g.RegistrationTokenFile(t)
 			rs := startReplicas(ctx, t, cfg, ns, 2, append([]string{"--simulated", "--preflight=false",
 				"--succeeded-history", "1000", "--failed-history", "1000",
 				"--source=gitea", "--gitea-url=" + trap.url, "--gitea-labels=sim", "--gitea-identity-secret=" + ctl + "/gitea-runner",

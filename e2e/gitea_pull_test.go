@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,10 +67,7 @@ func TestGiteaSourcePullRequests(t *testing.T) {
 				func() error { return g.CreateOrg(ctx, "outside") },
 				func() error { return g.Fork(ctx, "infra", "outside") })
 			ctl := controlNamespace(ctx, t, cfg, ns)
-			token := filepath.Join(t.TempDir(), "registration-token")
-			if err := os.WriteFile(token, []byte(g.RegistrationToken), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			token := g.RegistrationTokenFile(t)
 			d := startDispatcher(ctx, t, cfg, ns, "--simulated", "--preflight=false", "--env-allow=DB", "--succeeded-history=20", "--failed-history=20",
 				"--source=gitea", "--gitea-url="+g.URL, "--gitea-labels=sim", "--gitea-identity-secret="+ctl+"/gitea-runner",
 				"--gitea-steps-image=busybox:stable", "--gitea-registration-token-file="+token,

@@ -8,8 +8,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	mathrand "math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -436,10 +434,7 @@ func startGiteaDispatcher(ctx context.Context, t *testing.T, cfg *envconf.Config
 			t.Fatal(err)
 		}
 	}
-	token := filepath.Join(t.TempDir(), "registration-token")
-	if err := os.WriteFile(token, []byte(g.RegistrationToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	token := g.RegistrationTokenFile(t)
 	d := startDispatcher(ctx, t, cfg, ns, "--source=gitea", "--gitea-url="+g.URL, "--gitea-labels=tofu", "--gitea-template=small="+ctl+"/small", "--gitea-template=nowhere="+ctl+"/nowhere",
 		"--gitea-identity-secret="+ctl+"/gitea-runner", "--gitea-steps-image="+image,
 		"--gitea-registration-token-file="+token, "--gitea-fetch-interval=500ms", "--gitea-report-interval=1s",
@@ -509,10 +504,7 @@ func TestGiteaSourceSurvivesSIGKILL(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctl := controlNamespace(ctx, t, cfg, ns)
-			token := filepath.Join(t.TempDir(), "registration-token")
-			if err := os.WriteFile(token, []byte(g.RegistrationToken), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			token := g.RegistrationTokenFile(t)
 			rs := startReplicas(ctx, t, cfg, ns, 2, append([]string{"--simulated", "--preflight=false", "--max-concurrent", "20",
 				"--succeeded-history", "1000", "--failed-history", "1000",
 				"--source=gitea", "--gitea-url=" + g.URL, "--gitea-labels=sim", "--gitea-identity-secret=" + ctl + "/gitea-runner",

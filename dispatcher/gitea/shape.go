@@ -81,31 +81,26 @@ func PodTemplate(tmpl corev1.PodTemplateSpec, stepsImage string) (corev1.PodTemp
 // image and env, its deadline, and its plan as a secret variable (into the
 // task's Secret, never the Job).
 func Task(id int64, namespace string, j *Job, plan steps.Plan) (job.Task, error) {
+	t := job.Task{ID: taskID(id), Namespace: namespace, Image: j.Image, RepoURL: jobRepoURL(plan.Context)}
 	plan.Workspace = Workspace
 	plan.MaskEnv = nil
+	untrusted := untrustedPullRequest(plan.Context)
 	for _, k := range slices.Sorted(maps.Keys(j.ContainerEnv)) {
-		if contract.HasSecretRef(j.ContainerEnv[k]) {
+		v := j.ContainerEnv[k]
+		if contract.HasSecretRef(v) {
+			if untrusted != "" {
+				return job.Task{}, &Refusal{Step: -1, Reason: fmt.Sprintf(
+					"jobs.%s.container.env.%s: a secret reference in a job of %s is refused: Gitea gives such a job no secrets, and runwarden none either (pull_request_target runs the base's workflow with them)", plan.Job, k, untrusted)}
+			}
 			plan.MaskEnv = append(plan.MaskEnv, k)
 		}
+		t.Env = append(t.Env, corev1.EnvVar{Name: k, Value: v})
 	}
 	b, err := json.Marshal(plan)
 	if err != nil {
 		return job.Task{}, err
 	}
-	t := job.Task{
-		ID: taskID(id), Namespace: namespace, Image: j.Image,
-		SourceSecretEnv: map[string]string{PlanEnv: string(b)},
-		RepoURL:         jobRepoURL(plan.Context),
-	}
-	untrusted := untrustedPullRequest(plan.Context)
-	for _, k := range slices.Sorted(maps.Keys(j.ContainerEnv)) {
-		v := j.ContainerEnv[k]
-		if untrusted != "" && contract.HasSecretRef(v) {
-			return job.Task{}, &Refusal{Step: -1, Reason: fmt.Sprintf(
-				"jobs.%s.container.env.%s: a secret reference in a job of %s is refused: Gitea gives such a job no secrets, and runwarden none either (pull_request_target runs the base's workflow with them)", plan.Job, k, untrusted)}
-		}
-		t.Env = append(t.Env, corev1.EnvVar{Name: k, Value: v})
-	}
+	t.SourceSecretEnv = map[string]string{PlanEnv: string(b)}
 	secs, err := j.Timeout()
 	if err != nil {
 		return job.Task{}, &Refusal{Step: -1, Reason: err.Error()}

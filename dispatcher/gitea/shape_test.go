@@ -41,7 +41,11 @@ func TestJobOfAGiteaTask(t *testing.T) {
 		t.Error("the job's secret is in the Job")
 	}
 	if secret == nil || !strings.Contains(string(secret.Data[PlanEnv])+secret.StringData[PlanEnv], "very-secret-token") {
-		t.Error("the plan is not in the task's Secret")
+		t.Fatal("the plan is not in the task's Secret")
+	}
+	var stored steps.Plan
+	if err := json.Unmarshal([]byte(string(secret.Data[PlanEnv])+secret.StringData[PlanEnv]), &stored); err != nil || strings.Join(stored.MaskEnv, ",") != "TF_VAR_pw" {
+		t.Errorf("the plan's MaskEnv %q (%v), want the container.env variable holding a secret reference", stored.MaskEnv, err)
 	}
 	spec := built.Spec.Template.Spec
 	if len(spec.InitContainers) == 0 || spec.InitContainers[0].Name != StepsContainer || spec.InitContainers[0].Args[1] != "--install" {

@@ -293,6 +293,18 @@ func (s *Gitea) PutFiles(ctx context.Context, repo string, files map[string]stri
 	}, nil)
 }
 
+// RegistrationTokenFile writes the runner registration token to a file
+// of the test's, as a Secret's key mounted in the dispatcher holds it (a
+// newline after it), and returns its path.
+func (s *Gitea) RegistrationTokenFile(t testing.TB) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "registration-token")
+	if err := os.WriteFile(file, []byte(s.RegistrationToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
 // CreateOrg creates an organization the admin owns.
 func (s *Gitea) CreateOrg(ctx context.Context, name string) error {
 	return s.API(ctx, http.MethodPost, "orgs", map[string]any{"username": name}, nil)

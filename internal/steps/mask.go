@@ -54,9 +54,8 @@ func (m *masker) add(value string) {
 // mask is s with every value masked.
 func (m *masker) mask(s string) string {
 	for _, v := range m.masks {
-		if strings.Contains(s, v) {
-			s = strings.ReplaceAll(s, v, Masked)
-		}
+		// No copy when v is not there.
+		s = strings.ReplaceAll(s, v, Masked)
 	}
 	return s
 }

@@ -64,12 +64,7 @@ func TestSecretsAreMaskedInTheLog(t *testing.T) {
 			t.Errorf("the log has no %q:\n%s", want, got)
 		}
 	}
-	var outputs map[string]string
-	for _, e := range events {
-		if e.Kind == "outputs" {
-			outputs = e.Outputs
-		}
-	}
+	outputs := outputsOf(events)
 	if _, ok := outputs["leak"]; ok || outputs["fine"] != "plain" {
 		t.Errorf("outputs %v: want fine alone", outputs)
 	}

@@ -56,6 +56,17 @@ func parse(t *testing.T, log string) ([]Event, []string) {
 	return events, lines
 }
 
+// outputsOf is the job's outputs as its last outputs marker says.
+func outputsOf(events []Event) map[string]string {
+	var outputs map[string]string
+	for _, e := range events {
+		if e.Kind == "outputs" {
+			outputs = e.Outputs
+		}
+	}
+	return outputs
+}
+
 // ends are the steps' results in the order they ended, "-" for none.
 func ends(events []Event, n int) []string {
 	out := make([]string, n)
@@ -143,12 +154,7 @@ func TestContinueOnErrorAndOutputs(t *testing.T) {
 			t.Errorf("the log lacks %q:\n%s", want, log)
 		}
 	}
-	var outputs map[string]string
-	for _, e := range events {
-		if e.Kind == "outputs" {
-			outputs = e.Outputs
-		}
-	}
+	outputs := outputsOf(events)
 	if outputs["lines"] != "line 1\nline 2" || outputs["status"] != "success" {
 		t.Errorf("job outputs %q", outputs)
 	}
