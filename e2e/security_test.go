@@ -403,6 +403,23 @@ func TestSecurityPodCreator(t *testing.T) {
 			if err := c.Create(ctx, forged); err == nil || !strings.Contains(err.Error(), "not by the Job controller") {
 				t.Errorf("a pod with a forged owner reference to a runner Job: %v", err)
 			}
+			// Without the runner label too: a pod made with the Job as its
+			// controller, or with the Job controller's finalizer, would pass
+			// for the Job's pod once labelled (through pods/status: the
+			// chart's writers policy).
+			plainOwned := withImage(runnerPodFor(ns, "forged-owner-plain", false))
+			plainOwned.Labels = map[string]string{"app": "tool"}
+			plainOwned.OwnerReferences = forged.OwnerReferences
+			if err := c.Create(ctx, plainOwned); err == nil || !strings.Contains(err.Error(), "is made by the Job controller") {
+				t.Errorf("a plain pod with a forged owner reference to a runner Job: %v", err)
+			}
+			plainTracked := withImage(runnerPodFor(ns, "forged-finalizer-plain", false))
+			plainTracked.Labels = map[string]string{"app": "tool"}
+			plainTracked.Finalizers = []string{batchv1.JobTrackingFinalizer}
+			if err := c.Create(ctx, plainTracked); err == nil || !strings.Contains(err.Error(), "is the Job controller's") {
+				t.Errorf("a plain pod with the Job controller's finalizer: %v", err)
+				_ = c.Patch(ctx, plainTracked, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+			}
 
 			privileged := withImage(runnerPodFor(ns, "privileged-plain", true))
 			privileged.Labels = map[string]string{"app": "tool"}

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
@@ -29,6 +31,7 @@ import (
 	"github.com/runwarden/runwarden/dispatcher/orchestrator"
 	"github.com/runwarden/runwarden/dispatcher/orchestrator/orchestratortest"
 	"github.com/runwarden/runwarden/e2e/harness"
+	"github.com/runwarden/runwarden/internal/contract"
 )
 
 // The writers of what the dispatcher reads after it made a task's Job
@@ -85,19 +88,20 @@ func pendingTemplate(t *testing.T) string {
 }
 
 // forger is a user of the runner namespace with the rights issue 42's
-// attacker has: patch Jobs and their status, create events of both APIs,
-// create pods and patch their status, patch RunnerTasks' status and
-// Secrets.
+// attacker has: create and patch Jobs and their status, create events of
+// both APIs, create pods, patch their status and bind them, patch
+// RunnerTasks' status and Secrets.
 func forger(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) client.Client {
 	t.Helper()
 	u := harness.User{Name: "forger-" + ns[len(ns)-6:]}
 	if err := u.Grant(ctx, cfg, ns, "forger",
-		rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"get", "patch", "update"}},
+		rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"create", "get", "patch", "update"}},
 		rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs/status"}, Verbs: []string{"patch", "update"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		rbacv1.PolicyRule{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch", "update"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/binding", "bindings"}, Verbs: []string{"create"}},
 		rbacv1.PolicyRule{APIGroups: []string{"runwarden.dev"}, Resources: []string{"runnertasks/status"}, Verbs: []string{"patch", "update"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "patch", "update"}},
 	); err != nil {
@@ -109,6 +113,9 @@ func forger(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) c
 	}
 	return c
 }
+
+// byKubelets is the writers policy's refusal of a runner pod's status.
+const byKubelets = "is written by the kubelets"
 
 // mergePatch patches obj with a JSON merge patch as c's user.
 func mergePatch(ctx context.Context, c client.Client, obj client.Object, patch string) error {
@@ -217,9 +224,109 @@ func checkForgeriesRefused(ctx context.Context, t *testing.T, fc client.Client, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	const byKubelets = "is written by the kubelets"
 	if err := fc.Status().Patch(ctx, exited, client.RawPatch(types.MergePatchType, patch)); err == nil || !strings.Contains(err.Error(), byKubelets) {
 		t.Errorf("the forger writing the runner pod's exit 0 into its status: %v, want refused (%q)", err, byKubelets)
+	}
+	checkMadeSoRefused(ctx, t, fc, j, pod)
+}
+
+// checkMadeSoRefused tries, as the forger, to make objects of its own pass
+// for the dispatcher's Job j and its runner pod through the subresources
+// that write an object's labels and annotations besides the object itself
+// (the API server resets only the spec there): jobs/status, pods/status
+// and a pod's binding. Each is refused by the writers policy; the forger's
+// own label on its own pod through pods/status, and a binding with none of
+// runwarden's keys, stay allowed.
+func checkMadeSoRefused(ctx context.Context, t *testing.T, fc client.Client, j *batchv1.Job, runner *corev1.Pod) {
+	t.Helper()
+	ns := j.Namespace
+	// A Job of the forger's, suspended (no pod), labelled the dispatcher's
+	// afterwards: the kube source would take it for a task's Job by its
+	// labels and annotation, the restore of either source for one of its own.
+	own := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-forged", Namespace: ns},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: job.RunnerContainer, Image: "busybox:stable"}},
+		}}},
+	}
+	if err := fc.Create(ctx, own); err != nil {
+		t.Fatalf("the forger's own Job: %v", err)
+	}
+	taken := `{"metadata":{"labels":{"` + contract.LabelDispatcher + `":"` + j.Labels[contract.LabelDispatcher] + `","` + contract.TaskID + `":"` + j.Labels[contract.TaskID] +
+		`"},"annotations":{"` + contract.TaskID + `":"` + j.Annotations[contract.TaskID] + `"}}}`
+	const byDispatcher = "are written by the dispatcher"
+	if err := fc.Status().Patch(ctx, own.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(taken))); err == nil || !strings.Contains(err.Error(), byDispatcher) {
+		t.Errorf("the forger labelling its own Job the dispatcher's through jobs/status: %v, want refused (%q)", err, byDispatcher)
+	}
+
+	// A pod of the forger's, pending (no node takes it), made plainly: its
+	// runner pod's labels and runwarden's record through pods/status would
+	// make it the Job's runner pod to the dispatcher (job.IsPodOf, the
+	// record) and, with the selector, to the Job controller.
+	decoy := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-decoy", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"runwarden.dev/no-such-pool": "true"}, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: job.RunnerContainer, Image: "busybox:stable"}},
+		},
+	}
+	if err := fc.Create(ctx, decoy); err != nil {
+		t.Fatalf("the forger's own pod: %v", err)
+	}
+	labels, err := json.Marshal(runner.Labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The runner label makes the pod a runner pod, whose status is the
+	// kubelets' (the first rule to refuse it says so); the rest are refused
+	// on any pod.
+	const throughStatus = "are not changed through pods/status"
+	for what, p := range map[string]struct{ patch, want string }{
+		"the runner pod's labels":             {`{"metadata":{"labels":` + string(labels) + `}}`, byKubelets},
+		"a Job's selector":                    {`{"metadata":{"labels":{"` + batchv1.ControllerUidLabel + `":"` + string(j.UID) + `"}}}`, throughStatus},
+		"the dispatcher's label":              {`{"metadata":{"labels":{"` + contract.LabelDispatcher + `":"x"}}}`, throughStatus},
+		"runwarden's record of its admission": {`{"metadata":{"annotations":{"` + contract.AnnotationSpecDigest + `":"sha256:forged"}}}`, throughStatus},
+	} {
+		if err := fc.Status().Patch(ctx, decoy.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(p.patch))); err == nil || !strings.Contains(err.Error(), p.want) {
+			t.Errorf("the forger writing %s onto its own pod through pods/status: %v, want refused (%q)", what, err, p.want)
+		}
+	}
+	if err := fc.Status().Patch(ctx, decoy.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"note":"the-forgers-own"}}}`))); err != nil {
+		t.Errorf("the forger's own label on its own pod through pods/status: %v, want allowed", err)
+	}
+	// Nor on the runner pod: none of its labels, whoever writes its status
+	// (here one the status rule alone would refuse too).
+	if err := fc.Status().Patch(ctx, runner.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"note":"x"}}}`))); err == nil {
+		t.Errorf("the forger labelling the runner pod through pods/status: allowed, want refused")
+	}
+
+	// A binding writes its labels and annotations onto the pod it binds,
+	// through pods/binding and the older bindings alike.
+	bind := func(labels, annotations map[string]string) *corev1.Binding {
+		return &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: decoy.Name, Namespace: ns, Labels: labels, Annotations: annotations},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: "rw-sim-0"},
+		}
+	}
+	const byBinding = "a binding of pod"
+	forgedBy := map[string]func() error{
+		"pods/binding with the runner pod's labels": func() error {
+			return fc.SubResource("binding").Create(ctx, decoy.DeepCopy(), bind(runner.Labels, nil))
+		},
+		"pods/binding with runwarden's record": func() error {
+			return fc.SubResource("binding").Create(ctx, decoy.DeepCopy(), bind(nil, map[string]string{contract.AnnotationPolicyDigest: "sha256:forged"}))
+		},
+		"bindings with a Job's selector": func() error {
+			return fc.Create(ctx, bind(map[string]string{"controller-uid": string(j.UID)}, nil))
+		},
+	}
+	for what, forge := range forgedBy {
+		if err := forge(); err == nil || !strings.Contains(err.Error(), byBinding) {
+			t.Errorf("the forger binding its own pod through %s: %v, want refused (%q)", what, err, byBinding)
+		}
+	}
+	if err := fc.SubResource("binding").Create(ctx, decoy.DeepCopy(), bind(map[string]string{"note": "x"}, nil)); err != nil {
+		t.Errorf("a binding of the forger's own pod with a label of its own: %v, want allowed", err)
 	}
 }
 

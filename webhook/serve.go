@@ -276,6 +276,9 @@ func serveWith(ctx context.Context, c serveConfig) error {
 	if err != nil {
 		return err
 	}
+	if ref, ok := rwadmission.RoleMappingConfigMap(platform); ok && c.namespace != "" && ref.Namespace == c.namespace {
+		return fmt.Errorf("the role mapping ConfigMap %s (workloadIdentity.aws.roleMappingConfigMap) is in the runner namespace (--runner-namespace), where whoever may write ConfigMaps there would choose every runner's IAM role: keep it in a namespace of the platform's (kube-system, as the EKS pod identity webhook)", ref)
+	}
 	restCfg, err := kube.RestConfig(c.kubeconfig)
 	if err != nil {
 		return err

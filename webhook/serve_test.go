@@ -2,6 +2,8 @@ package main
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -163,5 +165,21 @@ func TestParseServePolicyReports(t *testing.T) {
 				t.Errorf("reports enabled = %v", c.reports.enabled)
 			}
 		})
+	}
+}
+
+// TestServeRefusesARoleMappingInTheRunnerNamespace: the role mapping
+// ConfigMap chooses every runner's IAM role; in the runner namespace,
+// whoever may write ConfigMaps there would, so the webhook does not start.
+func TestServeRefusesARoleMappingInTheRunnerNamespace(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "platform.yaml")
+	cfg := "workloadIdentity:\n  aws:\n    enabled: true\n    roleMappingConfigMap: {namespace: runners, name: roles}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := serveWith(t.Context(), serveConfig{configFile: path, namespace: "runners", kubeconfig: filepath.Join(t.TempDir(), "none")})
+	if err == nil || !strings.Contains(err.Error(), "is in the runner namespace (--runner-namespace)") {
+		t.Errorf("serving with the role mapping in the runner namespace: %v", err)
 	}
 }

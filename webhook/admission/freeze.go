@@ -33,9 +33,13 @@ import (
 // the webhook. New ephemeral containers (pods/ephemeralcontainers) are the
 // policies' to decide, as at creation.
 //
-// And on every pod of the runner namespace: a Job's selector labels and
-// its finalizer are the Job controller's alone, so that no pod becomes one
-// of a runner Job's pods by adoption, and none stops being counted.
+// And on every pod of the runner namespace: a Job's selector labels, its
+// finalizer and a Job's controller reference are the Job controller's
+// alone, at a pod's creation and after, so that no pod becomes one of a
+// runner Job's pods by adoption or by being made so, and none stops being
+// counted. What pods/status and pods/binding may write of a pod's metadata
+// (its labels and annotations; they do not reach the webhook) the chart's
+// writers policy decides (templates/writers-policy.yaml).
 
 // jobSelectorLabels are the labels a Job selects its pods by: the API
 // server sets batch.kubernetes.io/controller-uid (and, on Jobs of before
@@ -61,8 +65,22 @@ const jobTrackingFinalizer = batchv1.JobTrackingFinalizer
 func frozen(req Request, runner, jobController bool) string {
 	pod, old := req.Pod, req.OldPod
 	if old == nil {
-		if l := firstLabel(pod.Labels, jobSelectorLabels[:]); l != "" && !jobController {
+		if jobController {
+			return ""
+		}
+		if l := firstLabel(pod.Labels, jobSelectorLabels[:]); l != "" {
 			return fmt.Sprintf("runwarden: the label %s is the Job controller's, set on the pods it makes for a Job (its selector): a pod that carries it is adopted by that Job, and counted as its pod; this pod is created by %s; remove the label", l, req.User)
+		}
+		if runner {
+			// Earned or refused (Handler.earned): made by the Job
+			// controller for a Job of the dispatcher's, or by no one.
+			return ""
+		}
+		if slices.Contains(pod.Finalizers, jobTrackingFinalizer) {
+			return fmt.Sprintf("runwarden: the finalizer %s is the Job controller's, on the pods it makes for a Job and counts; this pod is created by %s; remove it", jobTrackingFinalizer, req.User)
+		}
+		if ref := metav1.GetControllerOfNoCopy(pod); ref != nil && ref.Kind == "Job" && strings.HasPrefix(ref.APIVersion, batchv1.GroupName+"/") {
+			return fmt.Sprintf("runwarden: a pod controlled by Job %s is made by the Job controller, not by %s: a pod created with a Job as its controller passes for one of that Job's pods; remove the owner reference", ref.Name, req.User)
 		}
 		return ""
 	}

@@ -179,6 +179,23 @@ func TestFrozenAfterAdmission(t *testing.T) {
 			want: "the label controller-uid is the Job controller's"},
 		{name: "a Job's pod made by the Job controller", create: true, user: jobController, old: plainPod, change: func(p *corev1.Pod) {
 			p.Labels[batchv1.ControllerUidLabel], p.Labels[legacyControllerUIDLabel] = "job-uid-9", "job-uid-9"
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "other", UID: "job-uid-9", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+			p.Finalizers = []string{batchv1.JobTrackingFinalizer}
+		}},
+		// A pod made with a Job as its controller and the Job controller's
+		// finalizer, its labels to come through pods/status (the writers
+		// policy's), would pass for the Job's pod: each is refused alone.
+		{name: "a pod planted with a Job as its controller", create: true, old: plainPod, change: func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "task-1", UID: "job-uid-1", Controller: ptr.To(true)}}
+		}, want: "a pod controlled by Job task-1 is made by the Job controller"},
+		{name: "a pod planted with the Job controller's finalizer", create: true, old: plainPod, change: func(p *corev1.Pod) {
+			p.Finalizers = []string{batchv1.JobTrackingFinalizer}
+		}, want: "the finalizer batch.kubernetes.io/job-tracking is the Job controller's"},
+		{name: "a pod made with a Job as an owner but not its controller", create: true, old: plainPod, change: func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "task-1", UID: "job-uid-1"}}
+		}},
+		{name: "a pod made with another controller", create: true, old: plainPod, change: func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "rs-1", Controller: ptr.To(true)}}
 		}},
 		{name: "a Job's selector added to a plain pod", old: plainPod, change: func(p *corev1.Pod) { p.Labels[batchv1.ControllerUidLabel] = "job-uid-1" },
 			want: "the label batch.kubernetes.io/controller-uid of a pod cannot be added, removed or changed"},

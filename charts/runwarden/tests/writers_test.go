@@ -30,11 +30,16 @@ func TestWritersPolicy(t *testing.T) {
 		absent []string
 	}{
 		{name: "defaults", want: map[string][]string{
-			"jobs": {dispatcher, `"system:serviceaccount:kube-system:job-controller"`, `"system:kube-controller-manager"`, `"system:masters"`},
-			"pods": {`"system:node:"`, `"system:kube-scheduler"`, `"system:serviceaccount:kube-system:job-controller"`, `"system:serviceaccount:kube-system:node-controller"`, `"system:masters"`},
+			"jobs": {dispatcher, `"system:serviceaccount:kube-system:job-controller"`, `"system:kube-controller-manager"`, `"system:masters"`,
+				"'runwarden.dev/dispatcher' in object.metadata.labels"},
+			"pods": {"'runwarden.dev/runner' in object.metadata.labels", "'batch.kubernetes.io/controller-uid'", `"system:node:"`, `"system:kube-scheduler"`, `"system:serviceaccount:kube-system:job-controller"`, `"system:serviceaccount:kube-system:node-controller"`, `"system:masters"`},
 			"events": {`"system:node:"`, `"system:kube-scheduler"`, `"system:serviceaccount:kube-system:job-controller"`, `"` + dispatcher + `"`,
 				"startsWith('" + job.NamePrefix + "')", "'Job', 'Pod'", "object.regarding", "object.involvedObject"},
 			"records": {dispatcher, "startsWith('" + job.SecretPrefix + "')"},
+			// What an update makes of an object counts, not only what it
+			// was: a Job or a pod is labelled through its status too, and a
+			// binding writes a pod's labels and annotations.
+			"bindings": {`"system:masters"`, "'runwarden.dev/'", "'batch.kubernetes.io/controller-uid'", "'controller-uid'", "'batch.kubernetes.io/job-name'", "'job-name'"},
 		}, absent: []string{"workloads"}},
 		{name: "kueue", args: []string{"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.defaultQueue=q"}, want: map[string][]string{
 			"jobs":      {`"system:serviceaccount:kueue-system:kueue-controller-manager"`},
