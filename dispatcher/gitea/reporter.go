@@ -56,6 +56,11 @@ type reporter struct {
 	// closed is set once the end's rows are added and the open steps
 	// ended.
 	closed bool
+	// waited is set once a round saw the Job before its runner ran;
+	// runningAt is when a round first saw it run (zero before): what the
+	// Recorder's Started and Ran measure.
+	waited    bool
+	runningAt time.Time
 	// flush is signalled when the log's reader wants its rows sent now: it
 	// waits, maxHeld bytes of rows Gitea does not hold read, or it read the
 	// log's end; room when Gitea took some.
@@ -86,6 +91,7 @@ func (r *reporter) run(ctx context.Context) {
 			return
 		}
 		if err != nil {
+			r.s.opts.Recorder.SourceError("report")
 			r.log.Error(err, "reporting the task to gitea")
 		}
 		r.wait(ctx, tick.C())
@@ -103,6 +109,7 @@ func (r *reporter) wait(ctx context.Context, tick <-chan time.Time) {
 			return
 		case <-r.flush:
 			if err := r.sendLog(ctx, false); err != nil && ctx.Err() == nil {
+				r.s.opts.Recorder.SourceError("log")
 				r.log.Error(err, "sending the task's log to gitea")
 			}
 		}
@@ -132,6 +139,7 @@ func (r *reporter) report(ctx context.Context, j *batchv1.Job, out job.Outcome) 
 	if j != nil && (out.Running || out.Phase != "") {
 		r.follow(ctx, j)
 	}
+	r.seen(j, out)
 	if out.Phase == "" {
 		res, err := r.update(ctx, nil, false)
 		if err != nil {
@@ -146,6 +154,22 @@ func (r *reporter) report(ctx context.Context, j *batchv1.Job, out job.Outcome) 
 		return false, nil
 	}
 	return r.finish(ctx, j, out)
+}
+
+// seen counts the runner's start, the wait from the Job's creation, once a
+// round saw the Job waiting and then a later one saw its runner run. A
+// reporter that takes a running task up after a restart counts neither its
+// start nor its run, nor does one whose runner started and ended between
+// two rounds.
+func (r *reporter) seen(j *batchv1.Job, out job.Outcome) {
+	switch {
+	case j == nil || !r.runningAt.IsZero():
+	case !out.Running && out.Phase == "":
+		r.waited = true
+	case out.Running && r.waited:
+		r.runningAt = r.s.clock.Now()
+		r.s.opts.Recorder.Started(r.runningAt.Sub(j.CreationTimestamp.Time))
+	}
 }
 
 // outcome is the task's Job and how it went; a nil Job is one deleted
@@ -206,6 +230,9 @@ func (r *reporter) finish(ctx context.Context, j *batchv1.Job, out job.Outcome) 
 		return false, err
 	}
 	r.s.opts.Recorder.Finished(out.Phase, out.Reason)
+	if !r.runningAt.IsZero() {
+		r.s.opts.Recorder.Ran(out.Phase, r.s.clock.Now().Sub(r.runningAt))
+	}
 	r.log.Info("reported the task's result to gitea", "result", res.String())
 	if j == nil {
 		return true, nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/runner"
+	"github.com/runwarden/runwarden/internal/clocktest"
 	"github.com/runwarden/runwarden/internal/contract"
 )
 
@@ -390,5 +392,152 @@ func TestReportHoldsABoundedLog(t *testing.T) {
 				t.Errorf("an UpdateLog call of %d bytes of rows, more than %d", biggest, maxBatchBytes)
 			}
 		})
+	}
+}
+
+// countingRecorder keeps what the source counts.
+type countingRecorder struct {
+	noRecorder
+	mu       sync.Mutex
+	started  []time.Duration
+	ran      []string
+	finished []string
+	errors   []string
+	polled   int
+	// counted is signalled after each count, when made.
+	counted chan struct{}
+}
+
+func (c *countingRecorder) signal() {
+	if c.counted != nil {
+		select {
+		case c.counted <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (c *countingRecorder) Started(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.started = append(c.started, d)
+}
+
+func (c *countingRecorder) Ran(phase string, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ran = append(c.ran, phase+" "+d.String())
+}
+
+func (c *countingRecorder) Finished(phase, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.finished = append(c.finished, phase+" "+reason)
+}
+
+func (c *countingRecorder) SourceError(op string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.errors = append(c.errors, op)
+	c.signal()
+}
+
+func (c *countingRecorder) Polled(time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.polled++
+	c.signal()
+}
+
+// TestReportCountsTheRunnersWaitAndRun: the histograms every source feeds
+// (package metrics), from the Gitea source: the wait from the Job's
+// creation to its runner seen running, and the run from then to the
+// report of its end; a reporter that first meets the runner running (as
+// after a restart) counts neither.
+func TestReportCountsTheRunnersWaitAndRun(t *testing.T) {
+	j, pod := finishedJob(t)
+	created := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	j.CreationTimestamp = metav1.NewTime(created)
+	srv := &taskServer{outputs: map[string]string{}}
+	kube, c := reportFixture(t, srv, j, pod)
+	clk := clocktest.New(created.Add(5 * time.Second))
+	rc := &countingRecorder{}
+	s := New(Options{Options: runner.Options{Clock: clk}, Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners",
+		ReportInterval: time.Hour, Logs: fileLogs("one\n"), Recorder: rc})
+	rec, err := readRecord(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(j), log: s.log}
+	r.seen(j, job.Outcome{})
+	r.seen(j, job.Outcome{Running: true})
+	r.seen(j, job.Outcome{Running: true})
+	clk.Step(7 * time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	r.run(ctx) // the Job is over: one round
+	if ctx.Err() != nil {
+		t.Fatal("the report did not end")
+	}
+	restarted := &reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(j), log: s.log}
+	restarted.seen(j, job.Outcome{Running: true})
+
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	got := fmt.Sprint(rc.started, rc.ran, rc.finished)
+	if want := fmt.Sprint([]time.Duration{5 * time.Second}, []string{"Succeeded 7s"}, []string{"Succeeded Completed"}); got != want {
+		t.Errorf("counted %s, want %s", got, want)
+	}
+}
+
+// pollServer answers FetchTask with no task, or fails every call.
+type pollServer struct {
+	runnerv1connect.UnimplementedRunnerServiceHandler
+	fail bool
+}
+
+func (s pollServer) FetchTask(context.Context, *connect.Request[runnerv1.FetchTaskRequest]) (*connect.Response[runnerv1.FetchTaskResponse], error) {
+	if s.fail {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the database is down"))
+	}
+	return connect.NewResponse(&runnerv1.FetchTaskResponse{TasksVersion: 3}), nil
+}
+
+// TestFetchLoopCounts: Gitea's answers to FetchTask are what the
+// dispatcher's last-poll gauge shows, its failures what the source-errors
+// counter (and its alert) counts as fetch.
+func TestFetchLoopCounts(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		rc := &countingRecorder{counted: make(chan struct{}, 1)}
+		s := New(Options{Client: serveRunnerAPI(t, pollServer{fail: fail}), Kube: fake.NewClientBuilder().Build(), Jobs: job.Options{DispatcherID: "d"},
+			Namespace: "runners", FetchInterval: time.Millisecond, Logs: fileLogs(""), Recorder: rc})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- s.fetchLoop(ctx) }()
+		counted := func() bool {
+			rc.mu.Lock()
+			defer rc.mu.Unlock()
+			return len(rc.errors) >= 3 || rc.polled >= 3
+		}
+		timeout := time.After(10 * time.Second)
+		for !counted() {
+			select {
+			case <-timeout:
+				t.Fatalf("failing %v: not counted in 10s", fail)
+			case err := <-done:
+				t.Fatalf("the fetch loop ended: %v", err)
+			case <-rc.counted:
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		rc.mu.Lock()
+		if fail && (rc.polled != 0 || slices.ContainsFunc(rc.errors, func(op string) bool { return op != "fetch" })) ||
+			!fail && len(rc.errors) != 0 {
+			t.Errorf("failing %v: polled %d, errors %v", fail, rc.polled, rc.errors)
+		}
+		rc.mu.Unlock()
 	}
 }

@@ -77,8 +77,25 @@ type Options struct {
 	// Logs reads the runner pods' logs. Required.
 	Logs runner.LogReader
 	// Recorder counts. Default: none.
-	Recorder runner.Recorder
+	Recorder Recorder
 }
+
+// Recorder counts what the source does; see package metrics. Started's
+// wait runs from the Job's creation (when Gitea handed the task over),
+// Ran's from when the reporter saw the runner run.
+type Recorder interface {
+	runner.Recorder
+	// SourceError: a call to Gitea failed: op is fetch, report or log.
+	SourceError(op string)
+	// Polled: Gitea answered a FetchTask at t.
+	Polled(t time.Time)
+}
+
+// noRecorder counts nothing: the default Recorder.
+type noRecorder struct{ runner.NoRecorder }
+
+func (noRecorder) SourceError(string) {}
+func (noRecorder) Polled(time.Time)   {}
 
 func (o *Options) setDefaults() {
 	o.SetDefaults()
@@ -92,7 +109,7 @@ func (o *Options) setDefaults() {
 		o.ReportInterval = 3 * time.Second
 	}
 	if o.Recorder == nil {
-		o.Recorder = runner.NoRecorder{}
+		o.Recorder = noRecorder{}
 	}
 }
 
@@ -311,15 +328,18 @@ func (s *Source) fetchLoop(ctx context.Context) error {
 			case err != nil && IsUnregistered(err):
 				return fmt.Errorf("gitea no longer knows this runner (removed there?): delete %s to register again: %w", s.opts.Identity, err)
 			case err != nil:
+				s.opts.Recorder.SourceError("fetch")
 				s.log.Error(err, "fetching a task from gitea")
 			case task != nil:
+				s.opts.Recorder.Polled(s.clock.Now())
 				version = 0
 				if s.reserve(task.GetId()) {
 					s.take(ctx, task)
 				}
 				continue
-			case v > version:
-				version = v
+			default:
+				s.opts.Recorder.Polled(s.clock.Now())
+				version = max(version, v)
 			}
 		}
 		select {
