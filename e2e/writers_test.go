@@ -235,8 +235,9 @@ func checkForgeriesRefused(ctx context.Context, t *testing.T, fc client.Client, 
 // that write an object's labels and annotations besides the object itself
 // (the API server resets only the spec there): jobs/status, pods/status
 // and a pod's binding. Each is refused by the writers policy; the forger's
-// own label on its own pod through pods/status, and a binding with none of
-// runwarden's keys, stay allowed.
+// own label on its own pod through pods/status, and a binding with the
+// topology labels the API server adds and an annotation not runwarden's,
+// stay allowed.
 func checkMadeSoRefused(ctx context.Context, t *testing.T, fc client.Client, j *batchv1.Job, runner *corev1.Pod) {
 	t.Helper()
 	ns := j.Namespace
@@ -325,8 +326,12 @@ func checkMadeSoRefused(ctx context.Context, t *testing.T, fc client.Client, j *
 			t.Errorf("the forger binding its own pod through %s: %v, want refused (%q)", what, err, byBinding)
 		}
 	}
-	if err := fc.SubResource("binding").Create(ctx, decoy.DeepCopy(), bind(map[string]string{"note": "x"}, nil)); err != nil {
-		t.Errorf("a binding of the forger's own pod with a label of its own: %v, want allowed", err)
+	if err := fc.Create(ctx, bind(map[string]string{"note": "x"}, nil)); err == nil || !strings.Contains(err.Error(), byBinding) {
+		t.Errorf("the forger binding its own pod with a label of its own: %v, want refused (%q)", err, byBinding)
+	}
+	// The API server's own topology labels, and annotations not runwarden's.
+	if err := fc.SubResource("binding").Create(ctx, decoy.DeepCopy(), bind(map[string]string{"topology.kubernetes.io/zone": "z1"}, map[string]string{"note": "x"})); err != nil {
+		t.Errorf("a binding of the forger's own pod with a zone label and a note: %v, want allowed", err)
 	}
 }
 

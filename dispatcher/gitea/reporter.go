@@ -61,6 +61,8 @@ type reporter struct {
 	// Recorder's Started and Ran measure.
 	waited    bool
 	runningAt time.Time
+	// counted is set once the task's end is counted.
+	counted bool
 	// flush is signalled when the log's reader wants its rows sent now: it
 	// waits, maxHeld bytes of rows Gitea does not hold read, or it read the
 	// log's end; room when Gitea took some.
@@ -91,7 +93,6 @@ func (r *reporter) run(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			r.s.opts.Recorder.SourceError("report")
 			r.log.Error(err, "reporting the task to gitea")
 		}
 		r.wait(ctx, tick.C())
@@ -109,7 +110,6 @@ func (r *reporter) wait(ctx context.Context, tick <-chan time.Time) {
 			return
 		case <-r.flush:
 			if err := r.sendLog(ctx, false); err != nil && ctx.Err() == nil {
-				r.s.opts.Recorder.SourceError("log")
 				r.log.Error(err, "sending the task's log to gitea")
 			}
 		}
@@ -229,11 +229,15 @@ func (r *reporter) finish(ctx context.Context, j *batchv1.Job, out job.Outcome) 
 	if _, err := r.update(ctx, &res, true); err != nil {
 		return false, err
 	}
-	r.s.opts.Recorder.Finished(out.Phase, out.Reason)
-	if !r.runningAt.IsZero() {
-		r.s.opts.Recorder.Ran(out.Phase, r.s.clock.Now().Sub(r.runningAt))
+	if !r.counted {
+		// Once: a settle that fails has the result sent again.
+		r.counted = true
+		r.s.opts.Recorder.Finished(out.Phase, out.Reason)
+		if !r.runningAt.IsZero() {
+			r.s.opts.Recorder.Ran(out.Phase, r.s.clock.Now().Sub(r.runningAt))
+		}
+		r.log.Info("reported the task's result to gitea", "result", res.String())
 	}
-	r.log.Info("reported the task's result to gitea", "result", res.String())
 	if j == nil {
 		return true, nil
 	}
@@ -291,6 +295,7 @@ func (r *reporter) update(ctx context.Context, result *runnerv1.Result, final bo
 	r.mu.Unlock()
 	res, err := r.s.opts.Client.UpdateTask(ctx, state, outputs)
 	if err != nil {
+		r.s.callFailed("report", err)
 		return 0, err
 	}
 	return res.GetState().GetResult(), nil
@@ -324,6 +329,7 @@ func (r *reporter) sendLog(ctx context.Context, final bool) error {
 			break
 		}
 		if err != nil {
+			r.s.callFailed("log", err)
 			return err
 		}
 		r.mu.Lock()

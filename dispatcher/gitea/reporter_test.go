@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
 	"github.com/runwarden/runwarden/dispatcher/runner"
@@ -46,6 +47,9 @@ type taskServer struct {
 	// gone answers every call as Gitea does once the task's run was
 	// deleted.
 	gone bool
+	// down fails UpdateLog calls (logDown) or UpdateTask calls (taskDown)
+	// as a Gitea whose database is away.
+	logDown, taskDown bool
 	// batches are the row counts of the UpdateLog calls.
 	batches []int
 	// onLog, when set, is called with each UpdateLog call's rows.
@@ -59,6 +63,9 @@ func (s *taskServer) UpdateLog(_ context.Context, req *connect.Request[runnerv1.
 	defer s.mu.Unlock()
 	if s.gone {
 		return nil, errGone
+	}
+	if s.logDown {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the database is away"))
 	}
 	ack := int64(len(s.rows))
 	m := req.Msg
@@ -84,6 +91,9 @@ func (s *taskServer) UpdateTask(_ context.Context, req *connect.Request[runnerv1
 	defer s.mu.Unlock()
 	if s.gone {
 		return nil, errGone
+	}
+	if s.taskDown {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the database is away"))
 	}
 	st := req.Msg.GetState()
 	if s.result == runnerv1.Result_RESULT_UNSPECIFIED {
@@ -295,8 +305,9 @@ func TestReportOfATaskGoneAtGitea(t *testing.T) {
 	}}}
 	srv := &taskServer{outputs: map[string]string{}, gone: true}
 	kube, c := reportFixture(t, srv, j, pod)
+	rc := &countingRecorder{}
 	s := New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners",
-		ReportInterval: 10 * time.Millisecond, Logs: fileLogs("one\n")})
+		ReportInterval: 10 * time.Millisecond, Logs: fileLogs("one\n"), Recorder: rc})
 	rec, err := readRecord(j)
 	if err != nil {
 		t.Fatal(err)
@@ -309,6 +320,12 @@ func TestReportOfATaskGoneAtGitea(t *testing.T) {
 	}
 	if err := kube.Get(t.Context(), client.ObjectKeyFromObject(j), &batchv1.Job{}); err == nil {
 		t.Error("the Job of a task gone at Gitea is still there")
+	}
+	// Gitea's answer, not a failure to reach it: no source error.
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.errors) != 0 {
+		t.Errorf("source errors %v for a task gone at Gitea, want none", rc.errors)
 	}
 }
 
@@ -450,43 +467,119 @@ func (c *countingRecorder) Polled(time.Time) {
 }
 
 // TestReportCountsTheRunnersWaitAndRun: the histograms every source feeds
-// (package metrics), from the Gitea source: the wait from the Job's
-// creation to its runner seen running, and the run from then to the
-// report of its end; a reporter that first meets the runner running (as
-// after a restart) counts neither.
+// (package metrics), from the Gitea source's report rounds: the wait from
+// the Job's creation to its runner seen running, and the run from then to
+// the report of its end, each once, though the Job's settling fails and
+// its end is reported again; a reporter that first meets the runner
+// running (as after a restart) counts neither.
 func TestReportCountsTheRunnersWaitAndRun(t *testing.T) {
-	j, pod := finishedJob(t)
+	finished, donePod := finishedJob(t)
 	created := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	j.CreationTimestamp = metav1.NewTime(created)
+	finished.CreationTimestamp = metav1.NewTime(created)
+	pending := finished.DeepCopy()
+	pending.Status = batchv1.JobStatus{Active: 1}
+	pendingPod := donePod.DeepCopy()
+	pendingPod.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	runningPod := donePod.DeepCopy()
+	runningPod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: job.RunnerContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+	}}}
 	srv := &taskServer{outputs: map[string]string{}}
-	kube, c := reportFixture(t, srv, j, pod)
+	kube, c := reportFixture(t, srv, pending, pendingPod)
+	// The Job's settling (its reported mark) fails once: the end is sent
+	// again and must not be counted again.
+	failOnce := true
+	kube = interceptor.NewClient(kube.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*batchv1.Job); ok && failOnce {
+				failOnce = false
+				return errors.New("the API server is away")
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	})
 	clk := clocktest.New(created.Add(5 * time.Second))
 	rc := &countingRecorder{}
 	s := New(Options{Options: runner.Options{Clock: clk}, Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners",
 		ReportInterval: time.Hour, Logs: fileLogs("one\n"), Recorder: rc})
-	rec, err := readRecord(j)
+	rec, err := readRecord(finished)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(j), log: s.log}
-	r.seen(j, job.Outcome{})
-	r.seen(j, job.Outcome{Running: true})
-	r.seen(j, job.Outcome{Running: true})
-	clk.Step(7 * time.Second)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	r.run(ctx) // the Job is over: one round
-	if ctx.Err() != nil {
-		t.Fatal("the report did not end")
+	r := &reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(finished), log: s.log}
+	r.flush, r.room = make(chan struct{}, 1), make(chan struct{}, 1)
+	r.steps = newStepLog(rec.Marker, rec.Steps)
+	round := func(want bool) {
+		t.Helper()
+		done, err := r.round(t.Context())
+		if done != want {
+			t.Fatalf("round: done %v (%v), want %v", done, err, want)
+		}
 	}
-	restarted := &reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(j), log: s.log}
-	restarted.seen(j, job.Outcome{Running: true})
+	setPod := func(p *corev1.Pod) {
+		t.Helper()
+		if err := kube.Status().Update(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round(false) // waiting
+	setPod(runningPod)
+	round(false) // running, 5s after the Job's creation
+	round(false)
+	clk.Step(7 * time.Second)
+	setPod(donePod)
+	cur := &batchv1.Job{}
+	if err := kube.Get(t.Context(), client.ObjectKeyFromObject(finished), cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Status = finished.Status
+	if err := kube.Status().Update(t.Context(), cur); err != nil {
+		t.Fatal(err)
+	}
+	round(false) // the end reported, its settling failed
+	round(true)  // the end reported again, settled
+
+	restarted := &reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(finished), log: s.log}
+	restarted.seen(cur, job.Outcome{Running: true})
 
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	got := fmt.Sprint(rc.started, rc.ran, rc.finished)
 	if want := fmt.Sprint([]time.Duration{5 * time.Second}, []string{"Succeeded 7s"}, []string{"Succeeded Completed"}); got != want {
 		t.Errorf("counted %s, want %s", got, want)
+	}
+}
+
+// TestReportCountsGiteasFailures: a log or report call Gitea fails counts
+// as a source error of its kind, the one that failed.
+func TestReportCountsGiteasFailures(t *testing.T) {
+	for _, tt := range []struct {
+		logDown, taskDown bool
+		want              string
+	}{{logDown: true, want: "log"}, {taskDown: true, want: "report"}} {
+		j, pod := finishedJob(t)
+		srv := &taskServer{outputs: map[string]string{}, logDown: tt.logDown, taskDown: tt.taskDown}
+		kube, c := reportFixture(t, srv, j, pod)
+		rc := &countingRecorder{}
+		s := New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners",
+			ReportInterval: time.Hour, Logs: fileLogs("one\n"), Recorder: rc})
+		rec, err := readRecord(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(j), log: s.log}
+		r.flush, r.room = make(chan struct{}, 1), make(chan struct{}, 1)
+		r.steps = newStepLog(rec.Marker, rec.Steps)
+		if done, err := r.round(t.Context()); done || err == nil {
+			t.Fatalf("a round with Gitea down: done %v, %v", done, err)
+		}
+		rc.mu.Lock()
+		// One for each call that failed (the log's end is sent as soon as
+		// it is read, and again with the result).
+		if len(rc.errors) == 0 || slices.ContainsFunc(rc.errors, func(op string) bool { return op != tt.want }) || len(rc.finished) != 0 {
+			t.Errorf("Gitea failing (log %v, task %v): source errors %v, finished %v; want only %s, none finished", tt.logDown, tt.taskDown, rc.errors, rc.finished, tt.want)
+		}
+		rc.mu.Unlock()
 	}
 }
 

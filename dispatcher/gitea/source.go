@@ -515,14 +515,25 @@ func (s *Source) final(ctx context.Context, id int64, result runnerv1.Result, st
 				// Ended by an earlier report.
 				return nil
 			}
+			s.callFailed("log", err)
 			return err
 		})
 	}
 	state := &runnerv1.TaskState{Id: id, Result: result, StartedAt: stamp(now), StoppedAt: stamp(now), Steps: st}
 	s.retry(ctx, "reporting the task's result", func() error {
 		_, err := s.opts.Client.UpdateTask(ctx, state, nil)
+		s.callFailed("report", err)
 		return err
 	})
+}
+
+// callFailed counts a call to Gitea that failed (op: report or log), but
+// for a task Gitea no longer holds, which is its answer rather than a
+// failure, and for a call the dispatcher's own stop ended.
+func (s *Source) callFailed(op string, err error) {
+	if err != nil && !taskGone(err) && !errors.Is(err, context.Canceled) {
+		s.opts.Recorder.SourceError(op)
+	}
 }
 
 // retry calls f until it succeeds, ctx ends, or five tries failed.

@@ -67,7 +67,7 @@ func New(reg prometheus.Registerer, capacity int) *Recorder {
 	})
 	r.errors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "runwarden_dispatcher_source_errors_total",
-		Help: "Failed requests to the task source, by operation (poll, renew, report, log).",
+		Help: "Failed requests to the task source, by operation (orchestrator: poll, renew, report, log; Gitea: fetch, report, log).",
 	}, []string{"op"})
 	r.leader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "runwarden_dispatcher_leader",
@@ -85,7 +85,7 @@ func New(reg prometheus.Registerer, capacity int) *Recorder {
 	}, []string{"phase"})
 	r.polled = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "runwarden_dispatcher_last_poll_success_timestamp_seconds",
-		Help: "When the orchestrator last answered a poll (Unix seconds); 0 before the first, and for the kube source.",
+		Help: "When the task source last answered a poll (the orchestrator's poll, Gitea's FetchTask; Unix seconds); 0 before the first, and for the kube source.",
 	})
 	r.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "runwarden_dispatcher_template_reloads_total",
@@ -93,7 +93,7 @@ func New(reg prometheus.Registerer, capacity int) *Recorder {
 	}, []string{"result"})
 	// The series of every known label value exist from the start, at 0, so
 	// rates and alerts see their first increase.
-	for _, op := range []string{"poll", "renew", "report", "log"} {
+	for _, op := range []string{"poll", "renew", "report", "log", "fetch"} {
 		r.errors.WithLabelValues(op)
 	}
 	for _, result := range []string{"success", "failure"} {

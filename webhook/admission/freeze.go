@@ -66,7 +66,7 @@ func frozen(req Request, runner, jobController bool) string {
 	pod, old := req.Pod, req.OldPod
 	if old == nil {
 		if jobController {
-			return ""
+			return foreignSelector(pod)
 		}
 		if l := firstLabel(pod.Labels, jobSelectorLabels[:]); l != "" {
 			return fmt.Sprintf("runwarden: the label %s is the Job controller's, set on the pods it makes for a Job (its selector): a pod that carries it is adopted by that Job, and counted as its pod; this pod is created by %s; remove the label", l, req.User)
@@ -79,7 +79,7 @@ func frozen(req Request, runner, jobController bool) string {
 		if slices.Contains(pod.Finalizers, jobTrackingFinalizer) {
 			return fmt.Sprintf("runwarden: the finalizer %s is the Job controller's, on the pods it makes for a Job and counts; this pod is created by %s; remove it", jobTrackingFinalizer, req.User)
 		}
-		if ref := metav1.GetControllerOfNoCopy(pod); ref != nil && ref.Kind == "Job" && strings.HasPrefix(ref.APIVersion, batchv1.GroupName+"/") {
+		if ref := jobControllerOf(pod); ref != nil {
 			return fmt.Sprintf("runwarden: a pod controlled by Job %s is made by the Job controller, not by %s: a pod created with a Job as its controller passes for one of that Job's pods; remove the owner reference", ref.Name, req.User)
 		}
 		return ""
@@ -101,6 +101,40 @@ func frozen(req Request, runner, jobController bool) string {
 	}
 	if slices.Contains(old.Finalizers, jobTrackingFinalizer) != slices.Contains(pod.Finalizers, jobTrackingFinalizer) {
 		return fmt.Sprintf("runwarden: the finalizer %s of a pod is added and removed by the Job controller only: a pod that ends without it is not counted by its Job, which starts another in its place", jobTrackingFinalizer)
+	}
+	// Given a Job as its controller afterwards, a pod passes for that
+	// Job's as if made so; a release (the garbage collector orphaning it)
+	// stays allowed.
+	if ref := jobControllerOf(pod); ref != nil {
+		if was := metav1.GetControllerOfNoCopy(old); was == nil || was.UID != ref.UID {
+			return fmt.Sprintf("runwarden: Job %s is made the controller of a pod by the Job controller alone (it adopts the pods its selector matches), not by %s", ref.Name, req.User)
+		}
+	}
+	return ""
+}
+
+// jobControllerOf is pod's controller reference when a Job is its
+// controller, or nil.
+func jobControllerOf(pod *corev1.Pod) *metav1.OwnerReference {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil || ref.Kind != "Job" || !strings.HasPrefix(ref.APIVersion, batchv1.GroupName+"/") {
+		return nil
+	}
+	return ref
+}
+
+// foreignSelector says why a pod the Job controller creates is refused, or
+// is "": its Job's selector labels name another Job's UID than its
+// controller's. A Job made with spec.manualSelector chooses its selector
+// and its pods' labels, so its pods could carry a runner Job's UID and,
+// released by their own Job, be adopted and counted by that one.
+func foreignSelector(pod *corev1.Pod) string {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	for _, l := range jobSelectorLabels {
+		v, ok := pod.Labels[l]
+		if ok && (ref == nil || string(ref.UID) != v) {
+			return fmt.Sprintf("runwarden: the label %s=%s of a pod the Job controller makes names another Job than the pod's own (a Job with spec.manualSelector chose it): a pod carrying a Job's UID there is adopted and counted by that Job once its own releases it", l, v)
+		}
 	}
 	return ""
 }

@@ -194,6 +194,23 @@ func TestFrozenAfterAdmission(t *testing.T) {
 		{name: "a pod made with a Job as an owner but not its controller", create: true, old: plainPod, change: func(p *corev1.Pod) {
 			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "task-1", UID: "job-uid-1"}}
 		}},
+		{name: "a Job's pod labelled with another Job's UID (spec.manualSelector)", create: true, user: jobController, old: plainPod, change: func(p *corev1.Pod) {
+			p.Labels[batchv1.ControllerUidLabel], p.Labels["x"] = "job-uid-1", "y"
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "mine", UID: "job-uid-9", Controller: ptr.To(true)}}
+			p.Finalizers = []string{batchv1.JobTrackingFinalizer}
+		}, want: "the label batch.kubernetes.io/controller-uid=job-uid-1 of a pod the Job controller makes names another Job"},
+		{name: "a Job's pod with another Job's UID in the legacy label", create: true, user: jobController, old: plainPod, change: func(p *corev1.Pod) {
+			p.Labels[legacyControllerUIDLabel] = "job-uid-1"
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "mine", UID: "job-uid-9", Controller: ptr.To(true)}}
+		}, want: "the label controller-uid=job-uid-1"},
+		{name: "a Job made the controller of a plain pod", old: plainPod, change: func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "task-1", UID: "job-uid-1", Controller: ptr.To(true)}}
+		}, want: "Job task-1 is made the controller of a pod by the Job controller alone"},
+		{name: "a plain pod's Job controller released", old: func() *corev1.Pod {
+			p := plainPod()
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "task-1", UID: "job-uid-1", Controller: ptr.To(true)}}
+			return p
+		}, change: func(p *corev1.Pod) { p.OwnerReferences = nil }},
 		{name: "a pod made with another controller", create: true, old: plainPod, change: func(p *corev1.Pod) {
 			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "rs-1", Controller: ptr.To(true)}}
 		}},

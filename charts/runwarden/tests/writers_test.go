@@ -39,7 +39,7 @@ func TestWritersPolicy(t *testing.T) {
 			// What an update makes of an object counts, not only what it
 			// was: a Job or a pod is labelled through its status too, and a
 			// binding writes a pod's labels and annotations.
-			"bindings": {`"system:masters"`, "'runwarden.dev/'", "'batch.kubernetes.io/controller-uid'", "'controller-uid'", "'batch.kubernetes.io/job-name'", "'job-name'"},
+			"bindings": {`"system:masters"`, "'runwarden.dev/'", "k.startsWith('topology.kubernetes.io/')"},
 		}, absent: []string{"workloads"}},
 		{name: "kueue", args: []string{"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.defaultQueue=q"}, want: map[string][]string{
 			"jobs":      {`"system:serviceaccount:kueue-system:kueue-controller-manager"`},
