@@ -420,6 +420,32 @@ func TestSecurityPodCreator(t *testing.T) {
 				t.Errorf("a plain pod with the Job controller's finalizer: %v", err)
 				_ = c.Patch(ctx, plainTracked, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
 			}
+			// Nor through a Job of one's own whose selector (chosen with
+			// spec.manualSelector) names the runner Job's UID: the Job
+			// controller's pods for it are refused, so none can be released
+			// to the runner Job to adopt.
+			selector := map[string]string{batchv1.ControllerUidLabel: string(j.UID), "app": "decoy"}
+			decoy := &batchv1.Job{
+				ObjectMeta: metav1.ObjectMeta{Name: "decoy", Namespace: ns},
+				Spec: batchv1.JobSpec{
+					ManualSelector: ptr.To(true), Selector: &metav1.LabelSelector{MatchLabels: selector},
+					Template: corev1.PodTemplateSpec{
+						ObjectMeta: metav1.ObjectMeta{Labels: selector},
+						Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "registry.example.com/runner:1"}}},
+					},
+				},
+			}
+			if err := cfg.Client().Resources(ns).Create(ctx, decoy); err != nil {
+				t.Fatalf("a Job whose selector names the runner Job's UID: %v", err)
+			}
+			var msg string
+			refused := func(ctx context.Context) (bool, error) {
+				msg, _ = failedCreate(ctx, cfg, ns, decoy.Name)
+				return strings.Contains(msg, "names another Job than the pod's own"), nil
+			}
+			if err := harness.WaitFor(ctx, "the decoy Job's pod to be refused", time.Minute, refused); err != nil {
+				t.Errorf("%v (last FailedCreate: %q)", err, msg)
+			}
 
 			privileged := withImage(runnerPodFor(ns, "privileged-plain", true))
 			privileged.Labels = map[string]string{"app": "tool"}
