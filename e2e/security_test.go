@@ -431,7 +431,7 @@ func TestSecurityPodCreator(t *testing.T) {
 					ManualSelector: ptr.To(true), Selector: &metav1.LabelSelector{MatchLabels: selector},
 					Template: corev1.PodTemplateSpec{
 						ObjectMeta: metav1.ObjectMeta{Labels: selector},
-						Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "registry.example.com/runner:1"}}},
+						Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "registry.example.com/runner:1"}}},
 					},
 				},
 			}
