@@ -494,7 +494,11 @@ func TestWritersOrchestratorSource(t *testing.T) {
 	f := features.New("writers: orchestrator source").
 		Assess("what the dispatcher reads is written by its writers alone", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
-			installWritersPolicy(ctx, t, cfg, ns)
+			// A user the policy trusts to write runner pods' status (a
+			// component of writers.users, beside the scheduler this cluster's
+			// pending runner pods need).
+			statusWriter := harness.User{Name: "status-writer-" + ns[len(ns)-6:]}
+			installWritersPolicy(ctx, t, cfg, ns, "writers.users={system:kube-scheduler,"+statusWriter.Name+"}")
 			o := newOrchestrator(t, orchestratortest.Options{LeaseSeconds: 30})
 			d := startOrchestratorDispatcher(ctx, t, cfg, ns, o, "--simulated", "--pod-template", pendingTemplate(t), "--unschedulable-timeout", "10m", "--preflight=false")
 			for _, id := range []string{"t-1", "t-2"} {
@@ -523,6 +527,28 @@ func TestWritersOrchestratorSource(t *testing.T) {
 			}
 			if err := mergePatch(ctx, fc, sec.DeepCopy(), `{"metadata":{"annotations":{"note":"the forger's own"}}}`); err != nil {
 				t.Errorf("a note of the forger's on the task Secret: %v, want allowed", err)
+			}
+
+			// A trusted status writer writes the runner pod's status, not
+			// its labels: none changes through pods/status, whoever writes.
+			if err := statusWriter.Grant(ctx, cfg, ns, "status-writer",
+				rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}},
+				rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
+			); err != nil {
+				t.Fatal(err)
+			}
+			sw, err := statusWriter.Client(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runner := runnerPodOf(ctx, t, sw, &j)
+			cond := `{"status":{"conditions":[{"type":"example.com/Checked","status":"True"}]}}`
+			if err := sw.Status().Patch(ctx, runner.DeepCopy(), client.RawPatch(types.StrategicMergePatchType, []byte(cond))); err != nil {
+				t.Errorf("the trusted status writer's condition on the runner pod: %v, want allowed", err)
+			}
+			const throughStatus = "are not changed through pods/status"
+			if err := sw.Status().Patch(ctx, runner.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"note":"x"}}}`))); err == nil || !strings.Contains(err.Error(), throughStatus) {
+				t.Errorf("the trusted status writer labelling the runner pod through pods/status: %v, want refused (%q)", err, throughStatus)
 			}
 
 			asAdmin(ctx, t, cfg, d, "orchestrator-task", &j, `{"metadata":{"annotations":{"runwarden.dev/outcome":"{\"Phase\":\"Succeeded\",\"Reason\":\"Completed\",\"Message\":\"forged\"}"}}}`)
