@@ -222,8 +222,8 @@ func (s *Gitea) API(ctx context.Context, method, path string, in, out any) error
 }
 
 // slowCall is API for a call Gitea may take minutes to answer on a loaded
-// machine (a fork, a pull request: Gitea reads the git history), bounded by
-// ctx alone.
+// machine (a repository made, a commit, a fork, a pull request: Gitea runs
+// git), bounded by ctx alone.
 func (s *Gitea) slowCall(ctx context.Context, method, path string, in, out any) error {
 	return s.call(ctx, &http.Client{}, method, path, in, out)
 }
@@ -269,13 +269,15 @@ func (s *Gitea) call(ctx context.Context, c *http.Client, method, path string, i
 
 // CreateRepo creates the admin's repository name, with a first commit.
 func (s *Gitea) CreateRepo(ctx context.Context, name string) error {
-	return s.API(ctx, http.MethodPost, "user/repos", map[string]any{"name": name, "auto_init": true, "default_branch": "main"}, nil)
+	// Gitea initialises the repository with a commit: git, which took past
+	// 30 s under the whole suite's load.
+	return s.slowCall(ctx, http.MethodPost, "user/repos", map[string]any{"name": name, "auto_init": true, "default_branch": "main"}, nil)
 }
 
 // PutFile commits a file to the admin's repository's main branch; a
 // workflow file starts a run.
 func (s *Gitea) PutFile(ctx context.Context, repo, path, content string) error {
-	return s.API(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/contents/%s", s.Admin, repo, path), map[string]any{
+	return s.slowCall(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/contents/%s", s.Admin, repo, path), map[string]any{
 		"content": base64.StdEncoding.EncodeToString([]byte(content)), "message": "add " + path, "branch": "main",
 	}, nil)
 }
@@ -288,7 +290,7 @@ func (s *Gitea) PutFiles(ctx context.Context, repo string, files map[string]stri
 	for _, p := range slices.Sorted(maps.Keys(files)) {
 		ops = append(ops, map[string]any{"operation": "create", "path": p, "content": base64.StdEncoding.EncodeToString([]byte(files[p]))})
 	}
-	return s.API(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/contents", s.Admin, repo), map[string]any{
+	return s.slowCall(ctx, http.MethodPost, fmt.Sprintf("repos/%s/%s/contents", s.Admin, repo), map[string]any{
 		"files": ops, "message": "add files", "branch": "main",
 	}, nil)
 }
