@@ -177,8 +177,30 @@ func waitAllDone(ctx context.Context, t *testing.T, srv *orchestratortest.Server
 	t.Helper()
 	done := func(context.Context) (bool, error) { return srv.Done() == n, nil }
 	if err := harness.WaitFor(ctx, fmt.Sprintf("all %d tasks to be reported", n), timeout, done); err != nil {
-		t.Fatalf("%v (%d done)\n%s", err, srv.Done(), tail(d.log.String(), 4000))
+		t.Fatalf("%v (%d done)\n%s\n%s", err, srv.Done(), undone(srv), tail(d.log.String(), 4000))
 	}
+}
+
+// undone says, a line each, what the orchestrator holds of the first ten
+// tasks without a final event: why a wait for them all ended.
+func undone(srv *orchestratortest.Server) string {
+	var b strings.Builder
+	left := 0
+	for _, r := range srv.Tasks() {
+		if r.Final != nil {
+			continue
+		}
+		if left++; left > 10 {
+			continue
+		}
+		var events []string
+		for _, e := range r.Events {
+			events = append(events, string(e.Type))
+		}
+		fmt.Fprintf(&b, "  task %s: queued %v, leased %v (epoch %d, holder %q, expires %s), %d leases, %d requeues, %d releases, cancelled %v, events %v, %d stale\n",
+			r.Task.ID, r.Queued, r.Leased, r.Epoch, r.Holder, r.ExpiresAt.Format(time.TimeOnly), len(r.Leases), r.Requeues, r.Releases, r.Cancelled, events, r.Stale)
+	}
+	return fmt.Sprintf("%d tasks not reported:\n%s", left, b.String())
 }
 
 func tail(s string, n int) string {

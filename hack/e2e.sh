@@ -36,7 +36,16 @@ fi
 exec {use_lock}>"$state_dir/in-use-$name.lock"
 flock "$use_lock"
 
+# The output goes to a file as well as to stdout, for the summary of
+# failures printed at the end (hack/lib/failures.awk); namespaces dumped on
+# failure go beside it (harness.Dump).
+log=$state_dir/e2e-last.log
+export RUNWARDEN_E2E_DUMPS=$state_dir/e2e-dumps
+rm -rf "$RUNWARDEN_E2E_DUMPS"
+: >"$log"
+
 child=""
+tailer=""
 stop_cluster() {
 	local code=$?
 	trap - EXIT INT TERM
@@ -53,9 +62,18 @@ stop_cluster() {
 		kill -KILL -- "-$child" 2>/dev/null || true
 		wait "$child" 2>/dev/null || true
 	fi
+	if [[ -n $tailer ]]; then
+		wait "$tailer" 2>/dev/null || true
+	fi
 	if [[ $code -ne 0 && $kind == local && $keep != true ]]; then
 		echo "e2e: stopping cluster $name (the run ended with status $code)" >&2
 		"$root/hack/cluster.sh" down --name "$name" {run_lock}>&- {use_lock}>&- || true
+	fi
+	# Last, where a reader of a long run's tail finds it: what each failed
+	# test logged, gathered from the interleaved output.
+	if [[ $code -ne 0 && -s $log ]]; then
+		awk -f "$root/hack/lib/failures.awk" "$log" || true
+		echo "e2e: the whole output: $log; failed features' namespaces in full: $RUNWARDEN_E2E_DUMPS" >&2
 	fi
 	exit "$code"
 }
@@ -68,11 +86,15 @@ cd "$root"
 # script is handled at once (stopping the tests, then the cluster), not
 # after the suite.
 set -m
-go test -tags e2e -parallel "$parallel" "$@" {run_lock}>&- {use_lock}>&- &
+go test -tags e2e -parallel "$parallel" "$@" >"$log" 2>&1 {run_lock}>&- {use_lock}>&- &
 child=$!
 set +m
+tail -n +1 -f --pid="$child" "$log" {run_lock}>&- {use_lock}>&- &
+tailer=$!
 wait "$child"
 child=""
+wait "$tailer" || true
+tailer=""
 if [[ $kind == local && $keep != true ]]; then
 	"$root/hack/check-clean.sh" --unless-running --name "$name" {run_lock}>&- {use_lock}>&-
 fi

@@ -220,7 +220,7 @@ func (w *JobWatch) checkSlots(typ string, j *batchv1.Job) {
 	}
 }
 
-// describeJob is what a violation says of a Job holding a slot.
+// describeJob is what a violation or a dump says of a Job, in a line.
 func describeJob(j *batchv1.Job) string {
 	var conds []string
 	for _, c := range j.Status.Conditions {
@@ -228,13 +228,16 @@ func describeJob(j *batchv1.Job) string {
 			conds = append(conds, string(c.Type))
 		}
 	}
-	s := fmt.Sprintf("%s (uid %s, task %s, created %s, active %d, suspended %v, conditions %v",
-		j.Name, j.UID, j.Annotations[contract.TaskID], j.CreationTimestamp.Format(time.RFC3339), j.Status.Active, ptr.Deref(j.Spec.Suspend, false), conds)
+	s := fmt.Sprintf("%s (uid %s, task %s, created %s, active %d, succeeded %d, failed %d, suspended %v, conditions %v",
+		j.Name, j.UID, j.Annotations[contract.TaskID], j.CreationTimestamp.Format(time.RFC3339), j.Status.Active, j.Status.Succeeded, j.Status.Failed, ptr.Deref(j.Spec.Suspend, false), conds)
 	if j.DeletionTimestamp != nil {
 		s += ", deleting since " + j.DeletionTimestamp.Format(time.RFC3339)
 	}
 	if j.Annotations[job.AnnotationAwaitingSecret] != "" {
 		s += ", awaiting its Secret"
+	}
+	if j.Annotations[job.AnnotationReported] == "true" {
+		s += ", reported"
 	}
 	return s + ")"
 }
