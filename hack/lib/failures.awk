@@ -2,9 +2,13 @@
 # what it logged (t.Log, t.Error, t.Fatal: the lines "    file.go:N: ..."
 # and up to 4 lines each continues with), the last 30 messages of each, so a
 # failure stays readable after a long, interleaved run. A namespace's dump
-# (harness.Dump) is left out: it is in the full output.
+# (harness.Dump) is left out: it is in the full output. A panic (a -timeout
+# included) is repeated with the 12 lines after it, which name the tests
+# still running.
 #
 # Usage: awk -f hack/lib/failures.awk GO-TEST-OUTPUT
+/^panic: / && panicked == "" { panicked = $0; plines = 12; next }
+plines > 0 { panicked = panicked "\n" $0; plines--; next }
 /^=== (RUN|NAME|CONT|PAUSE) / { cur = $3; keep = 0; next }
 /^ *--- FAIL: / {
 	if (!($3 in failed)) { order[++n] = $3 }
@@ -31,6 +35,7 @@
 }
 { keep = 0 }
 END {
+	if (panicked != "") { printf "\nthe run panicked:\n%s\n", panicked }
 	if (n == 0) { exit }
 	printf "\n%d test(s) failed; what each logged:\n", n
 	for (i = 1; i <= n; i++) {
