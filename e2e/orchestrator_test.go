@@ -437,10 +437,10 @@ func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
 				if err := harness.WaitFor(ctx, "the leader to be in window "+w.name, time.Minute, inWindow); err != nil {
 					t.Fatalf("%v\n%s", err, rs.logs())
 				}
-				l.stop(os.Kill)
+				rs.stop(l, os.Kill)
 				o.srv.SetFaults(orchestratortest.Faults{})
 				o.srv.Release()
-				l.startStandby(ctx, t)
+				rs.startStandby(ctx, t, l)
 			}
 			waitAllDone(ctx, t, o.srv, len(ids)+len(cancels), 4*time.Minute, rs.waitLeader(ctx, t))
 			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)

@@ -73,7 +73,7 @@ func BenchmarkDispatcherFailover(b *testing.B) {
 				for b.Loop() {
 					l := rs.waitLeader(ctx, b)
 					stopped := time.Now()
-					l.stop(stop.sig)
+					rs.stop(l, stop.sig)
 					submit(i)
 					task := fmt.Sprintf("task-%03d", i)
 					i++
@@ -84,7 +84,7 @@ func BenchmarkDispatcherFailover(b *testing.B) {
 						time.Sleep(20 * time.Millisecond)
 					}
 					took = append(took, time.Since(stopped))
-					l.startStandby(ctx, b)
+					rs.startStandby(ctx, b, l)
 				}
 				var sum time.Duration
 				for _, d := range took {

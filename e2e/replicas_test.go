@@ -30,11 +30,22 @@ import (
 // replica that does not lead is never ready.
 func (d *dispatcherProcess) startStandby(ctx context.Context, t testing.TB) {
 	t.Helper()
-	d.cmd = exec.Command(d.bin, d.args...)
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
+	if err := d.launch(); err != nil {
 		t.Fatal(err)
 	}
+	d.awaitHealthy(ctx, t)
+}
+
+// launch starts d's process.
+func (d *dispatcherProcess) launch() error {
+	d.cmd = exec.Command(d.bin, d.args...)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	return d.cmd.Start()
+}
+
+// awaitHealthy waits until d answers /healthz.
+func (d *dispatcherProcess) awaitHealthy(ctx context.Context, t testing.TB) {
+	t.Helper()
 	if err := harness.WaitFor(ctx, "the dispatcher to be healthy", 30*time.Second, d.answers("/healthz")); err != nil {
 		t.Fatalf("%v\n%s", err, d.log.String())
 	}
@@ -150,16 +161,33 @@ func TestDispatcherReplicasFailover(t *testing.T) {
 // leaves 2 s between the leader's deadline and the lease's end, not 1.
 var electionFlags = []string{"--leader-elect", "--leader-elect-lease-duration", "8s", "--leader-elect-renew-deadline", "6s", "--leader-elect-retry-period", "500ms"}
 
-// replicaSet is dispatcher processes of one ID, run with --leader-elect.
+// replicaSet is dispatcher processes of one ID, run with --leader-elect,
+// kept running as their Deployment would keep them: a replica that exits
+// of itself is started again as a standby. A leader that cannot renew its
+// Lease within the renew deadline exits by design (the API server slowed
+// by the suites beside it can do that), and a test that went on with the
+// other replica alone could be left with none. Those exits are logged; an
+// exit for any other reason (a crash) fails the test.
 type replicaSet struct {
 	ds []*dispatcherProcess
+
+	mu sync.Mutex
+	// down are the replicas the test stopped and has not started again:
+	// left alone.
+	down map[*dispatcherProcess]bool
+	// from is where each replica's log of its current process starts.
+	from map[*dispatcherProcess]int
+	// exits says what each replica's own exits were, for the test's log;
+	// crashes the ones that were not a lost lead.
+	exits, crashes []string
 }
 
 // startReplicas starts n replicas of one dispatcher with args (which
-// include --leader-elect): the first leads, the others stand by.
+// include --leader-elect): the first leads, the others stand by. Until the
+// test ends, a replica that exits of itself is started again (replicaSet).
 func startReplicas(ctx context.Context, t testing.TB, cfg *envconf.Config, ns string, n int, args ...string) *replicaSet {
 	t.Helper()
-	rs := &replicaSet{}
+	rs := &replicaSet{down: map[*dispatcherProcess]bool{}, from: map[*dispatcherProcess]int{}}
 	for range n {
 		// Each its own copy: startDispatcherProcess edits its arguments.
 		rs.ds = append(rs.ds, startDispatcherProcess(ctx, t, cfg, ns, slices.Clone(args)...))
@@ -169,11 +197,103 @@ func startReplicas(ctx context.Context, t testing.TB, cfg *envconf.Config, ns st
 			d.stop(os.Interrupt)
 		}
 	})
+	rs.mu.Lock()
+	rs.from[rs.ds[0]] = rs.ds[0].log.Len()
+	rs.mu.Unlock()
 	rs.ds[0].start(ctx, t)
 	for _, d := range rs.ds[1:] {
-		d.startStandby(ctx, t)
+		rs.startStandby(ctx, t, d)
 	}
+	// Registered after the stop above, so run before it: the replicas are
+	// no longer kept running once the test ends.
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go rs.keepRunning(done, stopped)
+	t.Cleanup(func() {
+		close(done)
+		<-stopped
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		for _, e := range rs.exits {
+			t.Logf("a replica exited of itself and was started again: %s", e)
+		}
+		for _, c := range rs.crashes {
+			t.Errorf("a replica crashed: %s", c)
+		}
+	})
 	return rs
+}
+
+// keepRunning starts again, every half second, the replicas that exited of
+// themselves, until done is closed; then it closes stopped.
+func (rs *replicaSet) keepRunning(done <-chan struct{}, stopped chan<- struct{}) {
+	defer close(stopped)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		rs.mu.Lock()
+		for i, d := range rs.ds {
+			if rs.down[d] || d.cmd == nil || d.cmd.Process == nil || d.cmd.ProcessState != nil || !exited(d.cmd.Process.Pid) {
+				continue
+			}
+			state, err := d.cmd.Process.Wait()
+			own := d.log.String()[min(rs.from[d], d.log.Len()):]
+			what := fmt.Sprintf("replica %d at %s (%v %v)", i, time.Now().Format(time.TimeOnly), state, err)
+			if strings.Contains(own, "leader election lost") {
+				rs.exits = append(rs.exits, what+": its lead lost")
+			} else {
+				rs.crashes = append(rs.crashes, what+"\n"+tail(own, 3000))
+			}
+			rs.from[d] = d.log.Len()
+			if err := d.launch(); err != nil {
+				rs.crashes = append(rs.crashes, fmt.Sprintf("replica %d not started again: %v", i, err))
+				rs.down[d] = true
+			}
+		}
+		rs.mu.Unlock()
+	}
+}
+
+// exited tells whether process pid has exited and waits to be reaped (a
+// zombie): without reaping it, so that whoever stops it still can.
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command's name, in parentheses that may hold
+	// anything.
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && strings.HasPrefix(string(b[i+1:]), " Z")
+}
+
+// stop stops replica d with sig; it stays down until startStandby.
+func (rs *replicaSet) stop(d *dispatcherProcess, sig os.Signal) {
+	rs.mu.Lock()
+	rs.down[d] = true
+	rs.mu.Unlock()
+	d.stop(sig)
+}
+
+// startStandby starts replica d again, as startStandby does.
+func (rs *replicaSet) startStandby(ctx context.Context, t testing.TB, d *dispatcherProcess) {
+	t.Helper()
+	rs.mu.Lock()
+	rs.from[d] = d.log.Len()
+	err := d.launch()
+	if err == nil {
+		delete(rs.down, d)
+	}
+	rs.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.awaitHealthy(ctx, t)
 }
 
 // leader is the replica that is ready, which only the leader is; nil if
@@ -207,8 +327,8 @@ func (rs *replicaSet) waitLeader(ctx context.Context, t testing.TB) *dispatcherP
 func (rs *replicaSet) killLeader(ctx context.Context, t testing.TB) {
 	t.Helper()
 	l := rs.waitLeader(ctx, t)
-	l.stop(os.Kill)
-	l.startStandby(ctx, t)
+	rs.stop(l, os.Kill)
+	rs.startStandby(ctx, t, l)
 	rs.waitLeader(ctx, t)
 }
 
