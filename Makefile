@@ -25,9 +25,10 @@ LDFLAGS := -s -w -X github.com/runwarden/runwarden/internal/version.Version=$(VE
 BINARIES := $(patsubst %/main.go,%,$(wildcard postrender/main.go webhook/main.go dispatcher/main.go))
 
 # The suites take about 15 minutes (Kueue, replicas and the chaos tests are
-# most of it); a hung test is stopped (with every goroutine's stack) well
-# inside CI's 90-minute limit, even after a cold tool build.
-E2E_TIMEOUT ?= 25m
+# most of it; 17.5 the slowest seen, on a loaded day); a hung test is
+# stopped (with every goroutine's stack) well inside CI's 90-minute limit,
+# even after a cold tool build.
+E2E_TIMEOUT ?= 35m
 # Where the local clusters keep their state (as hack/cluster.sh and hack/node.sh).
 STATE_DIR := $(or $(RUNWARDEN_STATE_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/runwarden)
 BENCH_COUNT ?= 3

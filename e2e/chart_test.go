@@ -114,7 +114,7 @@ patches:
 
 			h4 := newHelm(t, cfg, "helm4")
 			h4.plugins = plugins
-			args := append([]string{"install", release, chart, "-n", ns, "--wait", "--timeout", "3m",
+			args := append([]string{"install", release, chart, "-n", ns, "--wait", "--timeout", "5m",
 				"--post-renderer", "runwarden-postrender", "--post-renderer-args", "--kustomize",
 				"--post-renderer-args", overlay}, values...)
 			// The runner by a tag only the overlay rewrites (the chart pins it
@@ -380,7 +380,7 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 				_, _ = h3.run(context.Background(), "uninstall", release3, "-n", ns, "--wait")
 				_ = cfg.Client().Resources().Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runners + "-v3"}})
 			})
-			args3 := append([]string{"install", release3, chart, "-n", ns, "--wait", "--timeout", "3m",
+			args3 := append([]string{"install", release3, chart, "-n", ns, "--wait", "--timeout", "5m",
 				"--post-renderer", bin, "--post-renderer-args", "--kustomize",
 				"--post-renderer-args", filepath.Join(suite.RepoRoot, "kustomize", "labels")}, values3...)
 			if out, err := h3.run(ctx, args3...); err != nil {
@@ -399,7 +399,7 @@ grep -q "BEGIN CERTIFICATE" /etc/runwarden/ca/ca.crt || { echo "the CA bundle is
 			// helm test: a runner pod created through the webhook checks its own shape.
 			// --logs: the test pod's log (the runner's, or the dispatcher's
 			// reason it could not run one) is part of the answer.
-			if out, err := h4.run(ctx, "test", release, "-n", ns, "--timeout", "2m", "--logs"); err != nil || !strings.Contains(out, "Succeeded") {
+			if out, err := h4.run(ctx, "test", release, "-n", ns, "--timeout", "3m", "--logs"); err != nil || !strings.Contains(out, "Succeeded") {
 				t.Errorf("helm test: %v\n%s", err, out)
 			}
 

@@ -123,7 +123,7 @@ func startDispatcherProcess(ctx context.Context, t testing.TB, cfg *envconf.Conf
 		"--env-allow", "GREETING,TF_*", "--max-concurrent", "5", "--unschedulable-timeout", "5s",
 		"--succeeded-history", "1", "--failed-history", "1",
 		"--metrics-bind-address", d.metrics, "--health-probe-bind-address", d.health,
-		"--kubeconfig", cfg.KubeconfigFile(), "--preflight-timeout", "30s",
+		"--kubeconfig", cfg.KubeconfigFile(), "--preflight-timeout", "90s",
 	}
 	if os.Getenv("RUNWARDEN_BENCH_CPUPROFILE")+os.Getenv("RUNWARDEN_BENCH_HEAPPROFILE") != "" {
 		d.pprof = fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -182,7 +182,7 @@ func (d *dispatcherProcess) start(ctx context.Context, t testing.TB) {
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	}
-	if err := harness.WaitFor(ctx, "the dispatcher to be ready", 30*time.Second, ready); err != nil {
+	if err := harness.WaitFor(ctx, "the dispatcher to be ready", 2*time.Minute, ready); err != nil {
 		t.Fatalf("%v\n%s", err, d.log.String())
 	}
 }
@@ -247,7 +247,7 @@ func TestDispatcherPreflightNamesTheCause(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The preflight's own timeout (2m), as the chart runs it, not
-			// the suite's 30s: the refusal reaches the dispatcher as the Job
+			// the suite's 90s: the refusal reaches the dispatcher as the Job
 			// controller's FailedCreate event, which under the whole suite's
 			// load on two cores came after 25.6 s once and after 30 s once.
 			d := startDispatcherProcess(ctx, t, cfg, ns, "--preflight-timeout=2m")
@@ -493,7 +493,7 @@ func TestDispatcherSurvivesSIGKILL(t *testing.T) {
 				}
 				return done == tasks, nil
 			}
-			if err := harness.WaitFor(ctx, "all 200 tasks to finish", 3*time.Minute, all); err != nil {
+			if err := harness.WaitFor(ctx, "all 200 tasks to finish", 5*time.Minute, all); err != nil {
 				t.Fatalf("%v\n%s", err, rs.logs())
 			}
 			var list v1alpha1.RunnerTaskList

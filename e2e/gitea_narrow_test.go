@@ -221,7 +221,7 @@ func TestGiteaSourceNarrowWindows(t *testing.T) {
 		Assess("the leader killed in each window of a report, each job reported once", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			parent := ctx
-			ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
+			ctx, cancel := context.WithTimeout(ctx, 14*time.Minute)
 			defer cancel()
 			g := harness.StartGitea(ctx, t, suite.RepoRoot, "127.0.0.1")
 			if err := g.CreateRepo(ctx, "windows"); err != nil {

@@ -182,7 +182,7 @@ func TestGiteaSource(t *testing.T) {
 			ns := harness.Namespace(ctx)
 			// The feature's context goes on to its teardown uncancelled.
 			parent := ctx
-			ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
+			ctx, cancel := context.WithTimeout(ctx, 14*time.Minute)
 			defer cancel()
 			g := harness.StartGitea(ctx, t, suite.RepoRoot, realNodeGateway)
 			if err := g.CreateRepo(ctx, "infra"); err != nil {

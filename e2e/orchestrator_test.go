@@ -442,7 +442,7 @@ func TestOrchestratorSurvivesSIGKILLAndFaults(t *testing.T) {
 				o.srv.Release()
 				rs.startStandby(ctx, t, l)
 			}
-			waitAllDone(ctx, t, o.srv, len(ids)+len(cancels), 4*time.Minute, rs.waitLeader(ctx, t))
+			waitAllDone(ctx, t, o.srv, len(ids)+len(cancels), 6*time.Minute, rs.waitLeader(ctx, t))
 			checkExactlyOnce(ctx, t, cfg, ns, o.srv, ids)
 			checkCancelledOnce(ctx, t, cfg, ns, o.srv, cancels)
 			watch.Check(ctx, t)

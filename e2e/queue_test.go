@@ -433,7 +433,7 @@ func TestKueueQueues(t *testing.T) {
 			if err := r.Update(ctx, held); err != nil {
 				t.Fatal(err)
 			}
-			tasks := waitTasks(ctx, t, cfg, ns, 31, 5*time.Minute, d)
+			tasks := waitTasks(ctx, t, cfg, ns, 31, 8*time.Minute, d)
 			most := w.maxima()
 			t.Logf("most admitted at once: %v", most)
 			if most["team-a"] != 2 || most["team-b"] != 5 {
@@ -507,7 +507,7 @@ func TestKueueQueues(t *testing.T) {
 			if waitingThen == 0 {
 				t.Error("the high-priority task submitted last started after every waiting low-priority one")
 			}
-			waitTasks(ctx, t, cfg, ns, 38, 3*time.Minute, d)
+			waitTasks(ctx, t, cfg, ns, 38, 5*time.Minute, d)
 
 			// SIGKILL while tasks are queued: none lost, none run twice.
 			for i := range 8 {
@@ -533,7 +533,7 @@ func TestKueueQueues(t *testing.T) {
 			}
 			d.stop(syscall.SIGKILL)
 			d = startDispatcher(ctx, t, cfg, ns, args...)
-			tasks = waitTasks(ctx, t, cfg, ns, 46, 3*time.Minute, d)
+			tasks = waitTasks(ctx, t, cfg, ns, 46, 5*time.Minute, d)
 			delete(tasks, "held")
 			oneJobEach(ctx, t, cfg, ns, tasks)
 			return ctx
@@ -725,7 +725,7 @@ func TestDispatcherStartsWaitingTasksInOrder(t *testing.T) {
 				return len(order) == len(made), nil
 			}
 			d := startDispatcher(ctx, t, cfg, ns, "--max-concurrent", "1", "--priority-class", "high=100", "--priority-class", "low=-5")
-			if err := harness.WaitForEvery(ctx, "every task to start", 3*time.Minute, 50*time.Millisecond, record); err != nil {
+			if err := harness.WaitForEvery(ctx, "every task to start", 6*time.Minute, 50*time.Millisecond, record); err != nil {
 				t.Fatalf("%v (started %v)\n%s", err, order, tail(d.log.String(), 3000))
 			}
 			t.Logf("started in order %v", order)

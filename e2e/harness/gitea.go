@@ -67,7 +67,7 @@ func StartGitea(ctx context.Context, t testing.TB, root, addr string) *Gitea {
 		URL: fmt.Sprintf("http://%s/", net.JoinHostPort(addr, fmt.Sprint(port))), Admin: "runwarden",
 		RegistrationToken: rand.Text() + rand.Text(),
 		bin:               bin, config: filepath.Join(dir, "app.ini"), log: &lockedBuffer{},
-		http: &http.Client{Timeout: 30 * time.Second},
+		http: &http.Client{Timeout: 2 * time.Minute},
 	}
 	// Gitea writes the secrets it generates into its configuration: it
 	// must be a file of its own, writable.
@@ -170,7 +170,7 @@ func (s *Gitea) CancelRun(ctx context.Context, repo string, run int64) error {
 		if err != nil {
 			return err
 		}
-		web := &http.Client{Timeout: 30 * time.Second, Jar: jar}
+		web := &http.Client{Timeout: 2 * time.Minute, Jar: jar}
 		form := url.Values{"user_name": {s.Admin}, "password": {s.password}}
 		if _, err := s.webPost(ctx, web, "user/login", "application/x-www-form-urlencoded", form.Encode()); err != nil {
 			return fmt.Errorf("signing in to Gitea's web UI: %w", err)
