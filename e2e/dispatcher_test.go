@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -40,7 +39,7 @@ import (
 // suite's cluster, watching one namespace.
 type dispatcherProcess struct {
 	cmd     *exec.Cmd
-	log     *bytes.Buffer
+	log     *harness.LockedBuffer
 	bin     string
 	args    []string
 	health  string
@@ -91,7 +90,7 @@ func startDispatcherProcess(ctx context.Context, t testing.TB, cfg *envconf.Conf
 		}
 	}
 	extra = slices.DeleteFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--source-dir=") })
-	d := &dispatcherProcess{log: &bytes.Buffer{}, bin: built.build(ctx, t, src, "./dispatcher")}
+	d := &dispatcherProcess{log: &harness.LockedBuffer{}, bin: built.build(ctx, t, src, "./dispatcher")}
 	image, err := suite.ImageRef(ctx, "runner")
 	if err != nil {
 		t.Fatal(err)

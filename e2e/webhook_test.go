@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -58,7 +57,7 @@ const runnerNamespaceLabel = "runwarden.dev/runners"
 // the API server by URL, as the chart's dev mode does.
 type webhookProcess struct {
 	cmd       *exec.Cmd
-	log       *bytes.Buffer
+	log       *harness.LockedBuffer
 	policyDir string
 	// bin is the built runwarden-webhook; platform its --config file.
 	bin        string
@@ -126,7 +125,7 @@ func startWebhookWith(ctx context.Context, t testing.TB, cfg *envconf.Config, pl
 	t.Helper()
 	dir := t.TempDir()
 	bin := built.build(ctx, t, suite.RepoRoot, "./webhook")
-	w := &webhookProcess{log: &bytes.Buffer{}, policyDir: filepath.Join(dir, "policies"), bin: bin, platform: filepath.Join(dir, "platform.yaml")}
+	w := &webhookProcess{log: &harness.LockedBuffer{}, policyDir: filepath.Join(dir, "policies"), bin: bin, platform: filepath.Join(dir, "platform.yaml")}
 	if err := os.CopyFS(w.policyDir, os.DirFS(filepath.Join(suite.RepoRoot, "policies"))); err != nil {
 		t.Fatal(err)
 	}

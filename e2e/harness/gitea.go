@@ -21,7 +21,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -38,7 +37,7 @@ type Gitea struct {
 	RegistrationToken string
 
 	bin, config string
-	log         *lockedBuffer
+	log         *LockedBuffer
 	http        *http.Client
 	// password is the admin's, for the web UI's session (web).
 	password string
@@ -66,7 +65,7 @@ func StartGitea(ctx context.Context, t testing.TB, root, addr string) *Gitea {
 	s := &Gitea{
 		URL: fmt.Sprintf("http://%s/", net.JoinHostPort(addr, fmt.Sprint(port))), Admin: "runwarden",
 		RegistrationToken: rand.Text() + rand.Text(),
-		bin:               bin, config: filepath.Join(dir, "app.ini"), log: &lockedBuffer{},
+		bin:               bin, config: filepath.Join(dir, "app.ini"), log: &LockedBuffer{},
 		http: &http.Client{Timeout: 2 * time.Minute},
 	}
 	// Gitea writes the secrets it generates into its configuration: it
@@ -467,22 +466,4 @@ func (s *Gitea) Log(ctx context.Context, repo string, job int64) (string, error)
 	var b []byte
 	err := s.API(ctx, http.MethodGet, fmt.Sprintf("repos/%s/%s/actions/jobs/%d/logs", s.Admin, repo, job), nil, &b)
 	return string(b), err
-}
-
-// lockedBuffer is a process's output, read while the process writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
