@@ -134,8 +134,7 @@ func startDispatcherProcess(ctx context.Context, t testing.TB, cfg *envconf.Conf
 	if slices.Contains(extra, "--leader-elect") && !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--leader-elect-namespace") }) {
 		d.args = append(d.args, "--leader-elect-namespace", controlNamespace(ctx, t, cfg, ns))
 	}
-	d.cmd = exec.Command(d.bin, d.args...)
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	d.cmd = d.command()
 	return d
 }
 
@@ -166,22 +165,26 @@ func startDispatcher(ctx context.Context, t testing.TB, cfg *envconf.Config, ns 
 	return d
 }
 
+// command is d's process, not started, its output going to d.log.
+func (d *dispatcherProcess) command() *exec.Cmd {
+	cmd := exec.Command(d.bin, d.args...)
+	cmd.Stdout, cmd.Stderr = d.log, d.log
+	return cmd
+}
+
+// launch starts d's process.
+func (d *dispatcherProcess) launch() error {
+	d.cmd = d.command()
+	return d.cmd.Start()
+}
+
+// start starts d and waits until it is ready (with --leader-elect: leads).
 func (d *dispatcherProcess) start(ctx context.Context, t testing.TB) {
 	t.Helper()
-	d.cmd = exec.Command(d.bin, d.args...)
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
+	if err := d.launch(); err != nil {
 		t.Fatal(err)
 	}
-	ready := func(context.Context) (bool, error) {
-		resp, err := http.Get("http://" + d.health + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	}
-	if err := harness.WaitFor(ctx, "the dispatcher to be ready", 2*time.Minute, ready); err != nil {
+	if err := harness.WaitFor(ctx, "the dispatcher to be ready", 2*time.Minute, d.answers("/readyz")); err != nil {
 		t.Fatalf("%v\n%s", err, d.log.String())
 	}
 }

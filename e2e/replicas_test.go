@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -34,13 +33,6 @@ func (d *dispatcherProcess) startStandby(ctx context.Context, t testing.TB) {
 		t.Fatal(err)
 	}
 	d.awaitHealthy(ctx, t)
-}
-
-// launch starts d's process.
-func (d *dispatcherProcess) launch() error {
-	d.cmd = exec.Command(d.bin, d.args...)
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	return d.cmd.Start()
 }
 
 // awaitHealthy waits until d answers /healthz.
@@ -242,7 +234,8 @@ func (rs *replicaSet) keepRunning(done <-chan struct{}, stopped chan<- struct{})
 				continue
 			}
 			state, err := d.cmd.Process.Wait()
-			own := d.log.String()[min(rs.from[d], d.log.Len()):]
+			out := d.log.String()
+			own := out[min(rs.from[d], len(out)):]
 			what := fmt.Sprintf("replica %d at %s (%v %v)", i, time.Now().Format(time.TimeOnly), state, err)
 			if strings.Contains(own, "leader election lost") {
 				rs.exits = append(rs.exits, what+": its lead lost")
