@@ -180,7 +180,10 @@ func (r *reporter) outcome(ctx context.Context) (*batchv1.Job, job.Outcome, erro
 	if apierrors.IsNotFound(err) {
 		// Not in the cache: not seen yet, or gone.
 		err = r.s.opts.Reader.Get(ctx, r.key, j)
-		if apierrors.IsNotFound(err) {
+		// A Job of the task's name that is not this dispatcher's runner Job
+		// of the task is someone else's, made after the task's was deleted:
+		// the task's Job is gone all the same (and the other is left alone).
+		if apierrors.IsNotFound(err) || (err == nil && !job.IsRunnerJobFor(j, taskID(r.rec.Task), r.s.opts.Jobs.DispatcherID)) {
 			return nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonFailed, Message: "the Job was deleted before it finished"}, nil
 		}
 		if err == nil {

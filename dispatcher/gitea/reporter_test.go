@@ -634,3 +634,50 @@ func TestFetchLoopCounts(t *testing.T) {
 		rc.mu.Unlock()
 	}
 }
+
+// TestReportOfAJobOfItsNameMadeByAnother: a Job the cache does not hold,
+// read from the API server under the task's Job's name, is the task's only
+// if it is this dispatcher's runner Job of the task. One someone made
+// there after the task's Job was deleted is not followed (the task would
+// never be reported, its slot held, and a cancel would delete the other's
+// Job): the task's Job was deleted before it finished.
+func TestReportOfAJobOfItsNameMadeByAnother(t *testing.T) {
+	own, _ := finishedJob(t)
+	own.Status = batchv1.JobStatus{}
+	other := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: own.Name, Namespace: own.Namespace, UID: "other",
+		Annotations: map[string]string{contract.TaskID: taskID(7)}}}
+	labelled := other.DeepCopy()
+	labelled.Labels = map[string]string{contract.LabelDispatcher: "d"}
+	for _, tt := range []struct {
+		name string
+		live *batchv1.Job
+		// ours is whether the Job read is taken for the task's.
+		ours bool
+	}{
+		{name: "the task's own Job, not in the cache yet", live: own, ours: true},
+		{name: "another's Job of the name", live: other},
+		{name: "another's Job of the name with the dispatcher's label", live: labelled},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New(Options{Kube: fake.NewClientBuilder().Build(), Reader: fake.NewClientBuilder().WithObjects(tt.live.DeepCopy()).Build(),
+				Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners"})
+			rec, err := readRecord(own)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j, out, err := (&reporter{s: s, rec: rec, key: client.ObjectKeyFromObject(own), log: s.log}).outcome(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.ours {
+				if j == nil || j.UID != own.UID || out.Phase != "" {
+					t.Errorf("the task's own Job read past the cache: %v, %+v; want it, no outcome yet", j, out)
+				}
+				return
+			}
+			if j != nil || out.Phase != job.PhaseFailed || !strings.Contains(out.Message, "deleted before it finished") {
+				t.Errorf("another's Job of the name: %v, %+v; want none, the task failed as deleted", j, out)
+			}
+		})
+	}
+}

@@ -283,7 +283,9 @@ func (s *Source) restore(ctx context.Context) error {
 		if j.Annotations[job.AnnotationReported] != "" && job.Finished(j) {
 			continue
 		}
-		if j.DeletionTimestamp != nil || !s.reserve(rec.Task) {
+		// A Job being deleted is taken up too: its pod may run until it
+		// is gone, and its task is reported once it is.
+		if !s.reserve(rec.Task) {
 			continue
 		}
 		s.report(ctx, rec, client.ObjectKeyFromObject(j))

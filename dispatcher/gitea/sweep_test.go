@@ -6,17 +6,21 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	runnerv1 "code.gitea.io/actions-proto-go/runner/v1"
 	"code.gitea.io/actions-proto-go/runner/v1/runnerv1connect"
 	"connectrpc.com/connect"
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runwarden/runwarden/dispatcher/job"
+	"github.com/runwarden/runwarden/dispatcher/runner"
 )
 
 // instanceTask is one task of a Gitea instance, as sweep sees it.
@@ -185,5 +189,51 @@ func TestRestoreEndsAJobMadeBeforeItsPlan(t *testing.T) {
 	}
 	if err := kube.Get(t.Context(), client.ObjectKeyFromObject(resumed), &batchv1.Job{}); err != nil {
 		t.Errorf("a resumed Job with the mark: %v, want it kept", err)
+	}
+}
+
+// TestRestoreHoldsTheSlotOfAJobBeingDeleted: a Job being deleted (a
+// foreground deletion keeps it while its pod stops, and the pod may run
+// meanwhile) holds its task's slot after a restart until it is gone, as
+// with the other sources; then its task is reported failed, deleted before
+// it finished, and the slot frees.
+func TestRestoreHoldsTheSlotOfAJobBeingDeleted(t *testing.T) {
+	j, pod := finishedJob(t)
+	j.Status = batchv1.JobStatus{Active: 1}
+	j.DeletionTimestamp = ptr.To(metav1.Now())
+	j.Finalizers = []string{metav1.FinalizerDeleteDependents}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: job.RunnerContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+	}}}
+	srv := &instanceServer{tasks: map[int64]*instanceTask{7: {ours: true}}}
+	c := serveRunnerAPI(t, srv)
+	kube := fake.NewClientBuilder().WithObjects(j, pod).Build()
+	s := New(Options{Client: c, Kube: kube, Jobs: job.Options{DispatcherID: "d"}, Namespace: "runners", Logs: fileLogs(""),
+		ReportInterval: 10 * time.Millisecond, Options: runner.Options{MaxConcurrent: 1}})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := s.restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.free(); n != 0 {
+		t.Errorf("%d slots free while the Job being deleted is there, want 0", n)
+	}
+	var gone batchv1.Job
+	if err := kube.Get(ctx, client.ObjectKeyFromObject(j), &gone); err != nil {
+		t.Fatal(err)
+	}
+	gone.Finalizers = nil
+	if err := kube.Update(ctx, &gone); err != nil {
+		t.Fatal(err)
+	}
+	s.goroutines.Wait()
+	if ctx.Err() != nil {
+		t.Fatal("the report did not end once the Job was gone")
+	}
+	if got := srv.tasks[7].result; got != runnerv1.Result_RESULT_FAILURE {
+		t.Errorf("task 7: %v, want failed (its Job deleted before it finished)", got)
+	}
+	if n := s.free(); n != 1 {
+		t.Errorf("%d slots free once the Job is gone, want 1", n)
 	}
 }

@@ -337,6 +337,14 @@ func IsRunnerJobOf(j *batchv1.Job, taskID string) bool {
 	return j.Spec.Template.Labels[contract.LabelRunner] == "true" && j.Annotations[contract.TaskID] == taskID
 }
 
+// IsRunnerJobFor tells whether j, read with its pod template, is the
+// runner Job of task taskID (IsRunnerJobOf) that dispatcher dispatcherID
+// holds (its label): a Job read past the dispatcher's cache, which holds
+// only its own Jobs, is believed for the task only so.
+func IsRunnerJobFor(j *batchv1.Job, taskID, dispatcherID string) bool {
+	return dispatcherID != "" && j.Labels[contract.LabelDispatcher] == dispatcherID && IsRunnerJobOf(j, taskID)
+}
+
 // TakeOver gives a Job of one of this dispatcher's tasks, made under another
 // dispatcher ID, dispatcherID's label, as Create does when it adopts one. j
 // must be read with its pod template: a Job that is not the runner Job of

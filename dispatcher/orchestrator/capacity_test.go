@@ -251,3 +251,51 @@ func TestLeaseViewIsACopy(t *testing.T) {
 		t.Errorf("the cancellation held changed through a view: %q", again.cancel.reason)
 	}
 }
+
+// A Job made under a task's Job's name by someone else, after the task's
+// own Job was deleted, is not taken for the task's Job not yet in the
+// cache: read past the cache (which holds only the dispatcher's Jobs), it
+// is believed only as this dispatcher's runner Job of the task. The task
+// fails, deleted before it finished, and its slot frees, rather than
+// waiting on the other Job for ever, its lease renewed.
+func TestAJobOfTheTasksNameMadeByAnotherIsNotTheTasks(t *testing.T) {
+	t.Parallel()
+	own := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
+		Name: job.Name("t-1"), Namespace: "runners", UID: "u-1", Labels: map[string]string{contract.LabelDispatcher: "d-1"},
+		Annotations: map[string]string{contract.TaskID: "t-1", AnnotationLeaseID: "l-1", AnnotationLeaseEpoch: "1", AnnotationLeaseSeconds: "60"},
+	}}
+	own.Spec.Template.Labels = map[string]string{contract.LabelRunner: "true"}
+	other := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: own.Name, Namespace: "runners", UID: "u-2",
+		Annotations: map[string]string{contract.TaskID: "t-1"}}}
+	tests := []struct {
+		name   string
+		reader *batchv1.Job
+		// held is whether the task holds its slot after the reconcile.
+		held bool
+	}{
+		{name: "another's Job of the name", reader: other, held: false},
+		{name: "the task's own Job, not in the cache yet", reader: own, held: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kube := fake.NewClientBuilder().WithObjects(own.DeepCopy()).Build()
+			s := New(Options{
+				Client: acceptingClient(t), Kube: kube, Reader: fake.NewClientBuilder().WithObjects(tt.reader.DeepCopy()).Build(), Namespace: "runners",
+				Jobs: job.Options{DispatcherID: "d-1"}, Options: runner.Options{MaxConcurrent: 1, Clock: testclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))},
+			})
+			s.log = logr.Discard()
+			if _, err := s.restore(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if err := kube.Delete(t.Context(), own.DeepCopy()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(own)}); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := freeSlots(s), map[bool]int{true: 0, false: 1}[tt.held]; got != want {
+				t.Errorf("%d slots free, want %d (the task's slot held: %v)", got, want, tt.held)
+			}
+		})
+	}
+}

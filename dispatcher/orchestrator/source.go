@@ -409,13 +409,15 @@ func (s *Source) jobGone(ctx context.Context, req reconcile.Request, t *task, v 
 		return reconcile.Result{}, nil
 	}
 	j := &batchv1.Job{}
-	if err := s.opts.Reader.Get(ctx, req.NamespacedName, j); err == nil {
+	if err := s.opts.Reader.Get(ctx, req.NamespacedName, j); err == nil && job.IsRunnerJobFor(j, v.id, s.opts.Jobs.DispatcherID) {
 		// Created, not in the cache yet: its events will come.
 		return reconcile.Result{RequeueAfter: time.Second}, nil
-	} else if !apierrors.IsNotFound(err) {
+	} else if err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
 	}
-	// Someone deleted the Job before its outcome was reported.
+	// Someone deleted the Job before its outcome was reported (a Job of its
+	// name that is not this dispatcher's runner Job of the task was made by
+	// someone else after: left alone).
 	return s.finish(ctx, t, nil, job.Outcome{Phase: job.PhaseFailed, Reason: job.ReasonFailed, Message: "the Job was deleted before it finished"})
 }
 

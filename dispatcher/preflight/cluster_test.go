@@ -142,9 +142,15 @@ func admit(ctx context.Context, c client.Client, j *batchv1.Job) error {
 // warn records a FailedCreate warning event on Job j, as the Job
 // controller does when it cannot make its pod.
 func warn(ctx context.Context, c client.Client, j *batchv1.Job, msg string) error {
+	return warnAbout(ctx, c, j, "Job", msg)
+}
+
+// warnAbout makes a FailedCreate warning about an object of kind with j's
+// name and UID.
+func warnAbout(ctx context.Context, c client.Client, j *batchv1.Job, kind, msg string) error {
 	return c.Create(ctx, &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: j.Name + "." + strings.ToLower(string(j.UID)), Namespace: j.Namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Job", Namespace: j.Namespace, Name: j.Name, UID: j.UID},
+		ObjectMeta:     metav1.ObjectMeta{Name: j.Name + "." + strings.ToLower(kind+"-"+string(j.UID)), Namespace: j.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: kind, Namespace: j.Namespace, Name: j.Name, UID: j.UID},
 		Type:           corev1.EventTypeWarning, Reason: "FailedCreate", Message: msg,
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -110,7 +111,10 @@ func tryOnce(ctx context.Context, o Options) (bool, string, error) {
 		var events corev1.EventList
 		if err := o.Client.List(ctx, &events, client.InNamespace(o.Namespace), client.MatchingFields{"involvedObject.name": j.Name}); err == nil {
 			for _, e := range events.Items {
-				if e.Type != corev1.EventTypeWarning || e.Reason != "FailedCreate" {
+				// About this Job (its kind and UID), not another object
+				// of its name: events about other kinds are anyone's to
+				// write (the writers policy).
+				if e.Type != corev1.EventTypeWarning || e.Reason != "FailedCreate" || !aboutJob(e.InvolvedObject, j) {
 					continue
 				}
 				if job.DeniedByAdmission(e.Message) {
@@ -221,4 +225,10 @@ func checkQueue(ctx context.Context, c client.Reader, namespace, queue string) e
 	default:
 		return fmt.Errorf("%w: --kueue, but LocalQueue %s cannot be read in %s (is Kueue installed, its CRDs at %s, and may the dispatcher get localqueues?): %w", ErrFailed, queue, namespace, gvk.GroupVersion(), err)
 	}
+}
+
+// aboutJob tells whether an event's object is Job j itself: its kind and,
+// where the event names one, its UID.
+func aboutJob(ref corev1.ObjectReference, j *batchv1.Job) bool {
+	return ref.Kind == "Job" && ref.Name == j.Name && (ref.UID == "" || ref.UID == j.UID)
 }

@@ -210,3 +210,37 @@ func admitAtLook(look int) func(ctx context.Context, c client.WithWatch, n int) 
 		return admit(ctx, c, &jobs.Items[0])
 	}
 }
+
+// A refusal is read only from a warning about the throwaway Job itself (its
+// kind and UID): whoever may create events in the namespace cannot fail
+// every replica's preflight, and so stop the dispatcher, with an event
+// about an object of another kind, or another Job, of the same name (the
+// writers policy keeps events about Jobs and pods named rw-... to the
+// components alone, not those of other kinds).
+func TestRunBelievesOnlyTheJobsOwnRefusal(t *testing.T) {
+	t.Parallel()
+	const denied = `Error creating: admission webhook "pods.runwarden.dev" denied the request: forged`
+	clk := clocktest.New(epoch)
+	cl := newCluster(t)
+	cl.onJob = func(ctx context.Context, c client.WithWatch, j *batchv1.Job) error {
+		other := *j
+		other.UID = "another-jobs-uid"
+		rs := other
+		rs.UID = j.UID
+		return errors.Join(warn(ctx, c, &other, denied), warnAbout(ctx, c, &rs, "ReplicaSet", denied))
+	}
+	cl.onLook = admitAtLook(2)
+	s := run(t, func(ctx context.Context) error {
+		return Run(ctx, Options{Client: cl, Jobs: jobOptions(), Namespace: "runners", Clock: clk})
+	})
+	cl.nextJob(t)
+	if err := clk.WaitForWaiters(3, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.running(t, "after the forged refusals")
+	clk.Step(runPoll)
+	if err := s.result(t); err != nil {
+		t.Fatalf("Run: %v, want nil once the pod is there", err)
+	}
+	cl.noJobsLeft(t)
+}

@@ -114,7 +114,7 @@ func warnings(ctx context.Context, c client.Client, j *batchv1.Job) string {
 	var events corev1.EventList
 	if err := c.List(context.WithoutCancel(ctx), &events, client.InNamespace(j.Namespace)); err == nil {
 		for _, e := range events.Items {
-			if e.Type == corev1.EventTypeWarning && e.InvolvedObject.Name == j.Name {
+			if e.Type == corev1.EventTypeWarning && aboutJob(e.InvolvedObject, j) {
 				msg += e.Reason + ": " + e.Message + "; "
 			}
 		}
