@@ -90,7 +90,8 @@ func pendingTemplate(t *testing.T) string {
 // forger is a user of the runner namespace with the rights issue 42's
 // attacker has: create and patch Jobs and their status, create events of
 // both APIs, create pods, patch their status and bind them, patch
-// RunnerTasks' status and Secrets.
+// RunnerTasks' status; and write Secrets, ConfigMaps and the namespace's
+// own object.
 func forger(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) client.Client {
 	t.Helper()
 	u := harness.User{Name: "forger-" + ns[len(ns)-6:]}
@@ -103,7 +104,9 @@ func forger(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) c
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch", "update"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/binding", "bindings"}, Verbs: []string{"create"}},
 		rbacv1.PolicyRule{APIGroups: []string{"runwarden.dev"}, Resources: []string{"runnertasks/status"}, Verbs: []string{"patch", "update"}},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "patch", "update"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, Verbs: []string{"create", "get", "patch", "update", "delete"}},
+		// A Role in a namespace grants these on that namespace's own object.
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces", "namespaces/status"}, Verbs: []string{"get", "patch", "update"}},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -228,6 +231,122 @@ func checkForgeriesRefused(ctx context.Context, t *testing.T, fc client.Client, 
 		t.Errorf("the forger writing the runner pod's exit 0 into its status: %v, want refused (%q)", err, byKubelets)
 	}
 	checkMadeSoRefused(ctx, t, fc, j, pod)
+}
+
+// The platform's objects of the runner namespace TestWritersKubeSource
+// names in its writers policy: the CA bundle runner pods trust and a
+// credential set's Secret.
+const (
+	platformCA    = "runner-ca"
+	platformCreds = "git-creds"
+)
+
+// checkNamesAndPlatformRefused tries, as the forger, what a task's Job was
+// believed by once made, through the objects around it: a Job or Secret
+// under the dispatcher's names for a task (made first, or in place of a
+// deleted one, a Job would be squatted and a Secret's values, a Gitea
+// job's plan, replaced), the runner namespace's runwarden.dev/ annotations
+// (through the Namespace and its status: what secrets its tasks may name,
+// their placement and queues), and the platform's CA bundle and
+// credentials Secret that runner pods read. Each is refused by the writers
+// policy; the forger's own Job, Secret, ConfigMap and annotation stay
+// allowed.
+func checkNamesAndPlatformRefused(ctx context.Context, t *testing.T, cfg *envconf.Config, fc client.Client, ns string, j *batchv1.Job) {
+	t.Helper()
+	// A kubelet's credentials write events about its pods, not about a
+	// runner Job: a FailedCreate of a Job's would fail its task.
+	node := harness.User{Name: "system:node:forged-" + ns[len(ns)-6:]}
+	if err := node.Grant(ctx, cfg, ns, "node-events", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}}); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := node.Client(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	for _, kind := range []string{"Job", "Pod"} {
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: j.Name + ".", Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: kind, Name: j.Name, Namespace: ns, UID: j.UID},
+			Type:           corev1.EventTypeWarning, Reason: "FailedCreate", Message: `Error creating: admission webhook "pods.runwarden.dev" denied the request: forged`,
+			FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		}
+		err := nc.Create(ctx, ev)
+		if kind == "Job" && (err == nil || !strings.Contains(err.Error(), "events about runner Jobs and pods")) {
+			t.Errorf("a kubelet's event about runner Job %s: %v, want refused", j.Name, err)
+		}
+		if kind == "Pod" && err != nil {
+			t.Errorf("a kubelet's event about a pod: %v, want allowed", err)
+		}
+	}
+
+	const byDispatcher = "the names the dispatcher"
+	squat := func(name string) *batchv1.Job {
+		return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: batchv1.JobSpec{
+			Suspend: ptr.To(true),
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "c", Image: "busybox:stable"}}}},
+		}}
+	}
+	loaded := func(ctx context.Context) (bool, error) {
+		err := fc.Create(ctx, squat(job.Name("next-task")))
+		return err != nil && strings.Contains(err.Error(), byDispatcher), nil
+	}
+	if err := harness.WaitFor(ctx, "the names policy to be enforced", time.Minute, loaded); err != nil {
+		t.Fatal(err)
+	}
+	if err := fc.Create(ctx, squat("forgers-own")); err != nil {
+		t.Errorf("the forger's own Job: %v, want allowed", err)
+	}
+	secret := func(name string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: map[string]string{"RUNWARDEN_STEPS_PLAN": "{}"}}
+	}
+	for _, name := range []string{job.SecretName(job.Name("next-task")), job.SecretName(j.Name)} {
+		if err := fc.Create(ctx, secret(name)); err == nil || !strings.Contains(err.Error(), byDispatcher) {
+			t.Errorf("the forger making Secret %s: %v, want refused (%q)", name, err, byDispatcher)
+		}
+	}
+	if err := fc.Create(ctx, secret("forgers-own")); err != nil {
+		t.Errorf("the forger's own Secret: %v, want allowed", err)
+	}
+
+	const byPlatform = "writers.groups"
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	namespaced := func(ctx context.Context) (bool, error) {
+		err := mergePatch(ctx, fc, nsObj.DeepCopy(), `{"metadata":{"annotations":{"runwarden.dev/secret-patterns":"**"}}}`)
+		return err != nil && strings.Contains(err.Error(), byPlatform), nil
+	}
+	if err := harness.WaitFor(ctx, "the namespace policy to be enforced", time.Minute, namespaced); err != nil {
+		t.Fatal(err)
+	}
+	for what, patch := range map[string]string{
+		"the stores":        `{"metadata":{"annotations":{"runwarden.dev/secret-stores":"vault,ssm,gcp,azure"}}}`,
+		"the tolerations":   `{"metadata":{"annotations":{"runwarden.dev/tolerations":"[{\"operator\":\"Exists\"}]"}}}`,
+		"the queues":        `{"metadata":{"annotations":{"runwarden.dev/allowed-queues":"anyone"}}}`,
+		"the node selector": `{"metadata":{"annotations":{"runwarden.dev/node-selector":"pool=platform"}}}`,
+	} {
+		if err := mergePatch(ctx, fc, nsObj.DeepCopy(), patch); err == nil || !strings.Contains(err.Error(), byPlatform) {
+			t.Errorf("the forger writing %s of the runner namespace: %v, want refused (%q)", what, err, byPlatform)
+		}
+		if err := fc.Status().Patch(ctx, nsObj.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch))); err == nil || !strings.Contains(err.Error(), byPlatform) {
+			t.Errorf("the forger writing %s of the runner namespace through its status: %v, want refused (%q)", what, err, byPlatform)
+		}
+	}
+	if err := mergePatch(ctx, fc, nsObj.DeepCopy(), `{"metadata":{"annotations":{"note":"the forger's own"}}}`); err != nil {
+		t.Errorf("a note of the forger's on the namespace: %v, want allowed", err)
+	}
+
+	for _, obj := range []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: platformCA, Namespace: ns}, Data: map[string]string{"ca.crt": "the forger's CA"}},
+		secret(platformCreds),
+	} {
+		if err := fc.Create(ctx, obj); err == nil || !strings.Contains(err.Error(), "is the platform's") {
+			t.Errorf("the forger making the platform's %T %s: %v, want refused", obj, obj.GetName(), err)
+		}
+	}
+	if err := fc.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "forgers-own", Namespace: ns}}); err != nil {
+		t.Errorf("the forger's own ConfigMap: %v, want allowed", err)
+	}
 }
 
 // checkMadeSoRefused tries, as the forger, to make objects of its own pass
@@ -410,7 +529,8 @@ func TestWritersKubeSource(t *testing.T) {
 		Assess("what the dispatcher reads is written by its writers alone", func(ctx context.Context, t *testing.T, cfg *envconf.Config) context.Context {
 			ns := harness.Namespace(ctx)
 			installCRD(ctx, t, cfg)
-			installWritersPolicy(ctx, t, cfg, ns)
+			installWritersPolicy(ctx, t, cfg, ns, "runner.caBundle.configMap="+platformCA,
+				"webhook.platform.credentialSets[0].name=git", "webhook.platform.credentialSets[0].secretName="+platformCreds)
 			d := startDispatcher(ctx, t, cfg, ns, "--simulated", "--pod-template", pendingTemplate(t), "--unschedulable-timeout", "10m", "--preflight=false")
 			r := cfg.Client().Resources(ns)
 			rt := runnerTask(ns, "forged", "true")
@@ -424,6 +544,7 @@ func TestWritersKubeSource(t *testing.T) {
 			j := runningJobOf(ctx, t, cfg, ns, id, d)
 			fc := forger(ctx, t, cfg, ns)
 			checkForgeriesRefused(ctx, t, fc, &j)
+			checkNamesAndPlatformRefused(ctx, t, cfg, fc, ns, &j)
 			// The RunnerTask's status (its outcome and record) is the
 			// dispatcher's: the forger's Succeeded is refused.
 			const byDispatcher = "is written by the dispatcher"

@@ -74,10 +74,11 @@ rule, the pods it names anew or no more. Each pod is rebuilt as it was
 submitted: from its Job's pod template while the Job is kept, else the
 admitted pod, the webhook's record left out (docs/policy.md).
 
-Read only. --against-cluster needs get and list on pods and jobs, and get on
-serviceaccounts and configmaps in the runner namespaces, get on namespaces,
-and get on the release's ConfigMaps (the current set, the platform
-configuration) unless --current and --config are given.
+Read only. --against-cluster needs list on pods and jobs and get on
+serviceaccounts in the runner namespaces, get on namespaces, and get on the
+release's ConfigMaps (the current set, the platform configuration) unless
+--current and --config are given; it checks them first and names those it
+lacks.
 
 Exit status: 0 the candidate denies nothing the current set admits (or
 --allow-new-denials), 3 it does, 1 the audit failed (a set does not load,

@@ -17,11 +17,11 @@ const usage = `Usage:
   runwarden-webhook policy audit --policies DIR (--against-cluster [--namespaces NS,...] | --pods DIR) [flags]
                                         what a candidate policy set would do to the recent runner pods,
                                         against the set in force (see policy audit --help); exit 3 on new denials
-  runwarden-webhook policy test [--min-coverage N] [--timeout D] [DIR]
+  runwarden-webhook policy test [--min-coverage N] [--timeout D] [--total-timeout D] [DIR]
                                         run the policies' tests with coverage (default: the shipped policies)
   runwarden-webhook policy capabilities print the OPA capabilities the policies are compiled with
                                         (for opa check --capabilities)
-  runwarden-webhook resolve [--out FILE]
+  runwarden-webhook resolve [--out FILE] [--delivery envFile|files] [--termination-log FILE]
                                         resolve a runner's secret references into an env file
                                         (the runner pod's init container; see docs/secrets.md)
   runwarden-webhook --version

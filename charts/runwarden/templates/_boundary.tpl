@@ -24,3 +24,30 @@ webhook.platform.runner).
 {{- end }}
 {{- toYaml (dict "serviceAccount" ($spec.serviceAccountName | default "default") "secrets" ($secrets | compact | uniq | sortAlpha)) }}
 {{- end -}}
+
+{{- /*
+runwarden.platformObjects: the Secrets and ConfigMaps of the runner namespace
+that the platform names and runner pods read: the secret stores' and the
+credential sets' Secrets, the Secrets of the rendered runner pod template
+(runwarden.runnerBoundary), and the ConfigMaps that template mounts or reads
+(the CA bundle's among them). The writers policy keeps them the platform's
+(templates/writers-policy.yaml, -platform).
+*/ -}}
+{{- define "runwarden.platformObjects" -}}
+{{- $pt := include (print .Template.BasePath "/pod-template.yaml") . | fromYaml }}
+{{- $spec := $pt.template.spec | default dict }}
+{{- $secrets := (include "runwarden.runnerBoundary" . | fromYaml).secrets | default list }}
+{{- $platform := .Values.webhook.platform | default dict }}
+{{- range $k, $s := $platform.secretStores | default dict }}{{ if and (kindIs "map" $s) $s.secretName }}{{ $secrets = append $secrets $s.secretName }}{{ end }}{{ end }}
+{{- range $platform.credentialSets | default list }}{{ if .secretName }}{{ $secrets = append $secrets .secretName }}{{ end }}{{ end }}
+{{- $configMaps := list }}
+{{- range $v := $spec.volumes }}
+{{- if $v.configMap }}{{ $configMaps = append $configMaps $v.configMap.name }}{{ end }}
+{{- if $v.projected }}{{ range $v.projected.sources }}{{ if .configMap }}{{ $configMaps = append $configMaps .configMap.name }}{{ end }}{{ end }}{{ end }}
+{{- end }}
+{{- range concat ($spec.initContainers | default list) ($spec.containers | default list) }}
+{{- range .env }}{{ if and .valueFrom .valueFrom.configMapKeyRef }}{{ $configMaps = append $configMaps .valueFrom.configMapKeyRef.name }}{{ end }}{{ end }}
+{{- range .envFrom }}{{ if .configMapRef }}{{ $configMaps = append $configMaps .configMapRef.name }}{{ end }}{{ end }}
+{{- end }}
+{{- toYaml (dict "secrets" ($secrets | compact | uniq | sortAlpha) "configMaps" ($configMaps | compact | uniq | sortAlpha)) }}
+{{- end -}}

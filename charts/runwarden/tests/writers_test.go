@@ -34,13 +34,26 @@ func TestWritersPolicy(t *testing.T) {
 				"'runwarden.dev/dispatcher' in object.metadata.labels"},
 			"pods": {"'runwarden.dev/runner' in object.metadata.labels", "'batch.kubernetes.io/controller-uid'", `"system:node:"`, `"system:kube-scheduler"`, `"system:serviceaccount:kube-system:job-controller"`, `"system:serviceaccount:kube-system:node-controller"`, `"system:masters"`},
 			"events": {`"system:node:"`, `"system:kube-scheduler"`, `"system:serviceaccount:kube-system:job-controller"`, `"` + dispatcher + `"`,
-				"startsWith('" + job.NamePrefix + "')", "'Job', 'Pod'", "object.regarding", "object.involvedObject"},
+				"startsWith('" + job.NamePrefix + "')", "'Job', 'Pod'", "object.regarding", "object.involvedObject", "!variables.aboutJob"},
 			"records": {dispatcher, "startsWith('" + job.SecretPrefix + "')"},
 			// What an update makes of an object counts, not only what it
 			// was: a Job or a pod is labelled through its status too, and a
 			// binding writes a pod's labels and annotations.
 			"bindings": {`"system:masters"`, "'runwarden.dev/'", "k.startsWith('topology.kubernetes.io/')"},
+			// The dispatcher's names for a task's Job and Secret, the runner
+			// namespace's runwarden.dev/ annotations (through the Namespace
+			// and its status) and the platform's objects there.
+			"names":     {dispatcher, `"system:masters"`, "startsWith('" + job.NamePrefix + "')", "startsWith('" + job.SecretPrefix + "')"},
+			"namespace": {"object.metadata.name == 'runners'", "k.startsWith('runwarden.dev/')", `"system:masters"`},
+			"platform":  {`"system:masters"`, "request.resource.resource == 'configmaps'"},
 		}, absent: []string{"workloads"}},
+		{name: "the platform's objects", args: []string{"--set", "runner.caBundle.configMap=runner-ca",
+			"--set", "webhook.platform.credentialSets[0].name=git", "--set", "webhook.platform.credentialSets[0].secretName=git-creds",
+			"--set", "webhook.platform.secretStores.vault.enabled=true", "--set", "webhook.platform.secretStores.vault.address=https://vault:8200",
+			"--set", "webhook.platform.secretStores.vault.auth=token", "--set", "webhook.platform.secretStores.vault.secretName=vault-token",
+			"--set", "writers.platformUsers={system:serviceaccount:external-secrets:external-secrets}"}, want: map[string][]string{
+			"platform": {"['git-creds','vault-token','']", "['runner-ca','']", `"system:serviceaccount:external-secrets:external-secrets"`},
+		}},
 		{name: "kueue", args: []string{"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.defaultQueue=q"}, want: map[string][]string{
 			"jobs":      {`"system:serviceaccount:kueue-system:kueue-controller-manager"`},
 			"events":    {`"system:serviceaccount:kueue-system:kueue-controller-manager"`},
