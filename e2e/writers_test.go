@@ -105,6 +105,7 @@ func forger(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) c
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/binding", "bindings"}, Verbs: []string{"create"}},
 		rbacv1.PolicyRule{APIGroups: []string{"runwarden.dev"}, Resources: []string{"runnertasks/status"}, Verbs: []string{"patch", "update"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, Verbs: []string{"create", "get", "patch", "update", "delete"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"create", "get", "patch", "update"}},
 		// A Role in a namespace grants these on that namespace's own object.
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces", "namespaces/status"}, Verbs: []string{"get", "patch", "update"}},
 	); err != nil {
@@ -346,6 +347,28 @@ func checkNamesAndPlatformRefused(ctx context.Context, t *testing.T, cfg *envcon
 	}
 	if err := fc.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "forgers-own", Namespace: ns}}); err != nil {
 		t.Errorf("the forger's own ConfigMap: %v, want allowed", err)
+	}
+
+	// The runner service account (the chart's default name): as the chart
+	// renders it, anyone who may make it may; its identity annotations and
+	// its token's mounting are the platform's.
+	const byAccount = "identity annotations"
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runwarden-runner", Namespace: ns}, AutomountServiceAccountToken: ptr.To(false)}
+	if err := fc.Create(ctx, sa); err != nil {
+		t.Fatalf("the runner service account as the chart renders it: %v, want allowed", err)
+	}
+	for what, patch := range map[string]string{
+		"an IRSA role":              `{"metadata":{"annotations":{"eks.amazonaws.com/role-arn":"arn:aws:iam::111122223333:role/forgers"}}}`,
+		"an Azure identity":         `{"metadata":{"annotations":{"azure.workload.identity/client-id":"00000000-0000-0000-0000-000000000000"}}}`,
+		"a Google service account":  `{"metadata":{"annotations":{"iam.gke.io/gcp-service-account":"forger@p.iam.gserviceaccount.com"}}}`,
+		"an API token in every pod": `{"automountServiceAccountToken":true}`,
+	} {
+		if err := mergePatch(ctx, fc, sa.DeepCopy(), patch); err == nil || !strings.Contains(err.Error(), byAccount) {
+			t.Errorf("the forger giving the runner service account %s: %v, want refused (%q)", what, err, byAccount)
+		}
+	}
+	if err := mergePatch(ctx, fc, sa.DeepCopy(), `{"metadata":{"annotations":{"note":"the forger's own"}}}`); err != nil {
+		t.Errorf("a note of the forger's on the runner service account: %v, want allowed", err)
 	}
 }
 

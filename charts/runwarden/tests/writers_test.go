@@ -46,7 +46,17 @@ func TestWritersPolicy(t *testing.T) {
 			"names":     {dispatcher, `"system:masters"`, "startsWith('" + job.NamePrefix + "')", "startsWith('" + job.SecretPrefix + "')"},
 			"namespace": {"object.metadata.name == 'runners'", "k.startsWith('runwarden.dev/')", `"system:masters"`},
 			"platform":  {`"system:masters"`, "request.resource.resource == 'configmaps'"},
+			// The runner service account as the chart renders it: no
+			// identity annotation, no API token.
+			"runner-account": {"object.metadata.name == 'runwarden-runner'", "variables.automount == 'false'", "k in {}"},
 		}, absent: []string{"workloads"}},
+		{name: "an IRSA role and the state backend", args: []string{"--set", "runner.serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::111122223333:role/runner",
+			"--set", "runner.serviceAccount.stateBackendRole=true"}, want: map[string][]string{
+			"runner-account": {`k in {"eks.amazonaws.com/role-arn":"arn:aws:iam::111122223333:role/runner"}`, "variables.automount == 'true'"},
+		}},
+		{name: "a service account of the platform's", args: []string{"--set", "runner.serviceAccount.create=false", "--set", "runner.serviceAccount.name=team-runner"}, want: map[string][]string{
+			"runner-account": {"object.metadata.name == 'team-runner'", "variables.oldAnnotations[k] == variables.annotations[k]"},
+		}},
 		{name: "the platform's objects", args: []string{"--set", "runner.caBundle.configMap=runner-ca",
 			"--set", "webhook.platform.credentialSets[0].name=git", "--set", "webhook.platform.credentialSets[0].secretName=git-creds",
 			"--set", "webhook.platform.secretStores.vault.enabled=true", "--set", "webhook.platform.secretStores.vault.address=https://vault:8200",
