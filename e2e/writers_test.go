@@ -6,12 +6,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -106,6 +108,7 @@ func forger(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) c
 		rbacv1.PolicyRule{APIGroups: []string{"runwarden.dev"}, Resources: []string{"runnertasks/status"}, Verbs: []string{"patch", "update"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, Verbs: []string{"create", "get", "patch", "update", "delete"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"create", "get", "patch", "update"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
 		// A Role in a namespace grants these on that namespace's own object.
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces", "namespaces/status"}, Verbs: []string{"get", "patch", "update"}},
 	); err != nil {
@@ -313,8 +316,12 @@ func checkNamesAndPlatformRefused(ctx context.Context, t *testing.T, cfg *envcon
 
 	const byPlatform = "writers.groups"
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	// A new value each time: one written before the policy was in force
+	// would make the same patch a change of nothing, allowed.
+	attempt := 0
 	namespaced := func(ctx context.Context) (bool, error) {
-		err := mergePatch(ctx, fc, nsObj.DeepCopy(), `{"metadata":{"annotations":{"runwarden.dev/secret-patterns":"**"}}}`)
+		attempt++
+		err := mergePatch(ctx, fc, nsObj.DeepCopy(), fmt.Sprintf(`{"metadata":{"annotations":{"runwarden.dev/secret-patterns":"vault:*:%d/**"}}}`, attempt))
 		return err != nil && strings.Contains(err.Error(), byPlatform), nil
 	}
 	if err := harness.WaitFor(ctx, "the namespace policy to be enforced", time.Minute, namespaced); err != nil {
@@ -348,6 +355,19 @@ func checkNamesAndPlatformRefused(ctx context.Context, t *testing.T, cfg *envcon
 	if err := fc.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "forgers-own", Namespace: ns}}); err != nil {
 		t.Errorf("the forger's own ConfigMap: %v, want allowed", err)
 	}
+	// Made by the platform, the credentials' values are the platform's;
+	// their metadata (a label, the garbage collector's orphaning) is not
+	// what runner pods read.
+	creds := secret(platformCreds)
+	if err := cfg.Client().Resources().Create(ctx, creds); err != nil {
+		t.Fatal(err)
+	}
+	if err := mergePatch(ctx, fc, creds.DeepCopy(), `{"stringData":{"RUNWARDEN_STEPS_PLAN":"the forger's"}}`); err == nil || !strings.Contains(err.Error(), "is the platform's") {
+		t.Errorf("the forger changing the platform's credentials: %v, want refused", err)
+	}
+	if err := mergePatch(ctx, fc, creds.DeepCopy(), `{"metadata":{"labels":{"note":"the-forgers-own"}}}`); err != nil {
+		t.Errorf("a label of the forger's on the platform's credentials: %v, want allowed", err)
+	}
 
 	// The runner service account (the chart's default name): as the chart
 	// renders it, anyone who may make it may; its identity annotations and
@@ -370,6 +390,12 @@ func checkNamesAndPlatformRefused(ctx context.Context, t *testing.T, cfg *envcon
 	if err := mergePatch(ctx, fc, sa.DeepCopy(), `{"metadata":{"annotations":{"note":"the forger's own"}}}`); err != nil {
 		t.Errorf("a note of the forger's on the runner service account: %v, want allowed", err)
 	}
+	// Nor does the forger mint the account's token (its cloud identity's):
+	// the kubelets do, for runner pods.
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"sts.amazonaws.com"}}}
+	if err := fc.SubResource("token").Create(ctx, sa.DeepCopy(), tr); err == nil || !strings.Contains(err.Error(), "tokens of the runner service account") {
+		t.Errorf("the forger minting a token of the runner service account: %v, want refused", err)
+	}
 }
 
 // checkMadeSoRefused tries, as the forger, to make objects of its own pass
@@ -387,7 +413,8 @@ func checkMadeSoRefused(ctx context.Context, t *testing.T, fc client.Client, j *
 	// afterwards: the kube source would take it for a task's Job by its
 	// labels and annotation, the restore of either source for one of its own.
 	own := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-forged", Namespace: ns},
+		// Not named rw-...: those names are the dispatcher's (-names).
+		ObjectMeta: metav1.ObjectMeta{Name: "forged-" + j.Name[len(job.NamePrefix):], Namespace: ns},
 		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: job.RunnerContainer, Image: "busybox:stable"}},
 		}}},

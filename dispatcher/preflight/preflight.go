@@ -227,8 +227,8 @@ func checkQueue(ctx context.Context, c client.Reader, namespace, queue string) e
 	}
 }
 
-// aboutJob tells whether an event's object is Job j itself: its kind and,
-// where the event names one, its UID.
+// aboutJob tells whether an event's object is Job j itself: its kind,
+// name and UID (the Job controller names all three).
 func aboutJob(ref corev1.ObjectReference, j *batchv1.Job) bool {
-	return ref.Kind == "Job" && ref.Name == j.Name && (ref.UID == "" || ref.UID == j.UID)
+	return ref.Kind == "Job" && ref.Name == j.Name && ref.UID != "" && ref.UID == j.UID
 }

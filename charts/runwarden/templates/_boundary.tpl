@@ -49,5 +49,6 @@ credential sets' Secrets, the Secrets of the rendered runner pod template
 {{- range .env }}{{ if and .valueFrom .valueFrom.configMapKeyRef }}{{ $configMaps = append $configMaps .valueFrom.configMapKeyRef.name }}{{ end }}{{ end }}
 {{- range .envFrom }}{{ if .configMapRef }}{{ $configMaps = append $configMaps .configMapRef.name }}{{ end }}{{ end }}
 {{- end }}
-{{- toYaml (dict "secrets" ($secrets | compact | uniq | sortAlpha) "configMaps" ($configMaps | compact | uniq | sortAlpha)) }}
+{{- /* kube-root-ca.crt is the cluster's, published into every namespace by its controller. */}}
+{{- toYaml (dict "secrets" ($secrets | compact | uniq | sortAlpha) "configMaps" (without ($configMaps | compact | uniq | sortAlpha) "kube-root-ca.crt")) }}
 {{- end -}}
