@@ -73,7 +73,7 @@ stop_cluster() {
 	# test logged, gathered from the interleaved output.
 	if [[ $code -ne 0 && -s $log ]]; then
 		awk -f "$root/hack/lib/failures.awk" "$log" || true
-		echo "e2e: the whole output: $log; failed features' namespaces in full: $RUNWARDEN_E2E_DUMPS" >&2
+		echo "e2e: the whole output: $log; failed features' namespaces in full: $RUNWARDEN_E2E_DUMPS; the real node's component logs: $state_dir/node-logs/$name" >&2
 	fi
 	exit "$code"
 }

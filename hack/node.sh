@@ -465,6 +465,11 @@ down() {
 	ip link delete "$BRIDGE" 2>/dev/null || true
 	# The kubelet links every container's log into /var/log/containers.
 	find /var/log/containers -maxdepth 1 -type l -lname "$node_dir/*" -delete 2>/dev/null || true
+	# The components' logs (containerd, kubelet, kube-proxy, CoreDNS) outlive
+	# the node, the last node of each cluster name's: a failed run is read
+	# after its cluster is gone.
+	rm -rf "$state_dir/node-logs/$name"
+	mkdir -p "$state_dir/node-logs/$name" && cp -a "$node_dir/logs/." "$state_dir/node-logs/$name/" 2>/dev/null || true
 	rm -rf "$node_dir"
 	if [[ -f $owner_file && $(cat "$owner_file") == "$name" ]]; then
 		restore_host
