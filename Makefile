@@ -24,8 +24,9 @@ LDFLAGS := -s -w -X github.com/runwarden/runwarden/internal/version.Version=$(VE
 # The binaries that exist so far; each is a package main in its own folder.
 BINARIES := $(patsubst %/main.go,%,$(wildcard postrender/main.go webhook/main.go dispatcher/main.go))
 
-# The suites take about 15 minutes (Kueue, replicas and the chaos tests are
-# most of it; 17.5 the slowest seen, on a loaded day); a hung test is
+# The suites take 5.5 to 7 minutes on an idle machine and up to 17 on a
+# loaded day (Kueue, the chart, replicas and the chaos tests are most of
+# it; docs/e2e.md); a hung test is
 # stopped (with every goroutine's stack) well inside CI's 90-minute limit,
 # even after a cold tool build.
 E2E_TIMEOUT ?= 35m
