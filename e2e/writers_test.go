@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -58,6 +59,7 @@ func installWritersPolicy(ctx context.Context, t *testing.T, cfg *envconf.Config
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
+	var policies []string
 	for _, doc := range strings.Split(out, "\n---\n") {
 		obj := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil || obj.GetKind() == "" {
@@ -67,6 +69,32 @@ func installWritersPolicy(ctx context.Context, t *testing.T, cfg *envconf.Config
 			t.Fatalf("creating %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}
 		t.Cleanup(func() { _ = cfg.Client().Resources().Delete(context.Background(), obj) })
+		if obj.GetKind() == "ValidatingAdmissionPolicy" {
+			policies = append(policies, obj.GetName())
+		}
+	}
+	// Each policy type-checked by the API server (its status's observed
+	// generation), as its admission side loads it; a test still probes
+	// the rules it relies on first.
+	for _, name := range policies {
+		checked := func(ctx context.Context) (bool, error) {
+			var p admissionregistrationv1.ValidatingAdmissionPolicy
+			if err := cfg.Client().Resources().Get(ctx, name, "", &p); err != nil {
+				return false, err
+			}
+			if p.Status.ObservedGeneration < p.Generation {
+				return false, nil
+			}
+			if p.Status.TypeChecking != nil {
+				for _, w := range p.Status.TypeChecking.ExpressionWarnings {
+					t.Logf("policy %s: the API server's type check of %s: %s", name, w.FieldRef, w.Warning)
+				}
+			}
+			return true, nil
+		}
+		if err := harness.WaitFor(ctx, "policy "+name+" to be type-checked", time.Minute, checked); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -135,9 +163,14 @@ func mergePatch(ctx context.Context, c client.Client, obj client.Object, patch s
 func checkForgeriesRefused(ctx context.Context, t *testing.T, fc client.Client, j *batchv1.Job) {
 	t.Helper()
 	const byDispatcher = "are written by the dispatcher"
-	// The API server loads a new policy within seconds.
+	// The API server loads a new policy within seconds. The probe is a
+	// runwarden.dev/ annotation no code reads, a new value each time: one
+	// that landed before the policy did would make the same patch a change
+	// of nothing, allowed.
+	attempt := 0
 	loaded := func(ctx context.Context) (bool, error) {
-		err := mergePatch(ctx, fc, j.DeepCopy(), `{"metadata":{"annotations":{"runwarden.dev/outcome":"{\"Phase\":\"Succeeded\",\"Reason\":\"Completed\"}"}}}`)
+		attempt++
+		err := mergePatch(ctx, fc, j.DeepCopy(), fmt.Sprintf(`{"metadata":{"annotations":{"runwarden.dev/e2e-probe":"%d"}}}`, attempt))
 		return err != nil && strings.Contains(err.Error(), byDispatcher), nil
 	}
 	if err := harness.WaitFor(ctx, "the writers policy to be enforced", time.Minute, loaded); err != nil {
@@ -791,6 +824,18 @@ func TestWritersKueueWorkload(t *testing.T) {
 				t.Fatalf("%v\n%s", err, tail(d.log.String(), 3000))
 			}
 			const byKueue = "are written by Kueue and the dispatcher"
+			// The API server loads a new policy within seconds: a label of
+			// the forger's (a new value each time, harmless if it lands
+			// before) shows it refusing.
+			attempt := 0
+			loaded := func(ctx context.Context) (bool, error) {
+				attempt++
+				err := mergePatch(ctx, fc, wl.DeepCopy(), fmt.Sprintf(`{"metadata":{"labels":{"e2e-probe":"%d"}}}`, attempt))
+				return err != nil && strings.Contains(err.Error(), byKueue), nil
+			}
+			if err := harness.WaitFor(ctx, "the Workloads policy to be enforced", time.Minute, loaded); err != nil {
+				t.Fatal(err)
+			}
 			if err := mergePatch(ctx, fc, wl.DeepCopy(), `{"spec":{"active":false}}`); err == nil || !strings.Contains(err.Error(), byKueue) {
 				t.Errorf("the forger deactivating the task's Workload: %v, want refused (%q)", err, byKueue)
 			}

@@ -43,9 +43,10 @@ func TestWritersPolicy(t *testing.T) {
 			// The dispatcher's names for a task's Job and Secret, the runner
 			// namespace's runwarden.dev/ annotations (through the Namespace
 			// and its status) and the platform's objects there.
-			"names":     {dispatcher, `"system:masters"`, "startsWith('" + job.NamePrefix + "')", "startsWith('" + job.SecretPrefix + "')"},
-			"namespace": {"object.metadata.name == 'runners'", "k.startsWith('runwarden.dev/')", `"system:masters"`},
-			"platform":  {`"system:masters"`, "request.resource.resource == 'configmaps'"},
+			"names":               {dispatcher, `"system:masters"`, "startsWith('" + job.NamePrefix + "')", "startsWith('" + job.SecretPrefix + "')"},
+			"namespace":           {"object.metadata.name == 'runners'", "k.startsWith('runwarden.dev/')", `"system:masters"`},
+			"platform-secrets":    {`"system:masters"`, "object.data"},
+			"platform-configmaps": {`"system:masters"`, "object.binaryData"},
 			// The runner service account as the chart renders it: no
 			// identity annotation, no API token.
 			"runner-account": {"object.metadata.name == 'runwarden-runner'", "variables.automount == 'false'", "k in {}"},
@@ -62,7 +63,8 @@ func TestWritersPolicy(t *testing.T) {
 			"--set", "webhook.platform.secretStores.vault.enabled=true", "--set", "webhook.platform.secretStores.vault.address=https://vault:8200",
 			"--set", "webhook.platform.secretStores.vault.auth=token", "--set", "webhook.platform.secretStores.vault.secretName=vault-token",
 			"--set", "writers.platformUsers={system:serviceaccount:external-secrets:external-secrets}"}, want: map[string][]string{
-			"platform": {"['git-creds','vault-token','']", "['runner-ca','']", `"system:serviceaccount:external-secrets:external-secrets"`},
+			"platform-secrets":    {"['git-creds','vault-token','']", `"system:serviceaccount:external-secrets:external-secrets"`},
+			"platform-configmaps": {"['runner-ca','']", `"system:serviceaccount:external-secrets:external-secrets"`},
 		}},
 		{name: "kueue", args: []string{"--set", "queueing.kueue.enabled=true", "--set", "queueing.kueue.defaultQueue=q"}, want: map[string][]string{
 			"jobs":      {`"system:serviceaccount:kueue-system:kueue-controller-manager"`},
