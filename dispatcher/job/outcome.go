@@ -343,6 +343,13 @@ func (o Observer) warningEvents(ctx context.Context, kind, namespace string, ref
 	return all
 }
 
+// JobWarnings returns the Warning events about Job j itself (its kind, its
+// name and, where the event names one, its UID), as Outcome reads them:
+// not those about another object of its name.
+func (o Observer) JobWarnings(ctx context.Context, j *batchv1.Job) []corev1.Event {
+	return o.warningEvents(ctx, "Job", j.Namespace, []objectRef{{name: j.Name, uid: j.UID}})
+}
+
 // eventText quotes events as "Reason: message" lines, bounded in length.
 func eventText(events []corev1.Event) string {
 	var b strings.Builder

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -108,20 +107,17 @@ func tryOnce(ctx context.Context, o Options) (bool, string, error) {
 		if pods, err := job.PodsOf(ctx, o.Client, j, false); err == nil && len(pods) > 0 {
 			return true, nil
 		}
-		var events corev1.EventList
-		if err := o.Client.List(ctx, &events, client.InNamespace(o.Namespace), client.MatchingFields{"involvedObject.name": j.Name}); err == nil {
-			for _, e := range events.Items {
-				// About this Job (its kind and UID), not another object
-				// of its name: events about other kinds are anyone's to
-				// write (the writers policy).
-				if e.Type != corev1.EventTypeWarning || e.Reason != "FailedCreate" || !aboutJob(e.InvolvedObject, j) {
-					continue
-				}
-				if job.DeniedByAdmission(e.Message) {
-					return false, fmt.Errorf("%w: a runner pod is not admitted in %s (Pod Security, an admission webhook or quota): %s", ErrFailed, o.Namespace, e.Message)
-				}
-				warning = e.Message
+		// About this Job (its kind and UID), not another object of its
+		// name: events about other kinds are anyone's to write (the
+		// writers policy).
+		for _, e := range (job.Observer{Client: o.Client}).JobWarnings(ctx, j) {
+			if e.Reason != "FailedCreate" {
+				continue
 			}
+			if job.DeniedByAdmission(e.Message) {
+				return false, fmt.Errorf("%w: a runner pod is not admitted in %s (Pod Security, an admission webhook or quota): %s", ErrFailed, o.Namespace, e.Message)
+			}
+			warning = e.Message
 		}
 		return false, nil
 	}
@@ -225,10 +221,4 @@ func checkQueue(ctx context.Context, c client.Reader, namespace, queue string) e
 	default:
 		return fmt.Errorf("%w: --kueue, but LocalQueue %s cannot be read in %s (is Kueue installed, its CRDs at %s, and may the dispatcher get localqueues?): %w", ErrFailed, queue, namespace, gvk.GroupVersion(), err)
 	}
-}
-
-// aboutJob tells whether an event's object is Job j itself: its kind,
-// name and UID (the Job controller names all three).
-func aboutJob(ref corev1.ObjectReference, j *batchv1.Job) bool {
-	return ref.Kind == "Job" && ref.Name == j.Name && ref.UID != "" && ref.UID == j.UID
 }

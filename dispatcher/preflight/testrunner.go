@@ -111,13 +111,8 @@ func warnings(ctx context.Context, c client.Client, j *batchv1.Job) string {
 			msg += fmt.Sprintf("%s: %s %s; ", cond.Type, cond.Reason, cond.Message)
 		}
 	}
-	var events corev1.EventList
-	if err := c.List(context.WithoutCancel(ctx), &events, client.InNamespace(j.Namespace)); err == nil {
-		for _, e := range events.Items {
-			if e.Type == corev1.EventTypeWarning && aboutJob(e.InvolvedObject, j) {
-				msg += e.Reason + ": " + e.Message + "; "
-			}
-		}
+	for _, e := range (job.Observer{Client: c}).JobWarnings(context.WithoutCancel(ctx), j) {
+		msg += e.Reason + ": " + e.Message + "; "
 	}
 	if msg == "" {
 		return "no conditions or warning events"
