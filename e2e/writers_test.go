@@ -152,6 +152,24 @@ func forger(ctx context.Context, t *testing.T, cfg *envconf.Config, ns string) c
 // byKubelets is the writers policy's refusal of a runner pod's status.
 const byKubelets = "is written by the kubelets"
 
+// waitEnforced waits for a policy just installed to be in force (the API
+// server loads one within seconds): probe makes a write the policy refuses
+// with want, with a new value n each time (one that landed before the
+// policy did would make the same write a change of nothing, allowed), and
+// the wait ends at its first refusal.
+func waitEnforced(ctx context.Context, t *testing.T, what, want string, probe func(ctx context.Context, n int) error) {
+	t.Helper()
+	n := 0
+	refused := func(ctx context.Context) (bool, error) {
+		n++
+		err := probe(ctx, n)
+		return err != nil && strings.Contains(err.Error(), want), nil
+	}
+	if err := harness.WaitFor(ctx, what+" to be enforced", time.Minute, refused); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // mergePatch patches obj with a JSON merge patch as c's user.
 func mergePatch(ctx context.Context, c client.Client, obj client.Object, patch string) error {
 	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch)))
@@ -163,19 +181,10 @@ func mergePatch(ctx context.Context, c client.Client, obj client.Object, patch s
 func checkForgeriesRefused(ctx context.Context, t *testing.T, fc client.Client, j *batchv1.Job) {
 	t.Helper()
 	const byDispatcher = "are written by the dispatcher"
-	// The API server loads a new policy within seconds. The probe is a
-	// runwarden.dev/ annotation no code reads, a new value each time: one
-	// that landed before the policy did would make the same patch a change
-	// of nothing, allowed.
-	attempt := 0
-	loaded := func(ctx context.Context) (bool, error) {
-		attempt++
-		err := mergePatch(ctx, fc, j.DeepCopy(), fmt.Sprintf(`{"metadata":{"annotations":{"runwarden.dev/e2e-probe":"%d"}}}`, attempt))
-		return err != nil && strings.Contains(err.Error(), byDispatcher), nil
-	}
-	if err := harness.WaitFor(ctx, "the writers policy to be enforced", time.Minute, loaded); err != nil {
-		t.Fatal(err)
-	}
+	// The probe: a runwarden.dev/ annotation no code reads.
+	waitEnforced(ctx, t, "the writers policy", byDispatcher, func(ctx context.Context, n int) error {
+		return mergePatch(ctx, fc, j.DeepCopy(), fmt.Sprintf(`{"metadata":{"annotations":{"runwarden.dev/e2e-probe":"%d"}}}`, n))
+	})
 	for what, patch := range map[string]string{
 		"an outcome on the running Job":    `{"metadata":{"annotations":{"runwarden.dev/outcome":"{\"Phase\":\"Succeeded\",\"Reason\":\"Completed\"}"}}}`,
 		"another task ID":                  `{"metadata":{"annotations":{"runwarden.dev/task-id":"t-2"}}}`,
@@ -325,13 +334,9 @@ func checkNamesAndPlatformRefused(ctx context.Context, t *testing.T, cfg *envcon
 				Containers: []corev1.Container{{Name: "c", Image: "busybox:stable"}}}},
 		}}
 	}
-	loaded := func(ctx context.Context) (bool, error) {
-		err := fc.Create(ctx, squat(job.Name("next-task")))
-		return err != nil && strings.Contains(err.Error(), byDispatcher), nil
-	}
-	if err := harness.WaitFor(ctx, "the names policy to be enforced", time.Minute, loaded); err != nil {
-		t.Fatal(err)
-	}
+	waitEnforced(ctx, t, "the names policy", byDispatcher, func(ctx context.Context, n int) error {
+		return fc.Create(ctx, squat(job.Name(fmt.Sprintf("next-task-%d", n))))
+	})
 	if err := fc.Create(ctx, squat("forgers-own")); err != nil {
 		t.Errorf("the forger's own Job: %v, want allowed", err)
 	}
@@ -349,17 +354,9 @@ func checkNamesAndPlatformRefused(ctx context.Context, t *testing.T, cfg *envcon
 
 	const byPlatform = "writers.groups"
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
-	// A new value each time: one written before the policy was in force
-	// would make the same patch a change of nothing, allowed.
-	attempt := 0
-	namespaced := func(ctx context.Context) (bool, error) {
-		attempt++
-		err := mergePatch(ctx, fc, nsObj.DeepCopy(), fmt.Sprintf(`{"metadata":{"annotations":{"runwarden.dev/secret-patterns":"vault:*:%d/**"}}}`, attempt))
-		return err != nil && strings.Contains(err.Error(), byPlatform), nil
-	}
-	if err := harness.WaitFor(ctx, "the namespace policy to be enforced", time.Minute, namespaced); err != nil {
-		t.Fatal(err)
-	}
+	waitEnforced(ctx, t, "the namespace policy", byPlatform, func(ctx context.Context, n int) error {
+		return mergePatch(ctx, fc, nsObj.DeepCopy(), fmt.Sprintf(`{"metadata":{"annotations":{"runwarden.dev/secret-patterns":"vault:*:%d/**"}}}`, n))
+	})
 	for what, patch := range map[string]string{
 		"the stores":        `{"metadata":{"annotations":{"runwarden.dev/secret-stores":"vault,ssm,gcp,azure"}}}`,
 		"the tolerations":   `{"metadata":{"annotations":{"runwarden.dev/tolerations":"[{\"operator\":\"Exists\"}]"}}}`,
@@ -824,18 +821,10 @@ func TestWritersKueueWorkload(t *testing.T) {
 				t.Fatalf("%v\n%s", err, tail(d.log.String(), 3000))
 			}
 			const byKueue = "are written by Kueue and the dispatcher"
-			// The API server loads a new policy within seconds: a label of
-			// the forger's (a new value each time, harmless if it lands
-			// before) shows it refusing.
-			attempt := 0
-			loaded := func(ctx context.Context) (bool, error) {
-				attempt++
-				err := mergePatch(ctx, fc, wl.DeepCopy(), fmt.Sprintf(`{"metadata":{"labels":{"e2e-probe":"%d"}}}`, attempt))
-				return err != nil && strings.Contains(err.Error(), byKueue), nil
-			}
-			if err := harness.WaitFor(ctx, "the Workloads policy to be enforced", time.Minute, loaded); err != nil {
-				t.Fatal(err)
-			}
+			// The probe: a label of the forger's, harmless if it lands first.
+			waitEnforced(ctx, t, "the Workloads policy", byKueue, func(ctx context.Context, n int) error {
+				return mergePatch(ctx, fc, wl.DeepCopy(), fmt.Sprintf(`{"metadata":{"labels":{"e2e-probe":"%d"}}}`, n))
+			})
 			if err := mergePatch(ctx, fc, wl.DeepCopy(), `{"spec":{"active":false}}`); err == nil || !strings.Contains(err.Error(), byKueue) {
 				t.Errorf("the forger deactivating the task's Workload: %v, want refused (%q)", err, byKueue)
 			}
