@@ -135,6 +135,11 @@ recipe() {
 			--label org.opencontainers.image.title=runwarden-runner)
 		;;
 	webhook | postrender | dispatcher)
+		# The Kubernetes libraries it shares with the tools, compiled once
+		# for both (a build beside the tools' waits for them).
+		if [[ $arch == "$(go env GOARCH)" ]]; then
+			"$root/hack/tools.sh" kubernetes-libraries
+		fi
 		(cd "$root" && GOARCH=$arch CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w -X github.com/runwarden/runwarden/internal/version.Version=$version" \
 			-o "$work/runwarden-$image" "./$image")
 		(cd "$root" && go run ./hack/image --ref "$r" --out "$out" --arch "$arch" "${labels[@]}" \

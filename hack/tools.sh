@@ -9,7 +9,9 @@
 #   path TOOL  print the folder that holds TOOL's binaries (builds nothing)
 #   TOOL...    build only these tools; "node-packages" installs the real
 #              node's Debian packages (containerd, runc, CNI plugins, ...)
-#              when missing, as root
+#              when missing, as root; "kubernetes-libraries" compiles into
+#              Go's build cache the packages runwarden's programs share with
+#              the Kubernetes tools (done first whenever one of those builds)
 #
 # The cache folder is $RUNWARDEN_TOOLS_DIR, default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/runwarden/tools. Missing tools are built
@@ -22,8 +24,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools_dir=${RUNWARDEN_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/runwarden/tools}
 
 # The pinned versions. Keep docs/development.md in step.
-KUBERNETES_VERSION=v1.36.3
+KUBERNETES_VERSION=v1.37.2
 ETCD_VERSION=v3.6.5
+# kwok and both Helms are built in hack/tools/kubernetes with the Kubernetes
+# libraries of KUBERNETES_VERSION (see its go.mod); their folders say so.
 KWOK_VERSION=v0.8.0
 HELM3_VERSION=v3.22.0
 HELM4_VERSION=v4.3.1
@@ -57,9 +61,9 @@ folder() {
 	case $1 in
 	kubernetes) echo "$tools_dir/kubernetes-$KUBERNETES_VERSION" ;;
 	etcd) echo "$tools_dir/etcd-$ETCD_VERSION" ;;
-	kwok) echo "$tools_dir/kwok-$KWOK_VERSION" ;;
-	helm3) echo "$tools_dir/helm-$HELM3_VERSION" ;;
-	helm4) echo "$tools_dir/helm-$HELM4_VERSION" ;;
+	kwok) echo "$tools_dir/kwok-$KWOK_VERSION-k8s-$KUBERNETES_VERSION" ;;
+	helm3) echo "$tools_dir/helm-$HELM3_VERSION-k8s-$KUBERNETES_VERSION" ;;
+	helm4) echo "$tools_dir/helm-$HELM4_VERSION-k8s-$KUBERNETES_VERSION" ;;
 	kustomize) echo "$tools_dir/kustomize-$KUSTOMIZE_VERSION" ;;
 	opa) echo "$tools_dir/opa-$OPA_VERSION" ;;
 	golangci-lint) echo "$tools_dir/golangci-lint-$GOLANGCI_LINT_VERSION" ;;
@@ -75,6 +79,13 @@ folder() {
 	syft) echo "$tools_dir/syft-$SYFT_VERSION" ;;
 	ko) echo "$tools_dir/ko-$KO_VERSION" ;;
 	gitea) echo "$tools_dir/gitea-$GITEA_VERSION" ;;
+	# Not a tool: a record that Go's build cache holds the packages below,
+	# for the two go.sum files it was compiled from.
+	kubernetes-libraries)
+		local sum
+		sum=$(cat "$root/go.sum" "$root/hack/tools/kubernetes/go.sum" | sha256sum)
+		echo "$tools_dir/kubernetes-libraries-$KUBERNETES_VERSION-${sum:0:16}"
+		;;
 	# Another architecture's programs, for the release's multi-platform images.
 	opentofu-linux-*) echo "$tools_dir/opentofu-$OPENTOFU_VERSION-${1#opentofu-}" ;;
 	busybox-linux-*)
@@ -120,14 +131,16 @@ recipe() {
 		# The package's folder is named "v3"; name the binary what it is.
 		(cd "$root/hack/tools/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
 		;;
+	# kwok and the Helms with the Kubernetes libraries the cluster's
+	# binaries and runwarden compile (hack/tools/kubernetes).
 	kwok)
-		install_mod "$out" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+		build_wrapper kubernetes "$out" "" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
 		;;
 	helm3)
-		install_mod "$out" "helm.sh/helm/v3/cmd/helm@$HELM3_VERSION"
+		build_wrapper kubernetes "$out" "" helm.sh/helm/v3/cmd/helm
 		;;
 	helm4)
-		install_mod "$out" "helm.sh/helm/v4/cmd/helm@$HELM4_VERSION"
+		build_wrapper kubernetes "$out" "" helm.sh/helm/v4/cmd/helm
 		;;
 	kustomize)
 		install_mod "$out" "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION"
@@ -222,6 +235,26 @@ recipe() {
 		mkdir -p "$out/static"
 		cp -r "$mod/templates" "$mod/options" "$mod/public" "$out/static/"
 		chmod -R u+w "$out/static"
+		;;
+	kubernetes-libraries)
+		# The packages runwarden's programs share with the programs of
+		# hack/tools/kubernetes (one version of each module in both:
+		# hack/verify.sh), compiled into Go's build cache before any of
+		# those builds starts, so that builds running side by side (the
+		# cluster's binaries, the Helms, kwok, runwarden's images) find
+		# them compiled instead of each compiling them at the same time.
+		# The list of packages is kept beside the record.
+		local programs
+		programs=$(sed -n 's/^[[:space:]]*_ "\(.*\)"$/\1/p' "$root/hack/tools/kubernetes/tools.go")
+		# shellcheck disable=SC2086 # one argument per program
+		comm -12 <(cd "$root" && CGO_ENABLED=0 go list -deps ./dispatcher ./webhook ./postrender | sort) \
+			<(cd "$root/hack/tools/kubernetes" && CGO_ENABLED=0 go list -deps $programs | sort) >"$out/packages.txt"
+		if [[ ! -s $out/packages.txt ]]; then
+			echo "kubernetes-libraries: runwarden's programs share no package with hack/tools/kubernetes' programs" >&2
+			return 1
+		fi
+		# shellcheck disable=SC2046 # one argument per package
+		(cd "$root/hack/tools/kubernetes" && CGO_ENABLED=0 go build -trimpath $(cat "$out/packages.txt"))
 		;;
 	opentofu-linux-*)
 		GOOS=linux GOARCH=${1#opentofu-linux-} build_wrapper opentofu "$out" "-X github.com/opentofu/opentofu/version.dev=no" github.com/opentofu/opentofu/cmd/tofu
@@ -366,6 +399,16 @@ ensure_all() {
 		fi
 		todo+=("$t")
 	done
+	# The Kubernetes libraries first, on every core, when a build that
+	# shares them is to run (see kubernetes-libraries in recipe).
+	for t in "${todo[@]}"; do
+		case $t in
+		kubernetes | kwok | helm3 | helm4)
+			ensure kubernetes-libraries || return 1
+			break
+			;;
+		esac
+	done
 	for t in "${todo[@]}"; do
 		while [[ $(jobs -rp | wc -l) -ge $jobs ]]; do
 			wait -n && rc=0 || rc=$?
@@ -397,7 +440,7 @@ main() {
 		fi
 		;;
 	-h | --help | help)
-		sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 		;;
 	*)
 		ensure_all "$@"

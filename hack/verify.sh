@@ -22,7 +22,8 @@ done
 # The wrapper modules pin what the tools are built from; tools.sh names the
 # cache folder after its own version variables, so the two must agree or a
 # bump would never rebuild (or would stamp old code with the new version).
-for pin in kubernetes:k8s.io/kubernetes:KUBERNETES_VERSION etcd:go.etcd.io/etcd/server/v3:ETCD_VERSION \
+for pin in kubernetes:k8s.io/kubernetes:KUBERNETES_VERSION kubernetes:sigs.k8s.io/kwok:KWOK_VERSION \
+	kubernetes:helm.sh/helm/v3:HELM3_VERSION kubernetes:helm.sh/helm/v4:HELM4_VERSION etcd:go.etcd.io/etcd/server/v3:ETCD_VERSION \
 	opentofu:github.com/opentofu/opentofu:OPENTOFU_VERSION vault:github.com/hashicorp/vault:VAULT_VERSION coredns:github.com/coredns/coredns:COREDNS_VERSION gitea:code.gitea.io/gitea:GITEA_VERSION; do
 	IFS=: read -r dir mod var <<<"$pin"
 	want=$(sed -n "s/^$var=\([^ ]*\).*/\1/p" hack/tools.sh)
@@ -32,6 +33,24 @@ for pin in kubernetes:k8s.io/kubernetes:KUBERNETES_VERSION etcd:go.etcd.io/etcd/
 		fail=1
 	fi
 done
+
+# hack/tools/kubernetes builds the cluster's binaries, kwok and both Helms with
+# the Kubernetes libraries runwarden compiles: every module whose packages both
+# runwarden (its programs, tests and e2e suites) and those programs compile is
+# at one version in both, or each compiles it again (a first run builds minutes
+# longer, and two builds of one library are two things to trust).
+build_modules() {
+	CGO_ENABLED=0 go list -deps \
+		-f '{{with .Module}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}' "$@" | sort -u
+}
+wrapper_programs=$(sed -n 's/^[[:space:]]*_ "\(.*\)"$/\1/p' hack/tools/kubernetes/tools.go)
+# shellcheck disable=SC2086 # one argument per program
+skew=$(join <(build_modules -test -tags e2e ./... | awk 'NF == 2') <(cd hack/tools/kubernetes && build_modules $wrapper_programs | awk 'NF == 2') | awk '$2 != $3')
+if [[ -n $skew ]]; then
+	echo "verify: these modules are compiled both by runwarden (go.mod) and by hack/tools/kubernetes at different versions (module, runwarden's, the tools'); require the higher in both:" >&2
+	echo "$skew" >&2
+	fail=1
+fi
 
 opa=$(hack/tools.sh path opa)/opa
 if [[ -x $opa ]]; then

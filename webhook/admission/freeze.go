@@ -22,7 +22,7 @@ import (
 // ephemeral container, and every field an update or a subresource may
 // change), its labels, runwarden's annotations and its owner references
 // are frozen for everyone, but for what its controllers own. The Job
-// controller (Options.JobControllerUsers; k8s.io/kubernetes v1.36
+// controller (Options.JobControllerUsers; k8s.io/kubernetes v1.37
 // pkg/controller/job) writes three things on the pods of its Jobs after
 // their creation: it removes its finalizer batch.kubernetes.io/job-tracking
 // once it counted the pod, it adopts an orphan pod its Job's selector
