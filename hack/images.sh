@@ -135,10 +135,10 @@ recipe() {
 			--label org.opencontainers.image.title=runwarden-runner)
 		;;
 	webhook | postrender | dispatcher)
-		# The Kubernetes libraries it shares with the tools, compiled once
-		# for both (a build beside the tools' waits for them).
+		# The libraries it shares with the tools, compiled once for all (a
+		# build beside the tools' waits for them).
 		if [[ $arch == "$(go env GOARCH)" ]]; then
-			"$root/hack/tools.sh" kubernetes-libraries
+			"$root/hack/tools.sh" shared-libraries
 		fi
 		(cd "$root" && GOARCH=$arch CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "-s -w -X github.com/runwarden/runwarden/internal/version.Version=$version" \
 			-o "$work/runwarden-$image" "./$image")

@@ -9,9 +9,9 @@
 #   path TOOL  print the folder that holds TOOL's binaries (builds nothing)
 #   TOOL...    build only these tools; "node-packages" installs the real
 #              node's Debian packages (containerd, runc, CNI plugins, ...)
-#              when missing, as root; "kubernetes-libraries" compiles into
-#              Go's build cache the packages runwarden's programs share with
-#              the Kubernetes tools (done first whenever one of those builds)
+#              when missing, as root; "shared-libraries" compiles into Go's
+#              build cache the packages runwarden, the Kubernetes tools and
+#              OpenTofu share (done first whenever one of those builds)
 #
 # The cache folder is $RUNWARDEN_TOOLS_DIR, default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/runwarden/tools. Missing tools are built
@@ -36,6 +36,8 @@ OPA_VERSION=v1.22.2
 GOLANGCI_LINT_VERSION=v2.15.0
 BENCHSTAT_VERSION=v0.0.0-20260908200009-22c9c6c9d4da
 CONTROLLER_GEN_VERSION=v0.23.0
+# OpenTofu's wrapper module takes the libraries it shares with the others
+# at their versions (hack/verify.sh): its folders name KUBERNETES_VERSION too.
 OPENTOFU_VERSION=v1.12.6
 COREDNS_VERSION=v1.15.0 # also in hack/tools/coredns/go.mod
 VAULT_VERSION=v1.19.0 # also in hack/tools/vault/go.mod
@@ -69,7 +71,7 @@ folder() {
 	golangci-lint) echo "$tools_dir/golangci-lint-$GOLANGCI_LINT_VERSION" ;;
 	benchstat) echo "$tools_dir/benchstat-$BENCHSTAT_VERSION" ;;
 	controller-gen) echo "$tools_dir/controller-gen-$CONTROLLER_GEN_VERSION" ;;
-	opentofu) echo "$tools_dir/opentofu-$OPENTOFU_VERSION" ;;
+	opentofu) echo "$tools_dir/opentofu-$OPENTOFU_VERSION-k8s-$KUBERNETES_VERSION" ;;
 	coredns) echo "$tools_dir/coredns-$COREDNS_VERSION-node" ;;
 	vault) echo "$tools_dir/vault-$VAULT_VERSION-minimal-kubeauth" ;;
 	kueue) echo "$tools_dir/kueue-$KUEUE_VERSION" ;;
@@ -80,14 +82,14 @@ folder() {
 	ko) echo "$tools_dir/ko-$KO_VERSION" ;;
 	gitea) echo "$tools_dir/gitea-$GITEA_VERSION" ;;
 	# Not a tool: a record that Go's build cache holds the packages below,
-	# for the two go.sum files it was compiled from.
-	kubernetes-libraries)
+	# for the go.sum files they were compiled from.
+	shared-libraries)
 		local sum
-		sum=$(cat "$root/go.sum" "$root/hack/tools/kubernetes/go.sum" | sha256sum)
-		echo "$tools_dir/kubernetes-libraries-$KUBERNETES_VERSION-${sum:0:16}"
+		sum=$(cat "$root/go.sum" "$root"/hack/tools/{kubernetes,opentofu}/go.sum | sha256sum)
+		echo "$tools_dir/shared-libraries-${sum:0:16}"
 		;;
 	# Another architecture's programs, for the release's multi-platform images.
-	opentofu-linux-*) echo "$tools_dir/opentofu-$OPENTOFU_VERSION-${1#opentofu-}" ;;
+	opentofu-linux-*) echo "$tools_dir/opentofu-$OPENTOFU_VERSION-k8s-$KUBERNETES_VERSION-${1#opentofu-}" ;;
 	busybox-linux-*)
 		local v
 		v=$(host_busybox_version) || return 1
@@ -236,25 +238,37 @@ recipe() {
 		cp -r "$mod/templates" "$mod/options" "$mod/public" "$out/static/"
 		chmod -R u+w "$out/static"
 		;;
-	kubernetes-libraries)
-		# The packages runwarden's programs share with the programs of
-		# hack/tools/kubernetes (one version of each module in both:
-		# hack/verify.sh), compiled into Go's build cache before any of
-		# those builds starts, so that builds running side by side (the
-		# cluster's binaries, the Helms, kwok, runwarden's images) find
-		# them compiled instead of each compiling them at the same time.
-		# The list of packages is kept beside the record.
+	shared-libraries)
+		# The packages that two or more of runwarden's programs, the
+		# programs of hack/tools/kubernetes (the cluster's binaries, kwok,
+		# the Helms) and OpenTofu compile, at one version in all of them
+		# (hack/verify.sh), compiled into Go's build cache before any of
+		# those builds starts: builds side by side (two tools at a time,
+		# runwarden's images beside them) then find them compiled instead
+		# of each compiling them at the same time. The lists are kept
+		# beside the record.
 		local programs
 		programs=$(sed -n 's/^[[:space:]]*_ "\(.*\)"$/\1/p' "$root/hack/tools/kubernetes/tools.go")
+		(cd "$root" && CGO_ENABLED=0 go list -deps ./dispatcher ./webhook ./postrender | sort -u) >"$out/runwarden.txt"
 		# shellcheck disable=SC2086 # one argument per program
-		comm -12 <(cd "$root" && CGO_ENABLED=0 go list -deps ./dispatcher ./webhook ./postrender | sort) \
-			<(cd "$root/hack/tools/kubernetes" && CGO_ENABLED=0 go list -deps $programs | sort) >"$out/packages.txt"
-		if [[ ! -s $out/packages.txt ]]; then
-			echo "kubernetes-libraries: runwarden's programs share no package with hack/tools/kubernetes' programs" >&2
+		(cd "$root/hack/tools/kubernetes" && CGO_ENABLED=0 go list -deps $programs | sort -u) >"$out/kubernetes.txt"
+		(cd "$root/hack/tools/opentofu" && CGO_ENABLED=0 go list -deps github.com/opentofu/opentofu/cmd/tofu | sort -u) >"$out/opentofu.txt"
+		# What the Kubernetes programs share with either of the others is
+		# compiled in their module, what runwarden and OpenTofu alone share
+		# in OpenTofu's.
+		sort -u <(comm -12 "$out/kubernetes.txt" "$out/runwarden.txt") <(comm -12 "$out/kubernetes.txt" "$out/opentofu.txt") >"$out/in-kubernetes.txt"
+		comm -12 "$out/runwarden.txt" "$out/opentofu.txt" | comm -23 - "$out/in-kubernetes.txt" >"$out/in-opentofu.txt"
+		rm "$out"/{runwarden,kubernetes,opentofu}.txt
+		if [[ ! -s $out/in-kubernetes.txt ]]; then
+			echo "shared-libraries: the Kubernetes programs share no package with runwarden or OpenTofu" >&2
 			return 1
 		fi
 		# shellcheck disable=SC2046 # one argument per package
-		(cd "$root/hack/tools/kubernetes" && CGO_ENABLED=0 go build -trimpath $(cat "$out/packages.txt"))
+		(cd "$root/hack/tools/kubernetes" && CGO_ENABLED=0 go build -trimpath $(cat "$out/in-kubernetes.txt"))
+		if [[ -s $out/in-opentofu.txt ]]; then
+			# shellcheck disable=SC2046 # one argument per package
+			(cd "$root/hack/tools/opentofu" && CGO_ENABLED=0 go build -trimpath $(cat "$out/in-opentofu.txt"))
+		fi
 		;;
 	opentofu-linux-*)
 		GOOS=linux GOARCH=${1#opentofu-linux-} build_wrapper opentofu "$out" "-X github.com/opentofu/opentofu/version.dev=no" github.com/opentofu/opentofu/cmd/tofu
@@ -399,12 +413,12 @@ ensure_all() {
 		fi
 		todo+=("$t")
 	done
-	# The Kubernetes libraries first, on every core, when a build that
-	# shares them is to run (see kubernetes-libraries in recipe).
+	# The shared libraries first, on every core, when a build that shares
+	# them is to run (see shared-libraries in recipe).
 	for t in "${todo[@]}"; do
 		case $t in
-		kubernetes | kwok | helm3 | helm4)
-			ensure kubernetes-libraries || return 1
+		kubernetes | kwok | helm3 | helm4 | opentofu)
+			ensure shared-libraries || return 1
 			break
 			;;
 		esac

@@ -34,20 +34,26 @@ for pin in kubernetes:k8s.io/kubernetes:KUBERNETES_VERSION kubernetes:sigs.k8s.i
 	fi
 done
 
-# hack/tools/kubernetes builds the cluster's binaries, kwok and both Helms with
-# the Kubernetes libraries runwarden compiles: every module whose packages both
-# runwarden (its programs, tests and e2e suites) and those programs compile is
-# at one version in both, or each compiles it again (a first run builds minutes
+# One version of each shared library: hack/tools/kubernetes (the cluster's
+# binaries, kwok, both Helms), hack/tools/opentofu (the runner's OpenTofu) and
+# runwarden (its programs, tests and e2e suites) compile many of the same
+# modules; a module whose packages two of them compile must be at one
+# version in all, or each compiles it again (a first run builds minutes
 # longer, and two builds of one library are two things to trust).
 build_modules() {
 	CGO_ENABLED=0 go list -deps \
-		-f '{{with .Module}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}' "$@" | sort -u
+		-f '{{with .Module}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}' "$@" | awk 'NF == 2' | sort -u
 }
 wrapper_programs=$(sed -n 's/^[[:space:]]*_ "\(.*\)"$/\1/p' hack/tools/kubernetes/tools.go)
 # shellcheck disable=SC2086 # one argument per program
-skew=$(join <(build_modules -test -tags e2e ./... | awk 'NF == 2') <(cd hack/tools/kubernetes && build_modules $wrapper_programs | awk 'NF == 2') | awk '$2 != $3')
+skew=$({
+	build_modules -test -tags e2e ./... | sed 's/$/ runwarden/'
+	(cd hack/tools/kubernetes && build_modules $wrapper_programs) | sed 's|$| hack/tools/kubernetes|'
+	(cd hack/tools/opentofu && build_modules github.com/opentofu/opentofu/cmd/tofu) | sed 's|$| hack/tools/opentofu|'
+} | awk '{v[$1] = v[$1] " " $3 "@" $2; if (!(($1, $2) in seen)) { seen[$1, $2] = 1; n[$1]++ } }
+	END { for (m in n) if (n[m] > 1) print m ":" v[m] }' | sort)
 if [[ -n $skew ]]; then
-	echo "verify: these modules are compiled both by runwarden (go.mod) and by hack/tools/kubernetes at different versions (module, runwarden's, the tools'); require the higher in both:" >&2
+	echo "verify: these modules are compiled at more than one version (module: where@version ...); require the highest everywhere:" >&2
 	echo "$skew" >&2
 	fail=1
 fi
