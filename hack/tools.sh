@@ -45,7 +45,7 @@ KUEUE_VERSION=v0.15.0
 # Prometheus v3.x: its Go module numbers v3.N.M as v0.3NN.M.
 PROMETHEUS_VERSION=v0.316.0
 REGISTRY_VERSION=v3.1.2
-COSIGN_VERSION=v2.6.5
+COSIGN_VERSION=v2.6.5 # also in hack/tools/cosign/go.mod
 SYFT_VERSION=v1.57.1
 # Also in hack/tools/gitea/go.mod (hack/verify.sh checks the two agree).
 GITEA_VERSION=v1.26.0
@@ -77,7 +77,7 @@ folder() {
 	kueue) echo "$tools_dir/kueue-$KUEUE_VERSION" ;;
 	promtool) echo "$tools_dir/promtool-$PROMETHEUS_VERSION-nosd" ;;
 	registry) echo "$tools_dir/registry-$REGISTRY_VERSION" ;;
-	cosign) echo "$tools_dir/cosign-$COSIGN_VERSION" ;;
+	cosign) echo "$tools_dir/cosign-$COSIGN_VERSION-k8s-$KUBERNETES_VERSION" ;;
 	syft) echo "$tools_dir/syft-$SYFT_VERSION" ;;
 	ko) echo "$tools_dir/ko-$KO_VERSION" ;;
 	gitea) echo "$tools_dir/gitea-$GITEA_VERSION" ;;
@@ -206,7 +206,9 @@ recipe() {
 		install_mod "$out" "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION"
 		;;
 	cosign)
-		install_mod "$out" "github.com/sigstore/cosign/v2/cmd/cosign@$COSIGN_VERSION"
+		# With the shared libraries' versions (hack/tools/cosign), stamped
+		# with its version as its own release build does.
+		build_wrapper cosign "$out" "-X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION" github.com/sigstore/cosign/v2/cmd/cosign
 		;;
 	syft)
 		install_mod "$out" "github.com/anchore/syft/cmd/syft@$SYFT_VERSION"

@@ -24,7 +24,8 @@ done
 # bump would never rebuild (or would stamp old code with the new version).
 for pin in kubernetes:k8s.io/kubernetes:KUBERNETES_VERSION kubernetes:sigs.k8s.io/kwok:KWOK_VERSION \
 	kubernetes:helm.sh/helm/v3:HELM3_VERSION kubernetes:helm.sh/helm/v4:HELM4_VERSION etcd:go.etcd.io/etcd/server/v3:ETCD_VERSION \
-	opentofu:github.com/opentofu/opentofu:OPENTOFU_VERSION vault:github.com/hashicorp/vault:VAULT_VERSION coredns:github.com/coredns/coredns:COREDNS_VERSION gitea:code.gitea.io/gitea:GITEA_VERSION; do
+	opentofu:github.com/opentofu/opentofu:OPENTOFU_VERSION vault:github.com/hashicorp/vault:VAULT_VERSION coredns:github.com/coredns/coredns:COREDNS_VERSION gitea:code.gitea.io/gitea:GITEA_VERSION \
+	cosign:github.com/sigstore/cosign/v2:COSIGN_VERSION; do
 	IFS=: read -r dir mod var <<<"$pin"
 	want=$(sed -n "s/^$var=\([^ ]*\).*/\1/p" hack/tools.sh)
 	got=$(awk -v m="$mod" '$1 == "require" && $2 == m {print $3} $1 == m {print $2}' "hack/tools/$dir/go.mod" | head -n 1)
@@ -35,8 +36,9 @@ for pin in kubernetes:k8s.io/kubernetes:KUBERNETES_VERSION kubernetes:sigs.k8s.i
 done
 
 # One version of each shared library: hack/tools/kubernetes (the cluster's
-# binaries, kwok, both Helms), hack/tools/opentofu (the runner's OpenTofu) and
-# runwarden (its programs, tests and e2e suites) compile many of the same
+# binaries, kwok, both Helms), hack/tools/opentofu (the runner's OpenTofu),
+# hack/tools/cosign and runwarden (its programs, tests and e2e suites)
+# compile many of the same
 # modules; a module whose packages two of them compile must be at one
 # version in all, or each compiles it again (a first run builds minutes
 # longer, and two builds of one library are two things to trust).
@@ -50,6 +52,7 @@ skew=$({
 	build_modules -test -tags e2e ./... | sed 's/$/ runwarden/'
 	(cd hack/tools/kubernetes && build_modules $wrapper_programs) | sed 's|$| hack/tools/kubernetes|'
 	(cd hack/tools/opentofu && build_modules github.com/opentofu/opentofu/cmd/tofu) | sed 's|$| hack/tools/opentofu|'
+	(cd hack/tools/cosign && build_modules github.com/sigstore/cosign/v2/cmd/cosign) | sed 's|$| hack/tools/cosign|'
 } | awk '{v[$1] = v[$1] " " $3 "@" $2; if (!(($1, $2) in seen)) { seen[$1, $2] = 1; n[$1]++ } }
 	END { for (m in n) if (n[m] > 1) print m ":" v[m] }' | sort)
 if [[ -n $skew ]]; then
