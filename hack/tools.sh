@@ -351,6 +351,36 @@ ensure_node_packages() {
 	echo "tools: installed ${missing[*]} in $((SECONDS - start))s" >&2
 }
 
+# outputs prints the files a tool's folder holds when built, relative to it.
+outputs() {
+	case $1 in
+	kubernetes) echo kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy ;;
+	kwok) echo kwok kwokctl ;;
+	helm3 | helm4) echo helm ;;
+	opentofu | opentofu-linux-*) echo tofu ;;
+	vault) echo vault plugins/vault-plugin-auth-kubernetes ;;
+	kueue) echo kueue crds ;;
+	gitea) echo gitea static/options/locale static/templates static/public ;;
+	shared-libraries) echo in-kubernetes.txt ;;
+	busybox-linux-*) echo busybox ;;
+	*) echo "$1" ;;
+	esac
+}
+
+# missing_outputs prints the files of tool $1 missing from folder $2, or
+# present but not executable where a program is expected.
+missing_outputs() {
+	local f missing=()
+	for f in $(outputs "$1"); do
+		if [[ ! -e $2/$f ]]; then
+			missing+=("$f")
+		elif [[ -f $2/$f && $f != *.txt && ! -x $2/$f ]]; then
+			missing+=("$f (not executable)")
+		fi
+	done
+	echo "${missing[*]}"
+}
+
 # ensure builds one tool unless its folder already exists. It builds into a
 # temporary folder and renames it at the end, so an interrupted build never
 # leaves a half-filled folder that looks complete.
@@ -379,9 +409,17 @@ ensure() {
 	mkdir -p "$tmp"
 	echo "tools: building $name into $out" >&2
 	local start=$SECONDS
-	if ! recipe "$name" "$tmp" >"$log" 2>&1; then
+	# The recipe runs in a process of its own: called in a condition here
+	# (or where ensure itself is), bash would ignore set -e in it, and a
+	# failed step followed by one that succeeds would count as built. Then
+	# every file the tool is made of must be there.
+	local missing=""
+	if ! "${BASH_SOURCE[0]}" recipe "$name" "$tmp" >"$log" 2>&1 || ! missing=$(missing_outputs "$name" "$tmp") || [[ -n $missing ]]; then
 		echo "tools: FAILED to build $name after $((SECONDS - start))s; the last lines of its output:" >&2
 		tail -n 30 "$log" >&2
+		if [[ -n $missing ]]; then
+			echo "tools: $name's build left out: $missing" >&2
+		fi
 		rm -rf "$tmp" "$log"
 		exec {lock}>&-
 		return 1
@@ -446,6 +484,10 @@ main() {
 	case $cmd in
 	path)
 		folder "${2:?usage: hack/tools.sh path TOOL}"
+		;;
+	recipe)
+		# Internal (ensure): build tool $2 into the folder $3.
+		recipe "${2:?}" "${3:?}"
 		;;
 	all)
 		ensure_all "${all_tools[@]}"
