@@ -498,7 +498,7 @@ main() {
 		fi
 		;;
 	-h | --help | help)
-		sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
 		;;
 	*)
 		ensure_all "$@"
