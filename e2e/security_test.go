@@ -297,8 +297,8 @@ func TestSecurityOrchestratorLimits(t *testing.T) {
 			waitAllDone(ctx, t, o.srv, 9, 3*time.Minute, d)
 			for id, want := range map[string]string{
 				"past-secret-limit": "may not be more than 1048576 bytes", "past-api-server": "Request entity too large",
-				// Past etcd's limit, the v1.36 API server tries the write
-				// again and refuses its own second defaulting of the Job
+				// Past etcd's limit, the v1.36 and v1.37 API servers try the write
+				// again and refuse their own second defaulting of the Job
 				// (a new controller-uid) as invalid: final all the same.
 				"past-etcd": `Job.batch "rw-past-etcd-30f2f8bec1" is invalid`,
 			} {
