@@ -249,12 +249,12 @@ recipe() {
 		# runwarden's images beside them) then find them compiled instead
 		# of each compiling them at the same time. The lists are kept
 		# beside the record.
-		local programs
-		programs=$(sed -n 's/^[[:space:]]*_ "\(.*\)"$/\1/p' "$root/hack/tools/kubernetes/tools.go")
 		(cd "$root" && CGO_ENABLED=0 go list -deps ./dispatcher ./webhook ./postrender | sort -u) >"$out/runwarden.txt"
-		# shellcheck disable=SC2086 # one argument per program
-		(cd "$root/hack/tools/kubernetes" && CGO_ENABLED=0 go list -deps $programs | sort -u) >"$out/kubernetes.txt"
-		(cd "$root/hack/tools/opentofu" && CGO_ENABLED=0 go list -deps github.com/opentofu/opentofu/cmd/tofu | sort -u) >"$out/opentofu.txt"
+		local dir
+		for dir in kubernetes opentofu; do
+			# shellcheck disable=SC2046 # one argument per program
+			(cd "$root/hack/tools/$dir" && CGO_ENABLED=0 go list -deps $(programs "$dir") | sort -u) >"$out/$dir.txt"
+		done
 		# What the Kubernetes programs share with either of the others is
 		# compiled in their module, what runwarden and OpenTofu alone share
 		# in OpenTofu's.
@@ -349,6 +349,12 @@ ensure_node_packages() {
 	fi
 	rm -f "$log"
 	echo "tools: installed ${missing[*]} in $((SECONDS - start))s" >&2
+}
+
+# programs prints the packages the wrapper module hack/tools/$1 builds, as
+# its tools.go records them (one import per line, or a single import).
+programs() {
+	sed -n 's/^\(import\)\{0,1\}[[:space:]]*_ "\(.*\)"$/\2/p' "$root/hack/tools/$1/tools.go"
 }
 
 # outputs prints the files a tool's folder holds when built, relative to it.
@@ -484,6 +490,10 @@ main() {
 	case $cmd in
 	path)
 		folder "${2:?usage: hack/tools.sh path TOOL}"
+		;;
+	programs)
+		# Internal (hack/verify.sh): what hack/tools/$2 builds.
+		programs "${2:?usage: hack/tools.sh programs WRAPPER}"
 		;;
 	recipe)
 		# Internal (ensure): build tool $2 into the folder $3.

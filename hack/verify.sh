@@ -35,24 +35,22 @@ for pin in kubernetes:k8s.io/kubernetes:KUBERNETES_VERSION kubernetes:sigs.k8s.i
 	fi
 done
 
-# One version of each shared library: hack/tools/kubernetes (the cluster's
-# binaries, kwok, both Helms), hack/tools/opentofu (the runner's OpenTofu),
-# hack/tools/cosign and runwarden (its programs, tests and e2e suites)
-# compile many of the same
-# modules; a module whose packages two of them compile must be at one
-# version in all, or each compiles it again (a first run builds minutes
-# longer, and two builds of one library are two things to trust).
+# One version of each shared library: runwarden (its programs, tests and e2e
+# suites) and the programs of hack/tools/kubernetes (the cluster's binaries,
+# kwok, both Helms), hack/tools/opentofu and hack/tools/cosign compile many
+# of the same modules; a module whose packages two of them compile must be
+# at one version in all, or each compiles it again (a first run builds
+# minutes longer, and two builds of one library are two things to trust).
 build_modules() {
 	CGO_ENABLED=0 go list -deps \
 		-f '{{with .Module}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}' "$@" | awk 'NF == 2' | sort -u
 }
-wrapper_programs=$(sed -n 's/^[[:space:]]*_ "\(.*\)"$/\1/p' hack/tools/kubernetes/tools.go)
-# shellcheck disable=SC2086 # one argument per program
 skew=$({
 	build_modules -test -tags e2e ./... | sed 's/$/ runwarden/'
-	(cd hack/tools/kubernetes && build_modules $wrapper_programs) | sed 's|$| hack/tools/kubernetes|'
-	(cd hack/tools/opentofu && build_modules github.com/opentofu/opentofu/cmd/tofu) | sed 's|$| hack/tools/opentofu|'
-	(cd hack/tools/cosign && build_modules github.com/sigstore/cosign/v2/cmd/cosign) | sed 's|$| hack/tools/cosign|'
+	for dir in kubernetes opentofu cosign; do
+		# shellcheck disable=SC2046 # one argument per program
+		(cd "hack/tools/$dir" && build_modules $(../../tools.sh programs "$dir")) | sed "s|\$| hack/tools/$dir|"
+	done
 } | awk '{v[$1] = v[$1] " " $3 "@" $2; if (!(($1, $2) in seen)) { seen[$1, $2] = 1; n[$1]++ } }
 	END { for (m in n) if (n[m] > 1) print m ":" v[m] }' | sort)
 if [[ -n $skew ]]; then
